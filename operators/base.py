@@ -1,0 +1,473 @@
+"""The operator interface, and the one dispatch that handles control tuples for every operator.
+
+Contract (every operator, STYLE.md 5):
+
+* Never called concurrently. No I/O, no clock: ``now`` is passed in.
+* Deterministic: the output is a function of the sequence of calls and their arguments.
+* ``restore(snapshot())`` on a fresh instance preserves all future behaviour, including undo.
+  Snapshots are plain data (dicts, lists, str, int, float, bool, None) that orjson encodes.
+* Taint is sticky (paper section 4, property 4): once a TENTATIVE input has been processed,
+  every later output is TENTATIVE until an UNDO or a restore removes that input. So a stable
+  output is never produced after a tentative one, and an UNDO can never retract a stable one.
+* ``tmax`` of an output is the max ``tmax`` of the inputs that produced it.
+* A BOUNDARY is emitted whenever :meth:`Operator.oldest_time` advances: the oldest tuple
+  time the operator can still produce.
+
+Subclasses write only the data path:
+
+* :meth:`on_data` -- a run of STABLE/TENTATIVE tuples of one port; append outputs with
+  :meth:`emit` (which numbers them and marks them tentative while tainted).
+* :meth:`on_boundary` -- a port's watermark advanced (close windows, evict state).
+* :meth:`oldest_time`, :meth:`oldest_seq`, :meth:`clear`, :meth:`snapshot_state`,
+  :meth:`restore_state`.
+
+Undo/redo (paper section 3.4.1), done generically here so that no operator writes an
+``undo`` method. Every input tuple and boundary goes into an *input log* with an absolute
+sequence number ``seq``. Before every run of input, a *marker* records the base bookkeeping
+(last output id, taint, watermarks, last boundary out) and the operator's ``oldest_seq()``:
+the oldest logged input still contributing to its state (the paper's stream markers).
+``UNDO(u)`` on port p means "drop p's tuples after id u": the operator finds the log entry j
+of p's tuple u, clears its state, replays ``log[marker.oldest : j+1]`` with outputs
+discarded (state is now exactly the state right after j, and the id counter too), emits
+``UNDO(last output id)``, drops p's undone entries and re-feeds the other ports' entries
+that followed j (their outputs are the corrections). The log is trimmed while untainted to
+what rebuilding the current state needs (about the state size); once tainted it keeps
+everything back to the last stable point, which is what a correction can target.
+
+Operators with ``preserves_ids = True`` (single-input, stateless, output id = input id:
+filter, map) skip the log entirely: an UNDO passes through unchanged.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from protocol.tuples import Kind, Schema, Tuple, Value, boundary, make_tuple, undo
+
+from .errors import OperatorError
+from .spec import Params
+
+__all__ = ["NO_TIME", "Operator", "Plain", "tuple_from_plain", "tuple_to_plain"]
+
+#: Watermark of a port that has not sent a boundary yet.
+NO_TIME = -(2**62)
+
+#: Plain data, as snapshots are made of.
+Plain = Any
+
+STABLE = Kind.STABLE
+TENTATIVE = Kind.TENTATIVE
+BOUNDARY = Kind.BOUNDARY
+UNDO = Kind.UNDO
+REC_DONE = Kind.REC_DONE
+_new = tuple.__new__
+
+
+def tuple_to_plain(t: Tuple) -> list[Any]:
+    """A tuple as plain data (orjson cannot encode NamedTuples)."""
+    return [int(t[0]), t[1], t[2], t[3], list(t[4])]
+
+
+def tuple_from_plain(p: Sequence[Any]) -> Tuple:
+    return make_tuple(Kind(p[0]), p[1], p[2], p[3], tuple(p[4]))
+
+
+class _Marker:
+    """Base bookkeeping right before log entry ``seq``, and where a rebuild replays from."""
+
+    __slots__ = ("boundary_out", "last_id", "oldest", "seq", "tainted", "watermarks")
+
+    def __init__(
+        self, seq: int, oldest: int, last_id: int, tainted: bool, watermarks: list[int], boundary_out: int
+    ) -> None:
+        self.seq = seq
+        self.oldest = oldest
+        self.last_id = last_id
+        self.tainted = tainted
+        self.watermarks = watermarks
+        self.boundary_out = boundary_out
+
+    def to_plain(self) -> list[Any]:
+        return [self.seq, self.oldest, self.last_id, self.tainted, self.watermarks, self.boundary_out]
+
+    @classmethod
+    def from_plain(cls, p: Sequence[Any]) -> _Marker:
+        return cls(p[0], p[1], p[2], p[3], list(p[4]), p[5])
+
+
+class Operator:
+    """Base class of every operator. See the module docstring for the contract."""
+
+    #: Registry name, e.g. ``"filter"`` (the ``type`` of an operator spec).
+    type_name: ClassVar[str] = ""
+    #: Number of input ports; ``None`` means "one or more".
+    n_inputs: ClassVar[int | None] = 1
+    #: Single-input stateless operators whose output ids are their input ids.
+    preserves_ids: ClassVar[bool] = False
+    #: SUnion and SOutput handle UNDO themselves and keep no undo log.
+    uses_undo_log: ClassVar[bool] = True
+
+    def __init__(self, name: str, input_schemas: Sequence[Schema], params: Params) -> None:
+        self.name = name
+        self.input_schemas: tuple[Schema, ...] = tuple(input_schemas)
+        n = len(self.input_schemas)
+        if self.n_inputs is not None and n != self.n_inputs:
+            raise OperatorError(f"{self.describe()}: takes {self.n_inputs} input(s), got {n}")
+        if n == 0:
+            raise OperatorError(f"{self.describe()}: needs at least one input")
+        #: Schema of the output stream. Subclasses set it in :meth:`configure`.
+        self.output_schema: Schema = self.input_schemas[0]
+        #: Control-stream tuples (UP_FAILURE, REC_REQUEST) for the consistency manager;
+        #: the query network drains this after every call.
+        self.signals: list[Tuple] = []
+        self.configure(params)
+        params.finish()
+        self._n_ports = n
+        self._reset_base()
+
+    # ------------------------------------------------------------------ subclass API
+    def configure(self, params: Params) -> None:
+        """Read parameters, resolve attribute names against ``input_schemas``, set
+        ``output_schema``. Raise SpecError (via Params) on anything wrong."""
+
+    def on_data(self, port: int, tuples: Sequence[Tuple], out: list[Tuple]) -> None:
+        """Process a run of STABLE/TENTATIVE tuples from one port. ``self.seq_base`` is the
+        log sequence number of ``tuples[0]`` (``tuples[i]`` has ``seq_base + i``)."""
+        raise NotImplementedError
+
+    def on_boundary(self, port: int, out: list[Tuple]) -> None:
+        """``self.watermarks[port]`` advanced; ``self.watermark`` is the min over ports."""
+
+    def oldest_time(self) -> int:
+        """The oldest tuple time this operator can still produce (drives output BOUNDARYs)."""
+        return self.watermark
+
+    def oldest_seq(self) -> int | None:
+        """Log seq of the oldest input still contributing to the state; None if no state."""
+        return None
+
+    def clear(self) -> None:
+        """Forget all operator state (the base bookkeeping is reset separately)."""
+
+    def snapshot_state(self) -> Plain:
+        """The operator's own state as plain data."""
+        return None
+
+    def restore_state(self, state: Plain) -> None:
+        """Inverse of :meth:`snapshot_state`."""
+
+    def next_deadline(self) -> int | None:
+        """The earliest ``now`` at which :meth:`on_timer` has work, if any."""
+        return None
+
+    def on_timer(self, now: int) -> list[Tuple]:
+        """Called when ``now`` reached :meth:`next_deadline`."""
+        return []
+
+    def on_control(self, port: int, t: Tuple, out: list[Tuple]) -> None:
+        """Control tuples other than BOUNDARY and UNDO. REC_DONE passes through."""
+        if t[0] is REC_DONE:
+            out.append(t)
+            return
+        raise OperatorError(
+            f"{self.describe()}: cannot process a {t[0].name} tuple on input {port}"
+        )
+
+    def on_undo(self, port: int, last_kept_id: int, out: list[Tuple]) -> None:
+        """Roll back port's tuples after ``last_kept_id``. The default is the generic rebuild."""
+        if self.preserves_ids:
+            if self._tainted and self._first_tentative_id > last_kept_id:
+                self._tainted = False
+            out.append(undo(last_kept_id))
+            return
+        self._undo_by_rebuild(port, last_kept_id, out)
+
+    # ------------------------------------------------------------------ helpers
+    def describe(self) -> str:
+        return f"operator '{self.name}' ({self.type_name})"
+
+    def emit(self, out: list[Tuple], time: int, tmax: int, values: tuple[Value, ...]) -> None:
+        """Append a new output tuple with the next id (TENTATIVE while tainted)."""
+        self.last_id += 1
+        out.append(_new(Tuple, (self._out_kind, self.last_id, time, tmax, values)))
+
+    @property
+    def tainted(self) -> bool:
+        return self._tainted
+
+    # ------------------------------------------------------------------ public API
+    def process(self, port: int, batch: Sequence[Tuple], now: int = 0) -> list[Tuple]:
+        """Feed a batch of tuples arriving on input ``port``; return the output tuples."""
+        if not 0 <= port < self._n_ports:
+            raise OperatorError(f"{self.describe()}: no input port {port}")
+        self.now = now
+        out: list[Tuple] = []
+        self._feed(port, batch, out)
+        return out
+
+    def snapshot(self) -> Plain:
+        """Everything, as plain data: ``restore(snapshot())`` preserves future behaviour."""
+        return {
+            "v": 1,
+            "type": self.type_name,
+            "base": {
+                "last_id": self.last_id,
+                "tainted": self._tainted,
+                "first_tentative_id": self._first_tentative_id,
+                "watermarks": list(self.watermarks),
+                "boundary_out": self._boundary_out,
+                "seq": self._seq,
+                "log_start": self._log_start,
+                "log_ports": list(self._log_ports),
+                "log": [tuple_to_plain(t) for t in self._log],
+                "markers": [m.to_plain() for m in self._markers],
+            },
+            "state": self.snapshot_state(),
+        }
+
+    def restore(self, snap: Plain) -> None:
+        """Replace all state by a snapshot's (taken from an operator of the same spec)."""
+        if not isinstance(snap, dict) or snap.get("type") != self.type_name:
+            got = snap.get("type") if isinstance(snap, dict) else type(snap).__name__
+            raise OperatorError(f"{self.describe()}: cannot restore a snapshot of {got!r}")
+        b = snap["base"]
+        self.last_id = b["last_id"]
+        self._set_taint(b["tainted"], b["first_tentative_id"])
+        self.watermarks = list(b["watermarks"])
+        self.watermark = min(self.watermarks)
+        self._boundary_out = b["boundary_out"]
+        self._seq = b["seq"]
+        self._log_start = b["log_start"]
+        self._log_ports = list(b["log_ports"])
+        self._log = [tuple_from_plain(p) for p in b["log"]]
+        self._markers = [_Marker.from_plain(m) for m in b["markers"]]
+        self.clear()
+        self.restore_state(snap["state"])
+
+    def reset(self) -> None:
+        """Back to the freshly built state (a failed node restarting from empty)."""
+        self._reset_base()
+        self.signals.clear()
+        self.clear()
+
+    # ------------------------------------------------------------------ internals
+    def _reset_base(self) -> None:
+        self.now = 0
+        self.last_id = 0
+        self.seq_base = 0
+        self._set_taint(False, 0)
+        self.watermarks = [NO_TIME] * self._n_ports
+        self.watermark = NO_TIME
+        self._boundary_out = NO_TIME
+        # Undo log: entry k has absolute seq ``_log_start + k``.
+        self._seq = 0
+        self._log_start = 0
+        self._log: list[Tuple] = []
+        self._log_ports: list[int] = []
+        self._markers: list[_Marker] = []
+        # Replaying (rebuild): outputs are discarded and nothing is logged.
+        self._replaying = False
+
+    def _set_taint(self, tainted: bool, first_tentative_id: int) -> None:
+        self._tainted = tainted
+        self._first_tentative_id = first_tentative_id
+        self._out_kind = TENTATIVE if tainted else STABLE
+
+    def _feed(self, port: int, batch: Sequence[Tuple], out: list[Tuple]) -> None:
+        """The one dispatch: split the batch into data runs and control tuples."""
+        start = 0
+        n = len(batch)
+        i = 0
+        while i < n:
+            kind = batch[i][0]
+            if kind is STABLE:
+                i += 1
+                continue
+            if kind is TENTATIVE:
+                if not self._tainted and i > start:
+                    # The taint starts with this tuple: the stable prefix is its own run.
+                    self._data_run(port, batch[start:i], out)
+                    start = i
+                i += 1
+                continue
+            if i > start:
+                self._data_run(port, batch[start:i], out)
+            self._control(port, batch[i], out)
+            i += 1
+            start = i
+        if start < n:
+            self._data_run(port, batch if start == 0 else batch[start:], out)
+
+    def _data_run(self, port: int, run: Sequence[Tuple], out: list[Tuple]) -> None:
+        # A run is all-stable, or starts with the tuple that begins the taint, or comes while
+        # tainted: the taint flips after the run is logged, so its marker holds the state
+        # *before* the first tentative tuple (what an UNDO rebuilds).
+        if self.preserves_ids:
+            if not self._tainted and run[0][0] is TENTATIVE:
+                self._set_taint(True, run[0][1])
+            mark = len(out)
+            self.on_data(port, run, out)
+            if self._tainted:
+                for k in range(mark, len(out)):
+                    t = out[k]
+                    if t[0] is STABLE:
+                        out[k] = t._replace(kind=TENTATIVE)
+            return
+        if self.uses_undo_log:
+            self._log_entries(port, run)
+        if not self._tainted and run[0][0] is TENTATIVE:
+            self._set_taint(True, run[0][1])
+        self.on_data(port, run, out)
+
+    def _control(self, port: int, t: Tuple, out: list[Tuple]) -> None:
+        kind = t[0]
+        if kind is BOUNDARY:
+            if self.uses_undo_log and not self.preserves_ids:
+                self._log_entries(port, (t,))
+            self._boundary(port, t[2], out)
+        elif kind is UNDO:
+            self.on_undo(port, t[1], out)
+        else:
+            self.on_control(port, t, out)
+
+    def _boundary(self, port: int, time: int, out: list[Tuple]) -> None:
+        if time <= self.watermarks[port]:
+            return
+        self.watermarks[port] = time
+        self.watermark = min(self.watermarks)
+        self.on_boundary(port, out)
+        b = self.oldest_time()
+        if b > self._boundary_out and b > NO_TIME:
+            self._boundary_out = b
+            out.append(boundary(b))
+
+    # -- undo log ---------------------------------------------------------------
+    def _log_entries(self, port: int, entries: Sequence[Tuple]) -> None:
+        if self._replaying:
+            self.seq_base = self._seq
+            self._seq += len(entries)
+            return
+        seq = self._seq
+        oldest = self.oldest_seq()
+        self._markers.append(
+            _Marker(
+                seq,
+                seq if oldest is None else min(oldest, seq),
+                self.last_id,
+                self._tainted,
+                list(self.watermarks),
+                self._boundary_out,
+            )
+        )
+        if not self._tainted:
+            self._trim()
+        self.seq_base = seq
+        self._log.extend(entries)
+        self._log_ports.extend([port] * len(entries))
+        self._seq = seq + len(entries)
+
+    def _trim(self) -> None:
+        """While untainted, keep only what rebuilding the state before any port's latest
+        entry needs (a correction can only target a port's last stable tuple)."""
+        markers = self._markers
+        if len(markers) < 2:
+            return
+        # The earliest seq a rebuild may have to reach: right after each port's latest entry.
+        needed = self._seq
+        latest_seen: set[int] = set()
+        for k in range(len(self._log_ports) - 1, -1, -1):
+            p = self._log_ports[k]
+            if p not in latest_seen:
+                latest_seen.add(p)
+                needed = min(needed, self._log_start + k + 1)
+                if len(latest_seen) == self._n_ports:
+                    break
+        seqs = [m.seq for m in markers]
+        keep_from = max(bisect_right(seqs, needed) - 1, 0)
+        if keep_from > 0:
+            del markers[:keep_from]
+        cut = min(m.oldest for m in markers) - self._log_start
+        if cut > 0:
+            del self._log[:cut]
+            del self._log_ports[:cut]
+            self._log_start += cut
+
+    def _undo_by_rebuild(self, port: int, last_kept_id: int, out: list[Tuple]) -> None:
+        log, ports, start = self._log, self._log_ports, self._log_start
+        # j: the log index of port's last entry that stays (-1: none of port's entries stays).
+        j = None
+        first_undone = None
+        for k in range(len(log) - 1, -1, -1):
+            if ports[k] != port or log[k][0] is BOUNDARY:
+                continue
+            if log[k][1] <= last_kept_id:
+                j = k
+                break
+            first_undone = k
+        if first_undone is None:
+            return  # nothing of port after last_kept_id was processed: nothing to undo
+        if j is None:
+            j = first_undone - 1
+        target = start + j + 1  # rebuild the state right before seq ``target``
+        seqs = [m.seq for m in self._markers]
+        mi = bisect_right(seqs, target) - 1
+        if mi < 0 or self._markers[mi].oldest < start:
+            raise OperatorError(
+                f"{self.describe()}: cannot undo input {port} back to id {last_kept_id}: "
+                "the undo log no longer reaches that far (was a stable tuple undone?)"
+            )
+        m = self._markers[mi]
+        undone_last_id = self.last_id
+        tail = log[j + 1 :]
+        tail_ports = ports[j + 1 :]
+        # Rebuild: warm up from the marker's oldest entry, then re-apply its bookkeeping.
+        self.clear()
+        self.signals.clear()
+        self._replaying = True
+        try:
+            self._reset_transient()
+            self._replay(m.oldest - start, m.seq - start)
+            self.last_id = m.last_id
+            self._set_taint(m.tainted, self._first_tentative_id if m.tainted else 0)
+            self.watermarks = list(m.watermarks)
+            self.watermark = min(self.watermarks)
+            self._boundary_out = m.boundary_out
+            self._replay(m.seq - start, j + 1)
+        finally:
+            self._replaying = False
+        if self.last_id < undone_last_id:
+            out.append(undo(self.last_id))
+        # Drop the undone entries and markers after the rebuild point, then re-feed the
+        # other ports' entries that followed (they were not undone).
+        del log[j + 1 :]
+        del ports[j + 1 :]
+        del self._markers[mi + 1 :]
+        self._seq = start + j + 1
+        for t, p in zip(tail, tail_ports, strict=True):
+            if p != port:
+                self._feed(p, (t,), out)
+
+    def _reset_transient(self) -> None:
+        self.watermarks = [NO_TIME] * self._n_ports
+        self.watermark = NO_TIME
+        self._boundary_out = NO_TIME
+        self._set_taint(False, 0)
+
+    def _replay(self, lo: int, hi: int) -> None:
+        """Re-process log[lo:hi] with outputs discarded (``self._replaying`` is set)."""
+        sink: list[Tuple] = []
+        log, ports = self._log, self._log_ports
+        k = lo
+        while k < hi:
+            p = ports[k]
+            e = k
+            while e < hi and ports[e] == p:
+                e += 1
+            self.seq_base = self._log_start + k
+            self._seq = self.seq_base
+            self._feed(p, log[k:e], sink)
+            sink.clear()
+            k = e
+        self._seq = self._log_start + hi

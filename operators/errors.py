@@ -1,0 +1,16 @@
+"""Errors of the operator layer: bad specs (caught at build) and misuse at run time."""
+
+from __future__ import annotations
+
+from protocol.errors import DPCError
+
+__all__ = ["OperatorError", "SpecError"]
+
+
+class SpecError(DPCError):
+    """A query-network spec is invalid. The message names the operator, the key,
+    what was expected and what was found."""
+
+
+class OperatorError(DPCError):
+    """An operator was fed something it cannot process (a local misuse, fails fast)."""
