@@ -1,0 +1,86 @@
+"""The wire-level vocabulary of the system (DESIGN.md section 2): tuples, messages, frames.
+
+``protocol`` is the bottom package: it imports nothing else of the project, and everything
+else imports it. It is sans-IO: no sockets, no asyncio, no clock. This module re-exports
+the public API of :mod:`.tuples`, :mod:`.errors`, :mod:`.messages` and :mod:`.codec`.
+"""
+
+from .codec import DEFAULT_MAX_FRAME_SIZE, HEADER_SIZE, VERSION, FrameDecoder, decode_frame, encode
+from .errors import DPCError, LocalProtocolError, ProtocolError, RemoteProtocolError
+from .messages import (
+    MESSAGE_CLASSES,
+    MESSAGE_TYPES,
+    Ack,
+    Batch,
+    ConsistencyState,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    Message,
+    MessageType,
+    ReconcileGrant,
+    ReconcileRefuse,
+    ReconcileRequest,
+    Subscribe,
+    Unsubscribe,
+)
+from .tuples import (
+    CONTROL_KINDS,
+    DATA_KINDS,
+    ID,
+    KIND,
+    KINDS,
+    TIME,
+    TMAX,
+    VALUES,
+    Kind,
+    Schema,
+    Tuple,
+    Value,
+    boundary,
+    make_tuple,
+    rec_done,
+    undo,
+)
+
+__all__ = [
+    "CONTROL_KINDS",
+    "DATA_KINDS",
+    "DEFAULT_MAX_FRAME_SIZE",
+    "HEADER_SIZE",
+    "ID",
+    "KIND",
+    "KINDS",
+    "MESSAGE_CLASSES",
+    "MESSAGE_TYPES",
+    "TIME",
+    "TMAX",
+    "VALUES",
+    "VERSION",
+    "Ack",
+    "Batch",
+    "ConsistencyState",
+    "DPCError",
+    "FrameDecoder",
+    "HeartbeatRequest",
+    "HeartbeatResponse",
+    "Kind",
+    "LocalProtocolError",
+    "Message",
+    "MessageType",
+    "ProtocolError",
+    "ReconcileGrant",
+    "ReconcileRefuse",
+    "ReconcileRequest",
+    "RemoteProtocolError",
+    "Schema",
+    "Subscribe",
+    "Tuple",
+    "Unsubscribe",
+    "Value",
+    "boundary",
+    "decode_frame",
+    "encode",
+    "make_tuple",
+    "rec_done",
+    "undo",
+]

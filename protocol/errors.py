@@ -12,6 +12,8 @@ Every package keeps its own errors in its own ``errors.py``; all of them derive 
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = ["DPCError", "LocalProtocolError", "ProtocolError", "RemoteProtocolError"]
 
 
@@ -24,7 +26,15 @@ class ProtocolError(DPCError):
 
 
 class RemoteProtocolError(ProtocolError):
-    """A peer sent bytes that are not a valid frame or message. The message says what."""
+    """A peer sent bytes that are not a valid frame or message. The message says what.
+
+    ``messages`` holds the valid messages that a decoder completed from the same chunk
+    before the bad frame: they were accepted, and the caller must not lose them.
+    """
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+        self.messages: list[Any] = []
 
 
 class LocalProtocolError(ProtocolError):

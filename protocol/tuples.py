@@ -90,19 +90,19 @@ _new = tuple.__new__
 
 def make_tuple(kind: Kind, id: int, time: int, tmax: int, values: tuple[Value, ...]) -> Tuple:
     """Build a :class:`Tuple` without the keyword-argument machinery (hot path)."""
-    return _new(Tuple, (kind, id, time, tmax, values))  # type: ignore[no-any-return]
+    return _new(Tuple, (kind, id, time, tmax, values))
 
 
 def boundary(time: int) -> Tuple:
     """A BOUNDARY punctuation: no later tuple on the stream has a smaller ``time``."""
-    return _new(Tuple, (Kind.BOUNDARY, 0, time, time, ()))  # type: ignore[no-any-return]
+    return _new(Tuple, (Kind.BOUNDARY, 0, time, time, ()))
 
 
 def undo(last_kept_id: int) -> Tuple:
     """An UNDO: delete every tuple after ``last_kept_id`` (0 = the whole stream)."""
-    return _new(Tuple, (Kind.UNDO, last_kept_id, 0, 0, ()))  # type: ignore[no-any-return]
+    return _new(Tuple, (Kind.UNDO, last_kept_id, 0, 0, ()))
 
 
 def rec_done(time: int = 0) -> Tuple:
     """REC_DONE: the end of a reconciliation on this stream."""
-    return _new(Tuple, (Kind.REC_DONE, 0, time, time, ()))  # type: ignore[no-any-return]
+    return _new(Tuple, (Kind.REC_DONE, 0, time, time, ()))

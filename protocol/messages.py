@@ -1,0 +1,196 @@
+"""Every message that crosses a process boundary (DESIGN.md section 2).
+
+Messages are plain immutable values (``@dataclass(frozen=True, slots=True)``) with no
+behaviour: :mod:`protocol.codec` turns them into frames and back, the node decides what they
+mean. Each message class has one wire code in :class:`MessageType`; :data:`MESSAGE_TYPES`
+maps a class to its code and :data:`MESSAGE_CLASSES` back.
+
+Invariants (enforced by :func:`protocol.codec.encode` on the way out and by the decoder on
+the way in, not by the constructors, which stay cheap for the hot path):
+
+* ``str`` fields are ``str``; ``int`` fields are ``int`` and never ``bool``.
+* Tuple ids, times and attribute values are those of :mod:`protocol.tuples`; attribute values
+  are JSON scalars (``str``, ``int``, ``float`` (finite), ``bool``, ``None``).
+* A message decoded from the wire compares equal to the message that was encoded.
+
+Wire codes are part of the protocol: never renumber one, only add new ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum, IntEnum
+from typing import TypeAlias
+
+from .tuples import Tuple
+
+__all__ = [
+    "MESSAGE_CLASSES",
+    "MESSAGE_TYPES",
+    "Ack",
+    "Batch",
+    "ConsistencyState",
+    "HeartbeatRequest",
+    "HeartbeatResponse",
+    "Message",
+    "MessageType",
+    "ReconcileGrant",
+    "ReconcileRefuse",
+    "ReconcileRequest",
+    "Subscribe",
+    "Unsubscribe",
+]
+
+
+class ConsistencyState(Enum):
+    """The consistency state of a node replica, or of one of its output streams.
+
+    The integer values are the wire encoding.
+    """
+
+    #: Every input is complete; outputs are stable.
+    STABLE = 0
+    #: An input is missing: the node delays, then produces tentative results.
+    UP_FAILURE = 1
+    #: The failure healed; the node is correcting its tentative results.
+    STABILIZATION = 2
+
+
+class MessageType(IntEnum):
+    """The wire code of each message class (the frame's message-type byte).
+
+    0 is deliberately unused so that a zeroed frame is refused as an unknown type.
+    """
+
+    BATCH = 1
+    SUBSCRIBE = 2
+    UNSUBSCRIBE = 3
+    HEARTBEAT_REQUEST = 4
+    HEARTBEAT_RESPONSE = 5
+    ACK = 6
+    RECONCILE_REQUEST = 7
+    RECONCILE_GRANT = 8
+    RECONCILE_REFUSE = 9
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Consecutive tuples of one stream, in stream order (data and control tuples alike)."""
+
+    stream: str
+    tuples: tuple[Tuple, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribe:
+    """``subscriber`` asks for ``stream``, resuming after the last ids it already holds.
+
+    The upstream replays from its output buffer every stable tuple after
+    ``last_stable_id`` and, if it is itself tentative, the tentative ones after
+    ``last_tentative_id`` (0 for either means "nothing received yet").
+    """
+
+    stream: str
+    subscriber: str
+    last_stable_id: int
+    last_tentative_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Unsubscribe:
+    """``subscriber`` no longer wants ``stream`` from this replica (it switched away)."""
+
+    stream: str
+    subscriber: str
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    """A liveness and state probe; the answer echoes ``seq``."""
+
+    sender: str
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResponse:
+    """A replica's answer to a :class:`HeartbeatRequest`.
+
+    ``state`` is the replica's own state; ``streams`` the state of each of its output
+    streams (what an HA monitor chooses an upstream replica by). Decoded messages carry a
+    plain ``dict`` here: treat it as read-only.
+    """
+
+    replica: str
+    seq: int
+    state: ConsistencyState
+    streams: Mapping[str, ConsistencyState]
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """``subscriber`` holds every stable tuple of ``stream`` up to ``tuple_id``: the sender
+    may trim its output buffer up to there."""
+
+    stream: str
+    subscriber: str
+    tuple_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileRequest:
+    """Replica ``replica`` of ``node`` asks a partner for permission to reconcile now.
+
+    Partners take turns so that downstream always has a replica with fresh data.
+    """
+
+    replica: str
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileGrant:
+    """The partner ``replica`` lets the requester reconcile (it postpones its own)."""
+
+    replica: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileRefuse:
+    """The partner ``replica`` refuses for now (for instance: it is reconciling itself)."""
+
+    replica: str
+    reason: str
+
+
+#: Any message of the protocol.
+Message: TypeAlias = (
+    Batch
+    | Subscribe
+    | Unsubscribe
+    | HeartbeatRequest
+    | HeartbeatResponse
+    | Ack
+    | ReconcileRequest
+    | ReconcileGrant
+    | ReconcileRefuse
+)
+
+#: Message class -> wire code.
+MESSAGE_TYPES: Mapping[type[Message], MessageType] = {
+    Batch: MessageType.BATCH,
+    Subscribe: MessageType.SUBSCRIBE,
+    Unsubscribe: MessageType.UNSUBSCRIBE,
+    HeartbeatRequest: MessageType.HEARTBEAT_REQUEST,
+    HeartbeatResponse: MessageType.HEARTBEAT_RESPONSE,
+    Ack: MessageType.ACK,
+    ReconcileRequest: MessageType.RECONCILE_REQUEST,
+    ReconcileGrant: MessageType.RECONCILE_GRANT,
+    ReconcileRefuse: MessageType.RECONCILE_REFUSE,
+}
+
+#: Wire code -> message class.
+MESSAGE_CLASSES: Mapping[MessageType, type[Message]] = {
+    code: cls for cls, code in MESSAGE_TYPES.items()
+}

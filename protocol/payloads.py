@@ -1,0 +1,372 @@
+"""Message payloads: each message as a positional orjson array, and the checks both ways.
+
+:mod:`protocol.codec` wraps these payloads in frames; this module knows what is inside one.
+A payload is an orjson array of the message's fields in declaration order (positional:
+dicts would halve decode speed):
+
+* a tuple is ``[kind, id, time, tmax, [values...]]`` and a Batch ``[stream, [tuple, ...]]``;
+* a HeartbeatResponse is ``[replica, seq, state, [[stream, state], ...]]``, states as their
+  integer values;
+* every other message is its ``str`` and ``int`` fields, in order.
+
+Invariants:
+
+* :func:`encode_payload` accepts exactly the messages that decode back to an equal message;
+  anything else (wrong field types, bools for ints, non-scalar or non-finite values, ints
+  beyond 64 bits, lone surrogates) raises :class:`LocalProtocolError` naming the field.
+* :func:`decode_payload` raises nothing but :class:`RemoteProtocolError`, whatever the bytes,
+  and says what was wrong and where. Every field is type-checked; ints are never bools.
+* Batch decoding is the hot path: one pass over the rows, checks that cost a few type
+  comparisons per tuple, and a slow exact re-walk only to explain a failure.
+"""
+
+from __future__ import annotations
+
+import reprlib
+from collections.abc import Callable, Mapping
+from itertools import chain
+from math import isfinite
+from operator import itemgetter
+from typing import Any, get_type_hints
+
+import orjson
+
+from .errors import LocalProtocolError, RemoteProtocolError
+from .messages import (
+    MESSAGE_CLASSES,
+    MESSAGE_TYPES,
+    Ack,
+    Batch,
+    ConsistencyState,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    Message,
+    MessageType,
+    ReconcileGrant,
+    ReconcileRefuse,
+    ReconcileRequest,
+    Subscribe,
+    Unsubscribe,
+)
+from .tuples import KINDS, Kind, Tuple
+
+__all__ = ["decode_payload", "encode_payload", "is_known_type", "show"]
+
+_new = tuple.__new__
+# A dict, not ``KINDS[k]``: a negative code must miss, not wrap around to the last kind.
+_KIND_OF: dict[int, Kind] = dict(enumerate(KINDS))
+_STATE_OF: dict[int, ConsistencyState] = {s.value: s for s in ConsistencyState}
+# What orjson can produce besides list and dict; attribute values must be one of these.
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+_TUPLE_LAYOUT = "[kind, id, time, tmax, values]"
+_WHAT = {str: "a string", int: "an integer"}
+_values_of = itemgetter(4)
+
+_repr = reprlib.Repr()  # bounded: a peer's 16 MiB string must not become our log line
+_repr.maxstring = _repr.maxother = 60
+_repr.maxlist = _repr.maxdict = 6
+_repr.maxlevel = 3
+
+
+def show(x: object) -> str:
+    """A short repr of ``x`` for an error message, however large ``x`` is."""
+    return _repr.repr(x)
+
+
+def encode_payload(msg: Message) -> tuple[MessageType, bytes]:
+    """The wire code and the orjson payload of ``msg``; :class:`LocalProtocolError` if it
+    is not a valid message."""
+    entry = _ENCODERS.get(type(msg))
+    if entry is None:
+        raise LocalProtocolError(f"cannot encode {show(msg)}: not a protocol message")
+    code, to_json = entry
+    return code, to_json(msg)
+
+
+def is_known_type(code: int) -> bool:
+    """Whether ``code`` (a frame's message-type byte) names a message this side decodes."""
+    return 0 <= code < len(_DECODERS) and _DECODERS[code] is not None
+
+
+def _dumps(name: str, obj: Any) -> bytes:
+    try:
+        return orjson.dumps(obj)
+    except orjson.JSONEncodeError as exc:  # ints beyond 64 bits, lone surrogates
+        raise LocalProtocolError(f"cannot encode {name}: {exc}") from None
+
+
+def _encode_batch(msg: Batch) -> bytes:
+    stream, tuples = msg.stream, msg.tuples
+    if type(stream) is not str:
+        raise LocalProtocolError(
+            f"cannot encode Batch: field 'stream' must be a string, got {show(stream)}"
+        )
+    if type(tuples) is not tuple:
+        raise LocalProtocolError(
+            f"cannot encode Batch: field 'tuples' must be a tuple of Tuple, got {show(tuples)}"
+        )
+    rows: list[tuple[Any, ...]] = []
+    append = rows.append
+    try:
+        for t in tuples:
+            k, i, tm, m, v = t
+            if not (
+                type(t) is Tuple
+                and type(k) is Kind
+                and type(i) is type(tm) is type(m) is int
+                and type(v) is tuple
+            ):
+                raise TypeError
+            append((k, i, tm, m, v))  # a plain tuple: orjson does not encode NamedTuples
+    except (TypeError, ValueError):
+        raise _local_batch_error(stream, tuples) from None
+    # orjson would also accept datetimes, UUIDs, enums, ... and nested containers, which do
+    # not come back equal: only exact JSON scalar types may go out.
+    types = set(map(type, chain.from_iterable(map(_values_of, rows))))
+    if not types <= _SCALARS:
+        raise _local_batch_error(stream, tuples)
+    body = _dumps("Batch", [stream, rows])
+    # orjson writes NaN and infinities as null; only then is the exact (slower) scan needed.
+    if float in types and b"null" in body:
+        for t in tuples:
+            if any(type(x) is float and not isfinite(x) for x in t[4]):
+                raise _local_batch_error(stream, tuples)
+    return body
+
+
+def _local_batch_error(stream: str, tuples: tuple[Any, ...]) -> LocalProtocolError:
+    for n, t in enumerate(tuples):
+        problem = _local_tuple_problem(t)
+        if problem is not None:
+            return LocalProtocolError(
+                f"cannot encode Batch tuple {n}: {problem} (stream {show(stream)})"
+            )
+    return LocalProtocolError(f"cannot encode Batch: invalid tuples (stream {show(stream)})")
+
+
+def _local_tuple_problem(t: Any) -> str | None:
+    if type(t) is not Tuple:
+        return f"must be a protocol.tuples.Tuple, got {type(t).__name__} {show(t)}"
+    if len(t) != 5:
+        return f"must have 5 fields {_TUPLE_LAYOUT}, got {show(t)}"
+    k, i, tm, m, v = t
+    if type(k) is not Kind:
+        return f"field 'kind' must be a Kind, got {show(k)}"
+    for field, x in (("id", i), ("time", tm), ("tmax", m)):
+        if type(x) is not int:
+            return f"field {field!r} must be an integer, got {show(x)}"
+    if type(v) is not tuple:
+        return f"field 'values' must be a tuple, got {show(v)}"
+    for j, x in enumerate(v):
+        if type(x) not in _SCALARS:
+            return f"value {j} must be a str, int, float, bool or None, got {type(x).__name__} {show(x)}"
+        if type(x) is float and not isfinite(x):
+            return f"value {j} must be a finite float (JSON has no NaN or infinity), got {x!r}"
+    return None
+
+
+def _encode_heartbeat_response(msg: HeartbeatResponse) -> bytes:
+    name = "cannot encode HeartbeatResponse"
+    _check_local(name, "replica", msg.replica, str)
+    _check_local(name, "seq", msg.seq, int)
+    if type(msg.state) is not ConsistencyState:
+        raise LocalProtocolError(
+            f"{name}: field 'state' must be a ConsistencyState, got {show(msg.state)}"
+        )
+    if not isinstance(msg.streams, Mapping):
+        raise LocalProtocolError(
+            f"{name}: field 'streams' must be a mapping, got {show(msg.streams)}"
+        )
+    streams = []
+    for stream, state in msg.streams.items():
+        if type(stream) is not str or type(state) is not ConsistencyState:
+            raise LocalProtocolError(
+                f"{name}: field 'streams' must map stream names to ConsistencyState, "
+                f"got {show(stream)}: {show(state)}"
+            )
+        streams.append((stream, state.value))
+    return _dumps("HeartbeatResponse", (msg.replica, msg.seq, msg.state.value, streams))
+
+
+def _check_local(name: str, field: str, x: object, typ: type) -> None:
+    if type(x) is not typ:
+        raise LocalProtocolError(f"{name}: field {field!r} must be {_WHAT[typ]}, got {show(x)}")
+
+
+# Messages made only of str and int fields share one encoder and one decoder, driven by the
+# dataclass annotations: the class definition is the single source of the wire layout.
+_Spec = tuple[tuple[str, type], ...]
+_SIMPLE: dict[type[Message], _Spec] = {
+    cls: tuple(get_type_hints(cls).items())
+    for cls in (
+        Subscribe,
+        Unsubscribe,
+        HeartbeatRequest,
+        Ack,
+        ReconcileRequest,
+        ReconcileGrant,
+        ReconcileRefuse,
+    )
+}
+
+
+def _simple_encoder(cls: type[Message], spec: _Spec) -> Callable[[Any], bytes]:
+    name = f"cannot encode {cls.__name__}"
+
+    def to_json(msg: Any) -> bytes:
+        payload = [getattr(msg, field) for field, _ in spec]
+        for (field, typ), x in zip(spec, payload, strict=True):
+            _check_local(name, field, x, typ)
+        return _dumps(cls.__name__, payload)
+
+    return to_json
+
+
+_ENCODERS: dict[type, tuple[MessageType, Callable[[Any], bytes]]] = {
+    cls: (MESSAGE_TYPES[cls], _simple_encoder(cls, spec)) for cls, spec in _SIMPLE.items()
+}
+_ENCODERS[Batch] = (MessageType.BATCH, _encode_batch)
+_ENCODERS[HeartbeatResponse] = (MessageType.HEARTBEAT_RESPONSE, _encode_heartbeat_response)
+
+
+# ---------------------------------------------------------------- decoding (remote side)
+
+_Raw = bytes | bytearray
+_Decoder = Callable[[Any, _Raw], Message]
+
+
+def _decode_batch(p: Any, raw: _Raw) -> Batch:
+    if type(p) is not list or len(p) != 2:
+        raise RemoteProtocolError(f"Batch: payload must be a list [stream, tuples], got {show(p)}")
+    stream, rows = p
+    if type(stream) is not str:
+        raise RemoteProtocolError(f"Batch: field 'stream' must be a string, got {show(stream)}")
+    if type(rows) is not list:
+        raise RemoteProtocolError(f"Batch: field 'tuples' must be a list, got {show(rows)}")
+    # Hot path: one comprehension, a few type comparisons per tuple. Unpacking 5 items out
+    # of anything but a 5-item list fails or yields items that fail the int checks (a str
+    # yields strs, a dict its str keys), so the checks are exact; a row that fails them is
+    # left out, which the length check catches. Any failure re-walks the rows to explain.
+    try:
+        out = [
+            _new(Tuple, (_KIND_OF[k], i, t, m, tuple(v)))  # make_tuple, inlined
+            for k, i, t, m, v in rows
+            if type(k) is type(i) is type(t) is type(m) is int and type(v) is list
+        ]
+    except (TypeError, ValueError, KeyError):
+        raise _remote_batch_error(stream, rows) from None
+    # Values must be scalars. orjson makes only lists and dicts besides scalars, and the rows
+    # that passed prove 2 + 2n arrays exist (payload, rows, each row, each value list): if
+    # the raw bytes hold exactly that many '[' and no '{' at all, no value is a container.
+    # A '[' or '{' inside a string only sends us to the exact check.
+    if len(out) != len(rows) or (
+        (raw.count(b"[") != 2 + 2 * len(out) or b"{" in raw)
+        and not set(map(type, chain.from_iterable(map(_values_of, out)))) <= _SCALARS
+    ):
+        raise _remote_batch_error(stream, rows)
+    return Batch(stream, tuple(out))
+
+
+def _remote_batch_error(stream: str, rows: list[Any]) -> RemoteProtocolError:
+    for n, row in enumerate(rows):
+        problem = _remote_tuple_problem(row)
+        if problem is not None:
+            return RemoteProtocolError(f"Batch tuple {n}: {problem} (stream {show(stream)})")
+    return RemoteProtocolError(f"Batch: invalid tuples (stream {show(stream)})")
+
+
+def _remote_tuple_problem(row: Any) -> str | None:
+    if type(row) is not list or len(row) != 5:
+        return f"must be a list of 5 fields {_TUPLE_LAYOUT}, got {show(row)}"
+    k, i, t, m, v = row
+    if type(k) is not int or k not in _KIND_OF:
+        return f"field 'kind' must be a tuple kind code 0..{len(KINDS) - 1}, got {show(k)}"
+    for field, x in (("id", i), ("time", t), ("tmax", m)):
+        if type(x) is not int:
+            return f"field {field!r} must be an integer, got {show(x)}"
+    if type(v) is not list:
+        return f"field 'values' must be a list, got {show(v)}"
+    for j, x in enumerate(v):
+        if type(x) not in _SCALARS:
+            return f"value {j} must be a string, number, boolean or null, got {show(x)}"
+    return None
+
+
+def _decode_heartbeat_response(p: Any, raw: _Raw) -> HeartbeatResponse:
+    name = "HeartbeatResponse"
+    if type(p) is not list or len(p) != 4:
+        raise RemoteProtocolError(
+            f"{name}: payload must be a list of 4 fields [replica, seq, state, streams], got {show(p)}"
+        )
+    replica, seq, state, entries = p
+    _check_remote(name, "replica", replica, str)
+    _check_remote(name, "seq", seq, int)
+    own = _remote_state(name, "field 'state'", state)
+    if type(entries) is not list:
+        raise RemoteProtocolError(f"{name}: field 'streams' must be a list, got {show(entries)}")
+    streams: dict[str, ConsistencyState] = {}
+    for n, entry in enumerate(entries):
+        where = f"{name} stream {n}"
+        if type(entry) is not list or len(entry) != 2 or type(entry[0]) is not str:
+            raise RemoteProtocolError(
+                f"{where}: must be a list [stream name, state], got {show(entry)}"
+            )
+        stream, code = entry
+        if stream in streams:
+            raise RemoteProtocolError(f"{where}: stream {show(stream)} appears twice")
+        streams[stream] = _remote_state(where, "state", code)
+    return HeartbeatResponse(replica, seq, own, streams)
+
+
+def _remote_state(where: str, what: str, code: Any) -> ConsistencyState:
+    if type(code) is int and code in _STATE_OF:
+        return _STATE_OF[code]
+    raise RemoteProtocolError(
+        f"{where}: {what} must be a consistency state code 0..{len(_STATE_OF) - 1}, got {show(code)}"
+    )
+
+
+def _check_remote(name: str, field: str, x: object, typ: type) -> None:
+    if type(x) is not typ:
+        raise RemoteProtocolError(f"{name}: field {field!r} must be {_WHAT[typ]}, got {show(x)}")
+
+
+def _simple_decoder(cls: type[Message], spec: _Spec) -> _Decoder:
+    name = cls.__name__
+    layout = "[" + ", ".join(field for field, _ in spec) + "]"
+
+    def decode(p: Any, raw: _Raw) -> Message:
+        if type(p) is not list or len(p) != len(spec):
+            raise RemoteProtocolError(
+                f"{name}: payload must be a list of {len(spec)} fields {layout}, got {show(p)}"
+            )
+        for (field, typ), x in zip(spec, p, strict=True):
+            _check_remote(name, field, x, typ)
+        return cls(*p)
+
+    return decode
+
+
+# Indexed by the message-type byte: a list lookup, and None for every unknown code.
+_DECODERS: list[_Decoder | None] = [None] * 256
+for _cls, _spec in _SIMPLE.items():
+    _DECODERS[MESSAGE_TYPES[_cls]] = _simple_decoder(_cls, _spec)
+_DECODERS[MessageType.BATCH] = _decode_batch
+_DECODERS[MessageType.HEARTBEAT_RESPONSE] = _decode_heartbeat_response
+
+
+def decode_payload(code: int, raw: bytes | bytearray) -> Message:
+    """The message of type ``code`` whose orjson payload is ``raw``.
+
+    Raises :class:`RemoteProtocolError` (and nothing else) if ``code`` is unknown or the
+    payload is not valid JSON or not a valid message of that type.
+    """
+    decoder = _DECODERS[code] if 0 <= code < len(_DECODERS) else None
+    if decoder is None:
+        raise RemoteProtocolError(f"unknown message type {code}")
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        name = MESSAGE_CLASSES[MessageType(code)].__name__
+        raise RemoteProtocolError(f"{name}: payload is not valid JSON: {exc}") from None
+    return decoder(obj, raw)

@@ -1,0 +1,305 @@
+"""The output buffer of one stream that leaves a node (paper section 4.5, DESIGN.md 3).
+
+An SOutput appends everything it emits; the buffer keeps the stream *in force* (UNDOs
+applied) so that a downstream replica that (re)subscribes with SUBSCRIBE(stream, last
+stable id, last tentative id) gets exactly what it is missing, and it forgets the prefix
+that every consumer acknowledged (upstream backup's level-0 acks, Hwang et al.).
+
+Definitions and invariants (``s`` = last stable id, ``t`` = last tentative id):
+
+* In force, data ids strictly increase and data kinds read STABLE* TENTATIVE*: a stable
+  tuple never follows a tentative one without an UNDO in between. ``append`` checks both at
+  every batch edge (the ids inside a batch are the producer's and are trusted: checking
+  each would be per-tuple Python work on the hot path).
+* ``UNDO(u)`` keeps every tuple up to and including the last data tuple with id <= u and
+  deletes everything after it, control tuples (BOUNDARY, REC_DONE, ...) included: a
+  positional truncation right after tuple ``u``. ``UNDO(0)`` deletes everything. An UNDO
+  that would delete a stable tuple raises (stable tuples are never undone, DESIGN.md 6.4).
+  UNDO tuples themselves are applied, never stored.
+* A consumer acks its last *stable* id (the ``s`` it would SUBSCRIBE with), never a
+  tentative one: an ack of tentative id 4 that is still in flight when 4 is corrected
+  would otherwise let the stable 4 be trimmed before that consumer got it. So a known
+  consumer's replay never hits the trim point.
+* On each ack (and change of consumers), trimming drops a prefix, up to and including the
+  last STABLE data tuple whose id is <= the smallest ack of all known consumers; the
+  control tuples right after that tuple stay (its consumers may not have received them).
+  Tentative tuples are never trimmed. A consumer that never acked, or no consumer at all,
+  trims nothing. ``trimmed_up_to`` is the id of the last data tuple trimmed (0: none).
+* ``replay(s, t)`` returns what makes a subscriber holding the in-force stream through
+  data tuple ``max(s, t)`` hold this buffer's in-force stream:
+  1. no tentatives held (``t <= s``): everything after data tuple ``s``;
+  2. tentatives held, this buffer's last stable id is ``s`` and it holds tentative tuples
+     with every id ``s+1 .. t``: everything after ``t`` (the same tentative run goes on;
+     the subscriber's ids are not known, so a run with gaps, as a filter leaves, cannot
+     be matched and falls to case 3, which is always correct);
+  3. otherwise: ``UNDO(s)``, then everything after data tuple ``s``.
+  "Everything after" includes the control tuples that follow the named tuple, which the
+  subscriber may already have: boundaries are idempotent, and the subscriber cannot say.
+  ``s`` older than the trim point raises :class:`ReplayError`; ``s`` newer than this
+  buffer's last stable id raises :class:`ReplayAheadError` (the subscriber holds stable
+  tuples this replica has not produced: it must wait or use another replica).
+
+Cost: a batch without UNDO costs one C-level pass over its kinds plus a list ``extend``;
+ids are found by binary search over the in-force list (control tuples carry no id and are
+skipped by looking right to the next data tuple); a trimmed prefix is dropped in bulk when
+it is at least half the list, so appends and trims are O(1) amortized per tuple.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from operator import itemgetter
+
+from protocol.tuples import Kind, Tuple, undo
+
+from .errors import ReplayAheadError, ReplayError, StateError
+
+__all__ = ["OutputBuffer"]
+
+STABLE = Kind.STABLE
+TENTATIVE = Kind.TENTATIVE
+UNDO = Kind.UNDO
+_kind_of = itemgetter(0)
+# Kinds above TENTATIVE are control tuples (protocol.tuples.Kind numbering).
+_LAST_DATA_KIND = int(TENTATIVE)
+# Drop the trimmed prefix physically once it is this long and at least half the list.
+_COMPACT_MIN = 1024
+
+
+class OutputBuffer:
+    """The in-force output stream ``stream`` since the trim point. See the module docstring."""
+
+    __slots__ = (
+        "_acks",
+        "_head",
+        "_items",
+        "_last_id",
+        "_last_stable_id",
+        "_tent",
+        "_trimmed_up_to",
+        "stream",
+    )
+
+    def __init__(self, stream: str) -> None:
+        self.stream = stream
+        # _items[_head:] is held; _items[:_head] was trimmed and awaits compaction.
+        self._items: list[Tuple] = []
+        self._head = 0
+        # Index in _items of the first TENTATIVE tuple in force, None when there is none.
+        self._tent: int | None = None
+        self._last_id = 0
+        self._last_stable_id = 0
+        self._trimmed_up_to = 0
+        # Consumer name -> highest id it acknowledged (None: not yet).
+        self._acks: dict[str, int | None] = {}
+
+    # ------------------------------------------------------------------ producing
+    def append(self, tuples: Iterable[Tuple]) -> None:
+        """Append what the SOutput emitted, applying UNDOs. A batch that breaks an invariant
+        raises :class:`StateError`; the segments before its last UNDO stay applied."""
+        batch = tuples if isinstance(tuples, list) else list(tuples)
+        if not batch:
+            return
+        kinds = list(map(_kind_of, batch))
+        if UNDO not in kinds:
+            self._extend(batch, kinds)
+            return
+        start = 0
+        for i, k in enumerate(kinds):
+            if k == UNDO:
+                if i > start:
+                    self._extend(batch[start:i], kinds[start:i])
+                self._undo(batch[i][1])
+                start = i + 1
+        if start < len(batch):
+            self._extend(batch[start:], kinds[start:])
+
+    def _extend(self, batch: list[Tuple], kinds: list[Kind]) -> None:
+        n = len(kinds)
+        first = 0
+        while first < n and kinds[first] > _LAST_DATA_KIND:
+            first += 1
+        if first == n:  # control tuples only
+            self._items.extend(batch)
+            return
+        last = n - 1
+        while kinds[last] > _LAST_DATA_KIND:
+            last -= 1
+        if batch[first][1] <= self._last_id:
+            raise StateError(
+                f"stream {self.stream!r}: tuple id {batch[first][1]} appended after id "
+                f"{self._last_id}; ids must increase (reusing ids needs an UNDO first)"
+            )
+        if self._tent is None:
+            if TENTATIVE in kinds:
+                k = kinds.index(TENTATIVE)
+                self._no_stable_after(batch, kinds, k, batch[k][1])
+                j = k - 1
+                while j >= 0 and kinds[j] > _LAST_DATA_KIND:
+                    j -= 1
+                if j >= 0:
+                    self._last_stable_id = batch[j][1]
+                self._tent = len(self._items) + k
+            else:
+                self._last_stable_id = batch[last][1]
+        else:
+            self._no_stable_after(batch, kinds, 0, self._items[self._tent][1])
+        self._last_id = batch[last][1]
+        self._items.extend(batch)
+
+    def _no_stable_after(self, batch: list[Tuple], kinds: list[Kind], k: int, tid: int) -> None:
+        try:
+            i = kinds.index(STABLE, k)
+        except ValueError:
+            return
+        raise StateError(
+            f"stream {self.stream!r}: STABLE tuple id {batch[i][1]} follows TENTATIVE tuple "
+            f"id {tid} without an UNDO; a stable tuple never follows a tentative one"
+        )
+
+    def _undo(self, u: int) -> None:
+        if u < self._last_stable_id:
+            if u < self._trimmed_up_to:
+                raise ReplayError(
+                    f"stream {self.stream!r}: UNDO({u}) would undo stable tuples that the "
+                    f"buffer already trimmed (trimmed up to id {self._trimmed_up_to})"
+                )
+            raise StateError(
+                f"stream {self.stream!r}: UNDO({u}) would undo stable tuples (last stable "
+                f"id {self._last_stable_id}); only tentative tuples can be undone"
+            )
+        p = self._cut(u)
+        del self._items[p:]
+        if self._tent is not None and self._tent >= p:
+            self._tent = None
+        self._last_id = self._items[p - 1][1] if p > self._head else self._trimmed_up_to
+
+    # ------------------------------------------------------------------ consuming
+    def replay(self, last_stable_id: int, last_tentative_id: int) -> list[Tuple]:
+        """What a subscriber holding ``(last_stable_id, last_tentative_id)`` needs next
+        (cases 1-3 of the module docstring)."""
+        s, t = last_stable_id, last_tentative_id
+        if s < self._trimmed_up_to:
+            raise ReplayError(
+                f"stream {self.stream!r}: replay from id {s} requested but the buffer was "
+                f"trimmed up to id {self._trimmed_up_to}"
+            )
+        if s > self._last_stable_id:
+            raise ReplayAheadError(
+                f"stream {self.stream!r}: replay from stable id {s} requested but the last "
+                f"stable id here is {self._last_stable_id}; the subscriber is ahead"
+            )
+        items = self._items
+        if t <= s:
+            return items[self._cut(s) :]
+        if s == self._last_stable_id and t <= self._last_id:
+            # Every data tuple after s is tentative here. Ids strictly increase, so t - s of
+            # them in (s, t] means exactly the ids s+1..t: the run the subscriber holds.
+            ps, pt = self._cut(s), self._cut(t)
+            if sum(1 for x in items[ps:pt] if x[0] <= _LAST_DATA_KIND) == t - s:
+                return items[pt:]
+        return [undo(s), *items[self._cut(s) :]]
+
+    def set_consumers(self, names: Iterable[str]) -> None:
+        """The consumers whose acks trim the buffer. Acks of consumers that stay are kept; a
+        new consumer holds trimming back until it acks."""
+        self._acks = {name: self._acks.get(name) for name in names}
+        self._trim()
+
+    def ack(self, consumer: str, tuple_id: int) -> None:
+        """``consumer`` holds the stable stream through id ``tuple_id``: its last stable id,
+        the one it would SUBSCRIBE with. Acks only move forward (a late, older ack is
+        ignored). An ack beyond this buffer's last stable id trims up to that id only, and
+        the rest waits for a later ack."""
+        try:
+            prev = self._acks[consumer]
+        except KeyError:
+            known = ", ".join(repr(c) for c in self._acks) or "none"
+            raise StateError(
+                f"stream {self.stream!r}: ack from unknown consumer {consumer!r} "
+                f"(known consumers: {known})"
+            ) from None
+        if prev is None or tuple_id > prev:
+            self._acks[consumer] = tuple_id
+        self._trim()
+
+    # ------------------------------------------------------------------ inspection
+    def __len__(self) -> int:
+        """Number of tuples held (in force and not trimmed), control tuples included."""
+        return len(self._items) - self._head
+
+    def __iter__(self) -> Iterator[Tuple]:
+        """The tuples held, oldest first (a copy: appending meanwhile is safe)."""
+        return iter(self._items[self._head :])
+
+    @property
+    def first_id(self) -> int | None:
+        """Id of the oldest data tuple held; None if none is held."""
+        items = self._items
+        for i in range(self._head, len(items)):
+            if items[i][0] <= _LAST_DATA_KIND:
+                return items[i][1]
+        return None
+
+    @property
+    def last_id(self) -> int:
+        """Id of the newest data tuple in force (trimmed ones count); 0 if none."""
+        return self._last_id
+
+    @property
+    def last_stable_id(self) -> int:
+        """Id of the newest STABLE tuple in force (trimmed ones count); 0 if none."""
+        return self._last_stable_id
+
+    @property
+    def trimmed_up_to(self) -> int:
+        """Id of the newest data tuple trimmed; 0 if nothing was trimmed."""
+        return self._trimmed_up_to
+
+    @property
+    def consumers(self) -> tuple[str, ...]:
+        return tuple(self._acks)
+
+    # ------------------------------------------------------------------ internals
+    def _cut(self, u: int) -> int:
+        """Index right after the last held data tuple with id <= u (``_head`` if none).
+
+        Binary search on key(i) = id of the first data tuple at or after i (infinite if
+        none): non-decreasing in i, and the answer is the first i with key(i) > u.
+        """
+        items = self._items
+        n = len(items)
+        lo, hi = self._head, n
+        while lo < hi:
+            mid = (lo + hi) // 2
+            j = mid
+            while j < n and items[j][0] > _LAST_DATA_KIND:
+                j += 1
+            if j == n or items[j][1] > u:
+                hi = mid
+            else:
+                lo = j + 1  # key is <= u from mid through j
+        return lo
+
+    def _trim(self) -> None:
+        acked = self._acks.values()
+        if not acked:
+            return
+        low = self._last_stable_id  # tentative tuples are never trimmed
+        for a in acked:
+            if a is None:
+                return
+            low = min(low, a)
+        if low <= self._trimmed_up_to:
+            return
+        p = self._cut(low)
+        if p == self._head:
+            return
+        items = self._items
+        self._trimmed_up_to = items[p - 1][1]
+        self._head = p
+        if p >= _COMPACT_MIN and 2 * p >= len(items):
+            del items[:p]
+            self._head = 0
+            if self._tent is not None:
+                self._tent -= p

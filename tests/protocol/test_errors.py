@@ -1,0 +1,407 @@
+"""Each way a frame or a message can be wrong gets an error that names what was wrong.
+
+Remote garbage raises RemoteProtocolError (and poisons the decoder); a local misuse raises
+LocalProtocolError.
+"""
+
+from __future__ import annotations
+
+import datetime
+import struct
+from typing import Any
+
+import orjson
+import pytest
+
+from protocol import (
+    DEFAULT_MAX_FRAME_SIZE,
+    Ack,
+    Batch,
+    ConsistencyState,
+    FrameDecoder,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    Kind,
+    LocalProtocolError,
+    MessageType,
+    ReconcileRefuse,
+    RemoteProtocolError,
+    Subscribe,
+    Tuple,
+    decode_frame,
+    encode,
+    make_tuple,
+)
+
+
+def frame(code: int, payload: Any, *, version: int = 1) -> bytes:
+    body = payload if isinstance(payload, bytes) else orjson.dumps(payload)
+    return struct.pack(">IBB", len(body) + 2, version, code) + body
+
+
+def refused(data: bytes, **kw: Any) -> str:
+    """Feed ``data`` in one chunk and return the RemoteProtocolError's message."""
+    with pytest.raises(RemoteProtocolError) as info:
+        decoder = FrameDecoder(**kw)
+        decoder.feed(data)
+        decoder.eof()
+    return str(info.value)
+
+
+GOOD_ROW = [0, 1, 10, 10, [1, "a", 2.5]]
+
+
+def batch_frame(*rows: Any, stream: Any = "quotes") -> bytes:
+    return frame(MessageType.BATCH, [stream, list(rows)])
+
+
+# ------------------------------------------------------------------ frame level
+
+
+def test_oversized_length_is_refused_from_the_header_alone() -> None:
+    decoder = FrameDecoder()
+    with pytest.raises(RemoteProtocolError) as info:
+        decoder.feed(struct.pack(">I", 20_000_000))
+    assert str(info.value) == "frame of 20000000 bytes exceeds the limit of 16777216"
+    assert decoder.buffered == 0
+
+
+def test_oversized_length_is_refused_before_buffering_a_body_in_the_same_chunk() -> None:
+    decoder = FrameDecoder(max_frame_size=1000)
+    with pytest.raises(
+        RemoteProtocolError, match="frame of 100002 bytes exceeds the limit of 1000"
+    ):
+        decoder.feed(frame(MessageType.BATCH, b"x" * 100_000))
+    assert decoder.buffered == 0
+
+
+def test_oversized_length_is_refused_when_the_prefix_arrives_split() -> None:
+    decoder = FrameDecoder()
+    prefix = struct.pack(">I", 2**32 - 1)
+    assert decoder.feed(prefix[:3]) == []
+    with pytest.raises(RemoteProtocolError, match=f"exceeds the limit of {DEFAULT_MAX_FRAME_SIZE}"):
+        decoder.feed(prefix[3:])
+
+
+@pytest.mark.parametrize("length", [0, 1])
+def test_length_too_short_for_version_and_type(length: int) -> None:
+    assert f"frame of {length} bytes is too short" in refused(
+        struct.pack(">I", length) + b"\x01\x01"
+    )
+
+
+def test_unknown_version() -> None:
+    msg = refused(frame(MessageType.ACK, ["s", "c", 1], version=7))
+    assert msg == "unknown protocol version 7 (this side speaks 1)"
+
+
+@pytest.mark.parametrize("code", [0, 10, 42, 255])
+def test_unknown_message_type(code: int) -> None:
+    assert refused(frame(code, [])) == f"unknown message type {code}"
+
+
+@pytest.mark.parametrize("payload", [b"", b"[1,", b"\xff\xfe", b"[NaN]", b"[1] [2]"])
+def test_payload_not_json(payload: bytes) -> None:
+    assert refused(frame(MessageType.ACK, payload)).startswith("Ack: payload is not valid JSON: ")
+
+
+def test_eof_in_the_middle_of_a_frame() -> None:
+    whole = encode(ReconcileRefuse("r", "x" * 106))
+    assert len(whole) == 120
+    for cut in (3, 4, 5, 6, 119):
+        decoder = FrameDecoder()
+        assert decoder.feed(whole[:cut]) == []
+        with pytest.raises(RemoteProtocolError) as info:
+            decoder.eof()
+        assert str(info.value) == (
+            f"connection closed in the middle of a frame (got {cut} of 120 bytes)"
+            if cut >= 4
+            else f"connection closed in the middle of a frame (got {cut} bytes, "
+            "not even its 4-byte length)"
+        )
+
+
+def test_eof_between_frames_is_clean() -> None:
+    decoder = FrameDecoder()
+    assert decoder.feed(encode(Ack("s", "c", 1))) == [Ack("s", "c", 1)]
+    decoder.eof()
+    with pytest.raises(LocalProtocolError, match="after eof"):
+        decoder.feed(b"")
+
+
+def test_decoder_is_poisoned_after_an_error() -> None:
+    decoder = FrameDecoder()
+    with pytest.raises(RemoteProtocolError) as first:
+        decoder.feed(frame(42, []))
+    good = encode(Ack("s", "c", 1))
+    for later in (lambda: decoder.feed(good), decoder.eof):
+        with pytest.raises(RemoteProtocolError) as again:
+            later()
+        assert again.value is first.value
+    assert decoder.buffered == 0
+
+
+def test_decode_frame_wants_exactly_one_whole_frame() -> None:
+    good = encode(Ack("s", "c", 1))
+    assert decode_frame(good) == Ack("s", "c", 1)
+    assert "expected exactly one frame, got 2" in _remote(lambda: decode_frame(good + good))
+    assert "expected exactly one frame, got 0" in _remote(lambda: decode_frame(b""))
+    assert "got 5 of " in _remote(lambda: decode_frame(good[:5]))
+    assert "got 3 bytes, not even its 4-byte length" in _remote(
+        lambda: decode_frame(good + good[:3])
+    )
+
+
+def _remote(f: Any) -> str:
+    with pytest.raises(RemoteProtocolError) as info:
+        f()
+    return str(info.value)
+
+
+@pytest.mark.parametrize("limit", [0, 1, 2**32, "16"])
+def test_bad_max_frame_size_is_a_local_error(limit: Any) -> None:
+    with pytest.raises(LocalProtocolError, match="max_frame_size"):
+        FrameDecoder(max_frame_size=limit)
+
+
+# ------------------------------------------------------------------ Batch payloads
+
+
+@pytest.mark.parametrize(
+    ("bad_row", "expected"),
+    [
+        ([0, "x", 10, 10, []], "field 'id' must be an integer, got 'x'"),
+        ([0, True, 10, 10, []], "field 'id' must be an integer, got True"),
+        ([0, 1, 1.5, 10, []], "field 'time' must be an integer, got 1.5"),
+        ([0, 1, 10, None, []], "field 'tmax' must be an integer, got None"),
+        ([8, 1, 10, 10, []], "field 'kind' must be a tuple kind code 0..7, got 8"),
+        ([-1, 1, 10, 10, []], "field 'kind' must be a tuple kind code 0..7, got -1"),
+        ([False, 1, 10, 10, []], "field 'kind' must be a tuple kind code 0..7, got False"),
+        (["STABLE", 1, 10, 10, []], "field 'kind' must be a tuple kind code 0..7, got 'STABLE'"),
+        ([0, 1, 10, 10, "abc"], "field 'values' must be a list, got 'abc'"),
+        ([0, 1, 10, 10, {"a": 1}], "field 'values' must be a list, got {'a': 1}"),
+        ([0, 1, 10, 10, [1, [2]]], "value 1 must be a string, number, boolean or null, got [2]"),
+        ([0, 1, 10, 10, ["[", {}]], "value 1 must be a string, number, boolean or null, got {}"),
+        ([0, 1, 10, 10], "must be a list of 5 fields [kind, id, time, tmax, values], got [0, 1"),
+        ([0, 1, 10, 10, [], 5], "must be a list of 5 fields"),
+        ("abcde", "must be a list of 5 fields [kind, id, time, tmax, values], got 'abcde'"),
+        ({"a": 1, "b": 2, "c": 3, "d": 4, "e": 5}, "must be a list of 5 fields"),
+        (7, "must be a list of 5 fields [kind, id, time, tmax, values], got 7"),
+    ],
+)
+def test_bad_tuple_in_batch(bad_row: Any, expected: str) -> None:
+    msg = refused(batch_frame(GOOD_ROW, GOOD_ROW, GOOD_ROW, bad_row, GOOD_ROW))
+    assert msg.startswith(f"Batch tuple 3: {expected}"), msg
+    assert msg.endswith("(stream 'quotes')")
+
+
+def test_the_example_message_of_the_brief() -> None:
+    msg = refused(batch_frame(GOOD_ROW, GOOD_ROW, GOOD_ROW, [0, "x", 10, 10, []]))
+    assert "Batch tuple 3: field 'id' must be an integer, got 'x'" in msg
+
+
+@pytest.mark.parametrize(
+    ("payload", "expected"),
+    [
+        ({"stream": "s"}, "Batch: payload must be a list [stream, tuples], got {'stream': 's'}"),
+        (["s"], "Batch: payload must be a list [stream, tuples], got ['s']"),
+        ([1, []], "Batch: field 'stream' must be a string, got 1"),
+        (["s", {}], "Batch: field 'tuples' must be a list, got {}"),
+        ("s", "Batch: payload must be a list [stream, tuples], got 's'"),
+    ],
+)
+def test_bad_batch_shape(payload: Any, expected: str) -> None:
+    assert refused(frame(MessageType.BATCH, payload)) == expected
+
+
+def test_brackets_and_braces_inside_strings_are_fine() -> None:
+    # they defeat the quick bracket count, so this exercises the exact scalar check
+    msg = Batch("[{", (make_tuple(Kind.STABLE, 1, 2, 3, ("[[", "{", "]}", None)),))
+    assert decode_frame(encode(msg)) == msg
+
+
+def test_error_messages_stay_short_however_large_the_garbage() -> None:
+    msg = refused(batch_frame([0, "x" * 1_000_000, 1, 1, []]))
+    assert len(msg) < 200
+    assert "field 'id' must be an integer" in msg
+
+
+# ------------------------------------------------------------------ other payloads
+
+
+@pytest.mark.parametrize(
+    ("code", "payload", "expected"),
+    [
+        (
+            MessageType.SUBSCRIBE,
+            ["s", "c", True, 0],
+            "Subscribe: field 'last_stable_id' must be an integer, got True",
+        ),
+        (
+            MessageType.SUBSCRIBE,
+            ["s", "c", 1],
+            "Subscribe: payload must be a list of 4 fields "
+            "[stream, subscriber, last_stable_id, last_tentative_id], got ['s', 'c', 1]",
+        ),
+        (MessageType.UNSUBSCRIBE, {"stream": "s"}, "Unsubscribe: payload must be a list of 2"),
+        (
+            MessageType.HEARTBEAT_REQUEST,
+            [None, 1],
+            "HeartbeatRequest: field 'sender' must be a string, got None",
+        ),
+        (MessageType.ACK, ["s", "c", 2.0], "Ack: field 'tuple_id' must be an integer, got 2.0"),
+        (
+            MessageType.RECONCILE_REQUEST,
+            ["r", 5],
+            "ReconcileRequest: field 'node' must be a string, got 5",
+        ),
+        (
+            MessageType.RECONCILE_GRANT,
+            [],
+            "ReconcileGrant: payload must be a list of 1 fields [replica]",
+        ),
+        (
+            MessageType.RECONCILE_REFUSE,
+            ["r", ["busy"]],
+            "ReconcileRefuse: field 'reason' must be a string",
+        ),
+        (
+            MessageType.HEARTBEAT_RESPONSE,
+            ["r", 1, 3, []],
+            "HeartbeatResponse: field 'state' must be a consistency state code 0..2, got 3",
+        ),
+        (
+            MessageType.HEARTBEAT_RESPONSE,
+            ["r", 1, True, []],
+            "HeartbeatResponse: field 'state' must be a consistency state code 0..2, got True",
+        ),
+        (
+            MessageType.HEARTBEAT_RESPONSE,
+            ["r", 1, 0, {"s": 0}],
+            "HeartbeatResponse: field 'streams' must be a list, got {'s': 0}",
+        ),
+        (
+            MessageType.HEARTBEAT_RESPONSE,
+            ["r", 1, 0, [["s", 0], ["t"]]],
+            "HeartbeatResponse stream 1: must be a list [stream name, state], got ['t']",
+        ),
+        (
+            MessageType.HEARTBEAT_RESPONSE,
+            ["r", 1, 0, [["s", 0], ["s", 1]]],
+            "HeartbeatResponse stream 1: stream 's' appears twice",
+        ),
+        (
+            MessageType.HEARTBEAT_RESPONSE,
+            ["r", 1, 0, [["s", "STABLE"]]],
+            "HeartbeatResponse stream 0: state must be a consistency state code 0..2, got 'STABLE'",
+        ),
+        (
+            MessageType.HEARTBEAT_RESPONSE,
+            ["r", 1, 0],
+            "HeartbeatResponse: payload must be a list of 4",
+        ),
+    ],
+)
+def test_bad_control_message(code: int, payload: Any, expected: str) -> None:
+    assert refused(frame(code, payload)).startswith(expected)
+
+
+# ------------------------------------------------------------------ local misuse
+
+
+def t(*values: Any, kind: Any = Kind.STABLE, id: Any = 1) -> Tuple:
+    return make_tuple(kind, id, 10, 10, values)
+
+
+@pytest.mark.parametrize(
+    ("msg", "expected"),
+    [
+        ({"stream": "s"}, "cannot encode {'stream': 's'}: not a protocol message"),
+        (Batch(1, ()), "cannot encode Batch: field 'stream' must be a string, got 1"),
+        (Batch("s", [t(1)]), "cannot encode Batch: field 'tuples' must be a tuple of Tuple"),
+        (
+            Batch("s", (t(1), (0, 1, 2, 3, ()))),
+            "cannot encode Batch tuple 1: must be a protocol.tuples.Tuple",
+        ),
+        (
+            Batch("s", (t(1, kind=0),)),
+            "cannot encode Batch tuple 0: field 'kind' must be a Kind, got 0",
+        ),
+        (
+            Batch("s", (t(1, id=True),)),
+            "cannot encode Batch tuple 0: field 'id' must be an integer, got True",
+        ),
+        (
+            Batch("s", (make_tuple(Kind.STABLE, 1, 2, 3, [1]),)),
+            "field 'values' must be a tuple, got [1]",
+        ),
+        (
+            Batch("s", (t(1, (2,)),)),
+            "value 1 must be a str, int, float, bool or None, got tuple (2,)",
+        ),
+        (
+            Batch("s", (t(datetime.date(2024, 1, 1)),)),
+            "value 0 must be a str, int, float, bool or None, got date",
+        ),
+        (Batch("s", (t(Kind.UNDO),)), "value 0 must be a str, int, float, bool or None, got Kind"),
+        (
+            Batch("s", (t(None, 1.0, float("nan")),)),
+            "value 2 must be a finite float (JSON has no NaN or infinity), got nan",
+        ),
+        (
+            Batch("s", (t(float("-inf")),)),
+            "value 0 must be a finite float (JSON has no NaN or infinity), got -inf",
+        ),
+        (Batch("s", (t(2**64),)), "cannot encode Batch: Integer exceeds 64-bit range"),
+        (Batch("\ud800", ()), "cannot encode Batch: str is not valid UTF-8"),
+        (
+            Subscribe("s", "c", 1, False),
+            "cannot encode Subscribe: field 'last_tentative_id' must be an integer, got False",
+        ),
+        (
+            HeartbeatRequest("a", "1"),
+            "cannot encode HeartbeatRequest: field 'seq' must be an integer, got '1'",
+        ),
+        (
+            ReconcileRefuse("r", None),
+            "cannot encode ReconcileRefuse: field 'reason' must be a string, got None",
+        ),
+        (
+            HeartbeatResponse("r", 1, "STABLE", {}),
+            "cannot encode HeartbeatResponse: field 'state' must be a ConsistencyState",
+        ),
+        (
+            HeartbeatResponse("r", 1, ConsistencyState.STABLE, [("s", ConsistencyState.STABLE)]),
+            "field 'streams' must be a mapping",
+        ),
+        (
+            HeartbeatResponse("r", 1, ConsistencyState.STABLE, {"s": 0}),
+            "field 'streams' must map stream names to ConsistencyState, got 's': 0",
+        ),
+    ],
+)
+def test_encoding_an_invalid_message_is_a_local_error(msg: Any, expected: str) -> None:
+    with pytest.raises(LocalProtocolError) as info:
+        encode(msg)
+    assert str(info.value).startswith(expected) or expected in str(info.value), str(info.value)
+
+
+def test_finite_floats_next_to_nulls_and_null_strings_encode() -> None:
+    # orjson writes NaN as null; a real null or the string "null" must not be taken for one
+    msg = Batch("null", (t(None, 1.5, "null", -0.0, 1e308),))
+    assert decode_frame(encode(msg)) == msg
+
+
+def test_messages_before_a_bad_frame_are_not_lost() -> None:
+    """Good frames completed in the same chunk as a bad one travel on the error."""
+    from protocol.codec import FrameDecoder, encode
+    from protocol.messages import Unsubscribe
+
+    good = [encode(Unsubscribe(f"s{i}", "c")) for i in range(3)]
+    bad = b"\x00\x00\x00\x03\x07\x01{"  # unknown version 7
+    decoder = FrameDecoder()
+    with pytest.raises(RemoteProtocolError, match="version 7") as err:
+        decoder.feed(b"".join(good) + bad)
+    assert err.value.messages == [Unsubscribe(f"s{i}", "c") for i in range(3)]
+    with pytest.raises(RemoteProtocolError):  # poisoned: the caller closes the link
+        decoder.feed(good[0])

@@ -1,0 +1,226 @@
+"""OutputBuffer: UNDO application, the three replay cases, acks and trimming."""
+
+from __future__ import annotations
+
+import pytest
+
+from protocol.tuples import Tuple
+from state import OutputBuffer, ReplayAheadError, ReplayError, StateError
+
+from .helpers import RD, B, S, T, U
+
+
+def buf(*tuples: Tuple, consumers: tuple[str, ...] = ()) -> OutputBuffer:
+    b = OutputBuffer("out1")
+    b.set_consumers(consumers)
+    b.append(list(tuples))
+    return b
+
+
+def test_empty_buffer() -> None:
+    b = OutputBuffer("s")
+    assert (len(b), b.first_id, b.last_id, b.last_stable_id, b.trimmed_up_to) == (0, None, 0, 0, 0)
+    assert b.replay(0, 0) == []
+    assert b.replay(0, 5) == [U(0)]
+
+
+def test_replay_without_tentatives_resumes_after_the_stable_id_with_its_controls() -> None:
+    b = buf(B(5), S(1), S(2), B(20), RD, S(3), B(30))
+    assert b.replay(0, 0) == [B(5), S(1), S(2), B(20), RD, S(3), B(30)]
+    assert b.replay(2, 0) == [B(20), RD, S(3), B(30)]
+    assert b.replay(2, 2) == [B(20), RD, S(3), B(30)]
+    assert b.replay(3, 0) == [B(30)]
+    assert (b.first_id, b.last_id, b.last_stable_id) == (1, 3, 3)
+
+
+def test_replay_continues_the_same_tentative_run() -> None:
+    b = buf(S(1), S(2), RD, T(3), T(4), B(40), T(5))
+    assert b.replay(2, 4) == [B(40), T(5)]
+    assert b.replay(2, 3) == [T(4), B(40), T(5)]
+    assert b.replay(2, 5) == []
+    assert b.last_stable_id == 2 and b.last_id == 5
+
+
+def test_replay_undoes_tentatives_the_buffer_has_as_stable() -> None:
+    b = buf(S(1), S(2), S(3), B(30), S(4))
+    assert b.replay(2, 4) == [U(2), S(3), B(30), S(4)]
+    assert b.replay(4, 6) == [U(4)]
+
+
+def test_replay_undoes_tentatives_the_buffer_does_not_have() -> None:
+    # The subscriber got tentative 3..5 elsewhere; this replica's run only reaches 3.
+    assert buf(S(1), S(2), B(20), T(3)).replay(2, 5) == [U(2), B(20), T(3)]
+    # Ids need not be consecutive (a filter drops some): 4 is not a tuple here.
+    assert buf(S(1), S(2), T(3), T(5)).replay(2, 4) == [U(2), T(3), T(5)]
+    # A run with a gap cannot be matched to the subscriber's (did it hold 4?): case 3.
+    assert buf(S(1), S(2), T(3), T(5), T(6)).replay(2, 5) == [U(2), T(3), T(5), T(6)]
+    # Gaps among the stable tuples do not matter.
+    assert buf(S(1), S(3), T(4), T(5), B(50)).replay(3, 4) == [T(5), B(50)]
+
+
+def test_replay_from_a_trimmed_id_raises() -> None:
+    b = buf(*[S(i) for i in range(1, 131)], consumers=("d",))
+    b.ack("d", 120)
+    assert b.trimmed_up_to == 120 and b.first_id == 121 and len(b) == 10
+    with pytest.raises(ReplayError) as err:
+        b.replay(5, 0)
+    assert str(err.value) == (
+        "stream 'out1': replay from id 5 requested but the buffer was trimmed up to id 120"
+    )
+    assert b.replay(120, 0) == [S(i) for i in range(121, 131)]
+    assert b.replay(120, 125) == [U(120), *[S(i) for i in range(121, 131)]]
+
+
+def test_replay_for_a_subscriber_ahead_of_this_replica_raises() -> None:
+    b = buf(S(1), S(2), T(3), T(4))
+    with pytest.raises(
+        ReplayAheadError, match="stable id 4 requested but the last stable id here is 2"
+    ):
+        b.replay(4, 0)
+
+
+def test_undo_truncates_after_the_kept_tuple_including_trailing_controls() -> None:
+    b = buf(S(1), S(2), B(20), T(3), B(30), T(4), RD)
+    b.append([U(3)])
+    assert list(b) == [S(1), S(2), B(20), T(3)]
+    assert (b.last_id, b.last_stable_id) == (3, 2)
+    b.append([U(2)])
+    assert list(b) == [S(1), S(2)]
+    b.append([S(3), B(30)])  # the correction reuses the undone ids
+    assert list(b) == [S(1), S(2), S(3), B(30)]
+    assert (b.last_id, b.last_stable_id) == (3, 3)
+
+
+def test_undo_to_an_id_that_is_not_in_the_stream() -> None:
+    b = buf(S(1), S(3), T(5), B(50), T(7))
+    b.append([U(6)])
+    assert list(b) == [S(1), S(3), T(5)] and b.last_id == 5
+    b.append([U(4)])
+    assert list(b) == [S(1), S(3)] and b.last_id == 3
+
+
+def test_undo_zero_before_any_stable_tuple_clears_everything() -> None:
+    b = buf(B(1), T(1), T(2), RD)
+    b.append([U(0), S(1)])
+    assert list(b) == [S(1)]
+
+
+def test_undo_and_corrections_inside_one_batch() -> None:
+    b = buf(S(1), S(2))
+    b.append([T(3), B(30), T(4), U(2), S(3), S(4), RD, T(5)])
+    assert list(b) == [S(1), S(2), S(3), S(4), RD, T(5)]
+    assert (b.last_stable_id, b.last_id) == (4, 5)
+    assert b.replay(4, 5) == []
+
+
+def test_undoing_stable_tuples_is_refused() -> None:
+    b = buf(S(1), S(2), S(3), T(4), consumers=("d",))
+    with pytest.raises(
+        StateError, match=r"UNDO\(2\) would undo stable tuples \(last stable id 3\)"
+    ):
+        b.append([U(2)])
+    b.ack("d", 3)
+    with pytest.raises(
+        ReplayError, match=r"UNDO\(0\) would undo stable tuples that the buffer already trimmed"
+    ):
+        b.append([U(0)])
+    assert list(b) == [T(4)]
+
+
+def test_ids_must_increase_across_batches() -> None:
+    b = buf(S(1), S(2))
+    with pytest.raises(StateError, match="tuple id 2 appended after id 2"):
+        b.append([B(5), S(2)])
+    assert list(b) == [S(1), S(2)]
+
+
+@pytest.mark.parametrize("split", [True, False])
+def test_stable_after_tentative_without_undo_is_refused(split: bool) -> None:
+    b = buf(S(1))
+    batches = [[T(2)], [B(20), S(3)]] if split else [[T(2), B(20), S(3)]]
+    with pytest.raises(StateError, match="STABLE tuple id 3 follows TENTATIVE tuple id 2"):
+        for batch in batches:
+            b.append(batch)
+    assert list(b) == ([S(1), T(2)] if split else [S(1)])
+
+
+def test_append_takes_any_iterable() -> None:
+    b = OutputBuffer("s")
+    b.append(S(i) for i in range(1, 4))
+    b.append(())
+    assert list(b) == [S(1), S(2), S(3)]
+
+
+def test_trimming_waits_for_every_consumer_and_takes_the_minimum() -> None:
+    b = buf(S(1), B(10), S(2), B(20), S(3), B(30), S(4), S(5), consumers=("a", "b"))
+    b.ack("a", 4)
+    assert b.trimmed_up_to == 0 and len(b) == 8  # b never acked: it holds trimming back
+    b.ack("b", 2)
+    assert b.trimmed_up_to == 2
+    # The boundary right after the last trimmed tuple stays: b may not have received it.
+    assert list(b) == [B(20), S(3), B(30), S(4), S(5)]
+    b.ack("b", 1)  # a late, older ack changes nothing
+    b.ack("b", 5)
+    assert b.trimmed_up_to == 4 and list(b) == [S(5)]
+    assert b.first_id == 5
+
+
+def test_ack_from_an_unknown_consumer_raises() -> None:
+    b = buf(S(1), consumers=("a",))
+    with pytest.raises(
+        StateError, match="ack from unknown consumer 'zed' \\(known consumers: 'a'\\)"
+    ):
+        b.ack("zed", 1)
+
+
+def test_dropping_a_lagging_consumer_releases_trimming() -> None:
+    b = buf(S(1), S(2), S(3), consumers=("a", "slow"))
+    b.ack("a", 3)
+    assert b.trimmed_up_to == 0
+    b.set_consumers(["a"])
+    assert b.trimmed_up_to == 3 and len(b) == 0
+    b.set_consumers(["a", "new"])  # a new consumer keeps everything from now on
+    b.append([S(4)])
+    b.ack("a", 4)
+    assert b.trimmed_up_to == 3 and b.consumers == ("a", "new")
+
+
+def test_no_consumer_means_no_trimming() -> None:
+    b = buf(S(1), S(2))
+    b.set_consumers([])
+    assert b.trimmed_up_to == 0 and len(b) == 2
+
+
+def test_tentative_tuples_are_never_trimmed() -> None:
+    b = buf(S(1), S(2), B(20), T(3), T(4), consumers=("a",))
+    b.ack("a", 4)  # a holds stable 3 and 4 from another replica, say
+    assert b.trimmed_up_to == 2 and list(b) == [B(20), T(3), T(4)]
+    b.append([U(2), S(3), S(4), S(5)])
+    assert b.trimmed_up_to == 2  # trimming happens on acks, not on appends
+    b.ack("a", 4)
+    assert b.trimmed_up_to == 4 and list(b) == [S(5)]
+
+
+def test_long_stream_with_compaction() -> None:
+    n = 5000
+    b = OutputBuffer("long")
+    b.set_consumers(["a"])
+    for i in range(1, n + 1, 50):
+        b.append([x for j in range(i, i + 50) for x in (S(j), B(10 * j + 5))])
+    b.append([T(n + 1), T(n + 2), B(1), T(n + 3)])
+    b.ack("a", 4000)  # trims most of the list: the prefix is dropped physically
+    assert b.trimmed_up_to == 4000 and len(b) == 2 * (n - 4000) + 1 + 4
+    assert list(b)[:2] == [B(40005), S(4001)]
+    assert b.replay(n, n + 2) == [B(1), T(n + 3)]
+    b.ack("a", n + 3)
+    assert b.trimmed_up_to == n
+    b.append([U(n + 1)])
+    assert list(b)[-2:] == [B(10 * n + 5), T(n + 1)]
+    with pytest.raises(StateError, match=f"follows TENTATIVE tuple id {n + 1}"):
+        b.append([S(n + 2)])
+    b.append([U(n)])  # also drops the boundary after the (trimmed) tuple n
+    assert (len(b), b.last_id, b.first_id) == (0, n, None)
+    b.append([S(n + 1)])
+    assert b.replay(n, 0) == [S(n + 1)]
+    assert b.replay(n, n + 7) == [U(n), S(n + 1)]
+    assert (b.last_id, b.last_stable_id, len(b)) == (n + 1, n + 1, 1)

@@ -1,0 +1,149 @@
+"""Property: whatever the producer did, a subscriber that held an earlier state of the
+stream and applies ``replay(s, t)`` holds the buffer's stream in force.
+
+A hypothesis state machine drives a producer (stable runs, tentative runs, controls,
+UNDO to the last stable id or later, corrections, batches that mix all of them), two
+consumers that ack, and subscribers that copied the stream at random moments. The
+reference is a plain list with UNDOs applied by a linear scan (``helpers.apply``).
+"""
+
+from __future__ import annotations
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from protocol.tuples import DATA_KINDS, Kind, Tuple
+from state import OutputBuffer, ReplayError
+
+from .helpers import RD, B, S, T, U, apply, data_of, last_ids
+
+
+class BufferMachine(RuleBasedStateMachine):
+    @initialize()
+    def start(self) -> None:
+        self.buffer = OutputBuffer("prop")
+        self.buffer.set_consumers(["a", "b"])
+        self.model: list[Tuple] = []  # the stream in force, from the first tuple
+        self.pending: list[Tuple] = []  # produced, not yet appended (one batch)
+        self.copies: list[list[Tuple]] = []  # what subscribers held at some moment
+        self.next_id = 1
+
+    # ------------------------------------------------------------------ producer
+    def produce(self, tuples: list[Tuple]) -> None:
+        self.pending.extend(tuples)
+        apply(self.model, tuples)
+
+    def tainted(self) -> bool:
+        return any(t.kind is Kind.TENTATIVE for t in self.model)
+
+    @precondition(lambda self: not self.tainted())
+    @rule(n=st.integers(1, 4), gap=st.integers(0, 2))
+    def stable_run(self, n: int, gap: int) -> None:
+        first = self.next_id + gap
+        self.produce([S(i) for i in range(first, first + n)])
+        self.next_id = first + n
+
+    @rule(n=st.integers(1, 4), gap=st.integers(0, 2))
+    def tentative_run(self, n: int, gap: int) -> None:
+        first = self.next_id + gap
+        self.produce([T(i) for i in range(first, first + n)])
+        self.next_id = first + n
+
+    @rule(rec_done=st.booleans())
+    def control(self, rec_done: bool) -> None:
+        self.produce([RD if rec_done else B(10 * self.next_id)])
+
+    @rule(data=st.data())
+    def undo(self, data: st.DataObject) -> None:
+        s, _ = last_ids(self.model)
+        u = data.draw(st.integers(s, self.next_id + 1), label="undo to")
+        self.produce([U(u)])
+        # Ids restart after the last tuple kept (corrections reuse the undone ids).
+        self.next_id = max((t.id for t in data_of(self.model)), default=0) + 1
+
+    @rule(n=st.integers(0, 3))
+    def correction(self, n: int) -> None:
+        s, _ = last_ids(self.model)
+        self.produce([U(s), *[S(i) for i in range(s + 1, s + 1 + n)], RD])
+        self.next_id = s + 1 + n
+
+    @rule()
+    def flush(self) -> None:
+        self.buffer.append(self.pending)
+        self.pending = []
+
+    # ------------------------------------------------------------------ consumers
+    @rule(consumer=st.sampled_from(["a", "b"]), back=st.integers(-3, 6))
+    def ack(self, consumer: str, back: int) -> None:
+        # back < 0: the consumer got stable tuples from another replica that is ahead.
+        self.flush()
+        s, _ = last_ids(self.model)
+        self.buffer.ack(consumer, max(0, s - back))
+
+    @rule()
+    def subscriber_copies(self) -> None:
+        self.flush()
+        self.copies.append(list(self.model))
+
+    @precondition(lambda self: bool(self.copies))
+    @rule(data=st.data())
+    def resubscribe(self, data: st.DataObject) -> None:
+        self.flush()
+        held = list(data.draw(st.sampled_from(self.copies), label="subscriber"))
+        s, t = last_ids(held)
+        if s < self.buffer.trimmed_up_to:
+            try:
+                self.buffer.replay(s, t)
+            except ReplayError:
+                return
+            raise AssertionError(f"replay({s}, {t}) below the trim point did not raise")
+        reply = self.buffer.replay(s, t)
+        continued = t > s and not (reply and reply[0].kind is Kind.UNDO)
+        # The spec of case 2: continue iff the buffer's last stable id is s and it holds
+        # tentative tuples with every id s+1..t.
+        model_s, _ = last_ids(self.model)
+        run = list(range(s + 1, t + 1))
+        assert continued == (t > s and model_s == s and _ids_in(self.model, s, t) == run)
+        held_run = _ids_in(held, s, t)
+        # The reply restates everything after the last data tuple the subscriber named.
+        del held[_after(held, max(s, t)) :]
+        apply(held, reply)
+        if not continued:
+            assert held == self.model
+            return
+        # The continuation is exact; before it, the subscriber keeps its own tentative run
+        # (the buffer cannot see it), equal in data when it too has every id s+1..t
+        # (tentative values are a function of the id here), with controls possibly moved.
+        assert held[_after(held, t) :] == self.model[_after(self.model, t) :]
+        if held_run == run:
+            assert data_of(held) == data_of(self.model)
+
+    # ------------------------------------------------------------------ invariants
+    @invariant()
+    def buffer_holds_the_stream_in_force_after_the_trim_point(self) -> None:
+        if self.pending:
+            return
+        b = self.buffer
+        assert list(b) == self.model[_after(self.model, b.trimmed_up_to) :]
+        s, t = last_ids(self.model)
+        assert b.last_stable_id == s
+        assert b.last_id == max(s, t, b.trimmed_up_to)
+        assert b.trimmed_up_to <= s
+        trimmed = self.model[: _after(self.model, b.trimmed_up_to)]
+        assert all(x.kind is not Kind.TENTATIVE for x in trimmed)
+
+
+def _ids_in(stream: list[Tuple], s: int, t: int) -> list[int]:
+    return [x.id for x in stream if x.kind in DATA_KINDS and s < x.id <= t]
+
+
+def _after(stream: list[Tuple], u: int) -> int:
+    """Index right after the last data tuple with id <= u (0 if none)."""
+    return max(
+        (i + 1 for i, x in enumerate(stream) if x.kind in DATA_KINDS and x.id <= u), default=0
+    )
+
+
+BufferMachine.TestCase.settings = settings(max_examples=250, stateful_step_count=40, deadline=None)
+test_replay_restores_the_stream_in_force = BufferMachine.TestCase

@@ -1,0 +1,48 @@
+"""Dependencies point one way (STYLE.md 6) and the core is sans-IO (STYLE.md 1).
+
+protocol <- state <- operators <- node <- ops_scripts: a package may import only packages
+to its left. protocol/, state/ and operators/ never import asyncio, socket, time, aiohttp,
+uvloop or threading: time is a parameter there, never read.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ORDER = ["protocol", "state", "operators", "node", "ops_scripts"]
+IO_MODULES = {"asyncio", "socket", "time", "aiohttp", "uvloop", "threading", "selectors", "datetime"}
+CORE = {"protocol", "state", "operators"}
+
+
+def imports_of(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def modules() -> list[tuple[str, Path]]:
+    return [(pkg, p) for pkg in ORDER for p in sorted((ROOT / pkg).rglob("*.py"))]
+
+
+@pytest.mark.parametrize(("pkg", "path"), modules(), ids=lambda x: str(x).split("/main/")[-1])
+def test_dependencies_point_one_way(pkg: str, path: Path) -> None:
+    allowed = set(ORDER[: ORDER.index(pkg) + 1])
+    ours = imports_of(path) & set(ORDER)
+    assert ours <= allowed, f"{path.relative_to(ROOT)} imports {sorted(ours - allowed)}"
+
+
+@pytest.mark.parametrize(
+    ("pkg", "path"), [m for m in modules() if m[0] in CORE], ids=lambda x: str(x).split("/main/")[-1]
+)
+def test_core_is_sans_io(pkg: str, path: Path) -> None:
+    bad = imports_of(path) & IO_MODULES
+    assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)} (the core takes `now` as a parameter)"
