@@ -6,18 +6,21 @@ Importing this package registers every operator type (see :mod:`operators.regist
 from . import aggregate, filter, join, map, soutput, sunion, union  # noqa: F401  (registers)
 from .base import NO_TIME, Operator, Plain, tuple_from_plain, tuple_to_plain
 from .errors import OperatorError, SpecError
+from .network import NetworkOutput, QueryNetwork
 from .registry import OPERATORS, create, register
 from .spec import NetworkSpec, OperatorSpec, Params
 
 __all__ = [
     "NO_TIME",
     "OPERATORS",
+    "NetworkOutput",
     "NetworkSpec",
     "Operator",
     "OperatorError",
     "OperatorSpec",
     "Params",
     "Plain",
+    "QueryNetwork",
     "SpecError",
     "create",
     "register",

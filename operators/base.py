@@ -11,7 +11,9 @@ Contract (every operator, STYLE.md 5):
   output is never produced after a tentative one, and an UNDO can never retract a stable one.
 * ``tmax`` of an output is the max ``tmax`` of the inputs that produced it.
 * A BOUNDARY is emitted whenever :meth:`Operator.oldest_time` advances: the oldest tuple
-  time the operator can still produce.
+  time the operator can still produce. While tainted it is a *tentative* boundary
+  (``protocol.tuples.tentative_boundary``), and a tentative boundary on an input taints the
+  operator like a tentative tuple: a window it closes may still gain corrected tuples.
 
 Subclasses write only the data path:
 
@@ -44,7 +46,19 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from protocol.tuples import Kind, Schema, Tuple, Value, boundary, make_tuple, undo
+import orjson
+
+from protocol.tuples import (
+    TENTATIVE_BOUNDARY_ID,
+    Kind,
+    Schema,
+    Tuple,
+    Value,
+    boundary,
+    make_tuple,
+    tentative_boundary,
+    undo,
+)
 
 from .errors import OperatorError
 from .spec import Params
@@ -108,6 +122,30 @@ class Operator:
     preserves_ids: ClassVar[bool] = False
     #: SUnion and SOutput handle UNDO themselves and keep no undo log.
     uses_undo_log: ClassVar[bool] = True
+    #: What a tentative BOUNDARY on an input does: ``"taint"`` (ordinary operators: it may
+    #: close windows, so what follows is tentative) or ``"ignore"`` (SUnion: it is no
+    #: promise; SOutput: it must not leave the node).
+    tentative_boundaries: ClassVar[str] = "taint"
+
+    # Base bookkeeping (set in _reset_base, restored by restore).
+    now: int
+    last_id: int
+    seq_base: int
+    watermarks: list[int]
+    watermark: int
+    _tainted: bool
+    _first_tentative_id: int
+    _out_kind: Kind
+    _boundary_out: int
+    _seq: int
+    _log_start: int
+    _log: list[Tuple]
+    _log_ports: list[int]
+    _markers: list[_Marker]
+    _replaying: bool
+    _last_in_id: int
+    _boundary_floor: int
+    _boundary_history: list[tuple[int, int]]
 
     def __init__(self, name: str, input_schemas: Sequence[Schema], params: Params) -> None:
         self.name = name
@@ -152,7 +190,7 @@ class Operator:
         """Forget all operator state (the base bookkeeping is reset separately)."""
 
     def snapshot_state(self) -> Plain:
-        """The operator's own state as plain data."""
+        """The operator's own state as plain data (may alias live state: the base copies)."""
         return None
 
     def restore_state(self, state: Plain) -> None:
@@ -179,7 +217,14 @@ class Operator:
         """Roll back port's tuples after ``last_kept_id``. The default is the generic rebuild."""
         if self.preserves_ids:
             if self._tainted and self._first_tentative_id > last_kept_id:
-                self._tainted = False
+                self._set_taint(False, 0)
+            # Boundaries emitted while tainted were derived from the undone suffix: undone too.
+            kept = [e for e in self._boundary_history if e[0] <= last_kept_id] if self._tainted else []
+            self._boundary_history = kept
+            self._boundary_out = kept[-1][1] if kept else self._boundary_floor
+            self.watermarks = [self._boundary_out]
+            self.watermark = self._boundary_out
+            self._last_in_id = min(self._last_in_id, last_kept_id)
             out.append(undo(last_kept_id))
             return
         self._undo_by_rebuild(port, last_kept_id, out)
@@ -208,7 +253,14 @@ class Operator:
         return out
 
     def snapshot(self) -> Plain:
-        """Everything, as plain data: ``restore(snapshot())`` preserves future behaviour."""
+        """Everything, as plain data: ``restore(snapshot())`` preserves future behaviour.
+
+        The result shares nothing with the live operator (a checkpoint must not change
+        when processing goes on): it is passed through one orjson round trip, which also
+        proves it encodable. ``snapshot_state`` may therefore return live structures."""
+        return orjson.loads(orjson.dumps(self._snapshot_live()))
+
+    def _snapshot_live(self) -> Plain:
         return {
             "v": 1,
             "type": self.type_name,
@@ -223,6 +275,9 @@ class Operator:
                 "log_ports": list(self._log_ports),
                 "log": [tuple_to_plain(t) for t in self._log],
                 "markers": [m.to_plain() for m in self._markers],
+                "last_in_id": self._last_in_id,
+                "boundary_floor": self._boundary_floor,
+                "boundary_history": [list(e) for e in self._boundary_history],
             },
             "state": self.snapshot_state(),
         }
@@ -243,6 +298,9 @@ class Operator:
         self._log_ports = list(b["log_ports"])
         self._log = [tuple_from_plain(p) for p in b["log"]]
         self._markers = [_Marker.from_plain(m) for m in b["markers"]]
+        self._last_in_id = b["last_in_id"]
+        self._boundary_floor = b["boundary_floor"]
+        self._boundary_history = [(e[0], e[1]) for e in b["boundary_history"]]
         self.clear()
         self.restore_state(snap["state"])
 
@@ -264,11 +322,16 @@ class Operator:
         # Undo log: entry k has absolute seq ``_log_start + k``.
         self._seq = 0
         self._log_start = 0
-        self._log: list[Tuple] = []
-        self._log_ports: list[int] = []
-        self._markers: list[_Marker] = []
+        self._log = []
+        self._log_ports = []
+        self._markers = []
         # Replaying (rebuild): outputs are discarded and nothing is logged.
         self._replaying = False
+        # Id-preserving operators: the last input id, and the boundaries emitted while
+        # tainted with the input id they followed (see on_undo).
+        self._last_in_id = 0
+        self._boundary_floor = NO_TIME
+        self._boundary_history = []
 
     def _set_taint(self, tainted: bool, first_tentative_id: int) -> None:
         self._tainted = tainted
@@ -307,6 +370,7 @@ class Operator:
         if self.preserves_ids:
             if not self._tainted and run[0][0] is TENTATIVE:
                 self._set_taint(True, run[0][1])
+            self._last_in_id = run[-1][1]
             mark = len(out)
             self.on_data(port, run, out)
             if self._tainted:
@@ -324,8 +388,13 @@ class Operator:
     def _control(self, port: int, t: Tuple, out: list[Tuple]) -> None:
         kind = t[0]
         if kind is BOUNDARY:
+            tentative = t[1] == TENTATIVE_BOUNDARY_ID
+            if tentative and self.tentative_boundaries == "ignore":
+                return
             if self.uses_undo_log and not self.preserves_ids:
                 self._log_entries(port, (t,))
+            if tentative and not self._tainted:
+                self._set_taint(True, self._last_in_id + 1)
             self._boundary(port, t[2], out)
         elif kind is UNDO:
             self.on_undo(port, t[1], out)
@@ -341,7 +410,15 @@ class Operator:
         b = self.oldest_time()
         if b > self._boundary_out and b > NO_TIME:
             self._boundary_out = b
-            out.append(boundary(b))
+            out.append(tentative_boundary(b) if self._tainted else boundary(b))
+            if self.preserves_ids:
+                # (last input id before it, boundary): what an UNDO rolls back to. Only the
+                # entries since the taint began can be undone; one more is the floor.
+                if not self._tainted:
+                    self._boundary_floor = b
+                    self._boundary_history.clear()
+                else:
+                    self._boundary_history.append((self._last_in_id, b))
 
     # -- undo log ---------------------------------------------------------------
     def _log_entries(self, port: int, entries: Sequence[Tuple]) -> None:
@@ -369,48 +446,38 @@ class Operator:
         self._seq = seq + len(entries)
 
     def _trim(self) -> None:
-        """While untainted, keep only what rebuilding the state before any port's latest
-        entry needs (a correction can only target a port's last stable tuple)."""
+        """While untainted every logged tuple is stable, and stable tuples are never undone:
+        the first entry an UNDO can remove is a future one. So only the newest marker (the
+        state right now) and the entries it replays from are needed."""
         markers = self._markers
-        if len(markers) < 2:
-            return
-        # The earliest seq a rebuild may have to reach: right after each port's latest entry.
-        needed = self._seq
-        latest_seen: set[int] = set()
-        for k in range(len(self._log_ports) - 1, -1, -1):
-            p = self._log_ports[k]
-            if p not in latest_seen:
-                latest_seen.add(p)
-                needed = min(needed, self._log_start + k + 1)
-                if len(latest_seen) == self._n_ports:
-                    break
-        seqs = [m.seq for m in markers]
-        keep_from = max(bisect_right(seqs, needed) - 1, 0)
-        if keep_from > 0:
-            del markers[:keep_from]
-        cut = min(m.oldest for m in markers) - self._log_start
+        if len(markers) > 1:
+            del markers[:-1]
+        cut = markers[-1].oldest - self._log_start
         if cut > 0:
             del self._log[:cut]
             del self._log_ports[:cut]
             self._log_start += cut
 
     def _undo_by_rebuild(self, port: int, last_kept_id: int, out: list[Tuple]) -> None:
+        """UNDO(u) on ``port``: remove the suffix from port's first data tuple with id > u,
+        or first tentative boundary after u. Stable boundaries between u and it (the one
+        closing the last stable bucket) stay: they were promises about stable data."""
         log, ports, start = self._log, self._log_ports, self._log_start
-        # j: the log index of port's last entry that stays (-1: none of port's entries stays).
-        j = None
         first_undone = None
         for k in range(len(log) - 1, -1, -1):
-            if ports[k] != port or log[k][0] is BOUNDARY:
+            if ports[k] != port:
                 continue
-            if log[k][1] <= last_kept_id:
-                j = k
+            e = log[k]
+            if e[0] is BOUNDARY:
+                if e[1] == TENTATIVE_BOUNDARY_ID:
+                    first_undone = k  # derived from the tentative suffix: undone with it
+                continue
+            if e[1] <= last_kept_id:
                 break
             first_undone = k
         if first_undone is None:
             return  # nothing of port after last_kept_id was processed: nothing to undo
-        if j is None:
-            j = first_undone - 1
-        target = start + j + 1  # rebuild the state right before seq ``target``
+        target = start + first_undone  # rebuild the state right before seq ``target``
         seqs = [m.seq for m in self._markers]
         mi = bisect_right(seqs, target) - 1
         if mi < 0 or self._markers[mi].oldest < start:
@@ -420,8 +487,8 @@ class Operator:
             )
         m = self._markers[mi]
         undone_last_id = self.last_id
-        tail = log[j + 1 :]
-        tail_ports = ports[j + 1 :]
+        tail = log[first_undone:]
+        tail_ports = ports[first_undone:]
         # Rebuild: warm up from the marker's oldest entry, then re-apply its bookkeeping.
         self.clear()
         self.signals.clear()
@@ -434,17 +501,17 @@ class Operator:
             self.watermarks = list(m.watermarks)
             self.watermark = min(self.watermarks)
             self._boundary_out = m.boundary_out
-            self._replay(m.seq - start, j + 1)
+            self._replay(m.seq - start, first_undone)
         finally:
             self._replaying = False
         if self.last_id < undone_last_id:
             out.append(undo(self.last_id))
-        # Drop the undone entries and markers after the rebuild point, then re-feed the
+        # Drop the undone suffix and the markers after the rebuild point, then re-feed the
         # other ports' entries that followed (they were not undone).
-        del log[j + 1 :]
-        del ports[j + 1 :]
+        del log[first_undone:]
+        del ports[first_undone:]
         del self._markers[mi + 1 :]
-        self._seq = start + j + 1
+        self._seq = target
         for t, p in zip(tail, tail_ports, strict=True):
             if p != port:
                 self._feed(p, (t,), out)

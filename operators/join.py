@@ -1,1 +1,178 @@
-"""(being written this session)."""
+"""``join``: a symmetric, band (windowed) equi-join of two streams.
+
+Spec::
+
+    {"type": "join", "inputs": [left, right], "on": [["sym", "sym"]], "band": 5,
+     "right_prefix": "right_"}
+
+``on`` lists ``[left attribute, right attribute]`` pairs (at least one); ``band`` (>= 0,
+tuple-time units). A left tuple l and a right tuple r match when every pair is equal and
+``|l.time - r.time| <= band``. A match emits ``l.values + r.values`` with ``time =
+max(l.time, r.time)`` and ``tmax = max(l.tmax, r.tmax)``. Output schema: the left names,
+then the right names, a right name that collides getting ``right_prefix``.
+
+Theory of operation (symmetric hash join): a tuple arriving on one port probes the other
+side's stored tuples with the same key, in their arrival order, emits the matches, then is
+stored under its key. A stored left tuple is evicted once ``watermarks[1] > l.time +
+band`` (no future right tuple can match it), and symmetrically; a tuple that is already
+past that point on arrival is not stored at all. Eviction only trims state: the band is
+always checked on probe, so a stored tuple that could have been evicted never matches.
+
+Invariants: output order is arrival order (like union, the join is order-dependent
+across ports; SUnion upstream makes it deterministic); every future output involves a
+future input, so :meth:`oldest_time` is the min watermark; :meth:`oldest_seq` is the
+smallest log seq among stored tuples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from operator import itemgetter
+from typing import Any
+
+from protocol.tuples import Tuple, Value
+
+from .base import Operator, Plain
+from .errors import SpecError
+from .registry import register
+from .spec import Params, attribute_index
+
+__all__ = ["Join"]
+
+# A stored tuple: (time, tmax, values, seq). A side: {key: [stored, ...]} in arrival order.
+Stored = tuple[int, int, tuple[Value, ...], int]
+Side = dict[Any, list[Stored]]
+
+_NONE = 2**63  # "no stored tuple" for the min time / min seq trackers
+
+
+@register
+class Join(Operator):
+    """Symmetric band equi-join of input 0 (left) and input 1 (right)."""
+
+    type_name = "join"
+    n_inputs = 2
+
+    def configure(self, params: Params) -> None:
+        owner = self.describe()
+        left, right = self.input_schemas
+        pairs = params.get_raw("on")
+        if (
+            not isinstance(pairs, list | tuple)
+            or not pairs
+            or not all(
+                isinstance(p, list | tuple) and len(p) == 2 and all(isinstance(a, str) for a in p)
+                for p in pairs
+            )
+        ):
+            raise SpecError(
+                f"{owner}: parameter 'on' must be a non-empty list of [left attribute, "
+                f"right attribute] pairs, got {pairs!r}"
+            )
+        self.on = [(str(a), str(b)) for a, b in pairs]
+        lpos = [attribute_index(owner, left, a, "left join attribute") for a, _ in self.on]
+        rpos = [attribute_index(owner, right, b, "right join attribute") for _, b in self.on]
+        self.band = params.get_int("band", minimum=0)
+        prefix = params.get_str("right_prefix", "right_")
+        names = list(left) + [prefix + n if n in left else n for n in right]
+        if len(set(names)) != len(names):
+            raise SpecError(
+                f"{owner}: output attribute names collide even with right_prefix "
+                f"{prefix!r}: ({', '.join(names)})"
+            )
+        self.output_schema = tuple(names)
+        self._keys: tuple[Callable[[Sequence[Value]], Any], ...] = (
+            itemgetter(*lpos),
+            itemgetter(*rpos),
+        )
+        self.clear()
+
+    # ------------------------------------------------------------------ data path
+    def on_data(self, port: int, tuples: Sequence[Tuple], out: list[Tuple]) -> None:
+        mine, other = self._sides[port], self._sides[1 - port]
+        key = self._keys[port]
+        band = self.band
+        floor = self.watermarks[1 - port] - band  # store only tuples with time >= floor
+        emit = self.emit
+        left = port == 0
+        seq = self.seq_base
+        min_time = self._min_time[port]
+        min_seq = self._min_seq[port]
+        for i, t in enumerate(tuples):
+            v = t[4]
+            k = key(v)
+            tm = t[2]
+            matches = other.get(k)
+            if matches:
+                for e in matches:
+                    et = e[0]
+                    if -band <= tm - et <= band:
+                        emit(
+                            out,
+                            tm if tm > et else et,
+                            t[3] if t[3] > e[1] else e[1],
+                            v + e[2] if left else e[2] + v,
+                        )
+            if tm >= floor:
+                stored = mine.get(k)
+                if stored is None:
+                    mine[k] = [(tm, t[3], v, seq + i)]
+                else:
+                    stored.append((tm, t[3], v, seq + i))
+                if tm < min_time:
+                    min_time = tm
+                if min_seq == _NONE:
+                    min_seq = seq + i
+        self._min_time[port] = min_time
+        self._min_seq[port] = min_seq
+
+    def on_boundary(self, port: int, out: list[Tuple]) -> None:
+        for side in (0, 1):
+            floor = self.watermarks[1 - side] - self.band
+            if self._min_time[side] < floor:
+                self._evict(side, floor)
+
+    def _evict(self, side: int, floor: int) -> None:
+        """Drop side's stored tuples with time < floor; recompute its trackers."""
+        store = self._sides[side]
+        min_time = min_seq = _NONE
+        for k in list(store):
+            kept = [e for e in store[k] if e[0] >= floor]
+            if not kept:
+                del store[k]
+                continue
+            store[k] = kept
+            min_time = min(min_time, min(e[0] for e in kept))
+            min_seq = min(min_seq, kept[0][3])
+        self._min_time[side] = min_time
+        self._min_seq[side] = min_seq
+
+    def oldest_seq(self) -> int | None:
+        m = min(self._min_seq)
+        return None if m == _NONE else m
+
+    def clear(self) -> None:
+        self._sides: tuple[Side, Side] = ({}, {})
+        self._min_time = [_NONE, _NONE]
+        self._min_seq = [_NONE, _NONE]
+
+    # ------------------------------------------------------------------ snapshots
+    def snapshot_state(self) -> Plain:
+        """Per side, the stored tuples in arrival (seq) order; keys are recomputed."""
+        return [
+            sorted(
+                ([e[0], e[1], list(e[2]), e[3]] for lst in side.values() for e in lst),
+                key=itemgetter(3),
+            )
+            for side in self._sides
+        ]
+
+    def restore_state(self, state: Plain) -> None:
+        self.clear()
+        for port, entries in enumerate(state):
+            store, key = self._sides[port], self._keys[port]
+            for time, tmax, values, seq in entries:
+                v = tuple(values)
+                store.setdefault(key(v), []).append((time, tmax, v, seq))
+                self._min_time[port] = min(self._min_time[port], time)
+                self._min_seq[port] = min(self._min_seq[port], seq)

@@ -20,10 +20,10 @@ __all__ = ["OPERATORS", "create", "register"]
 
 OPERATORS: dict[str, type[Operator]] = {}
 
-O = TypeVar("O", bound=type[Operator])
+OperatorClass = TypeVar("OperatorClass", bound=type[Operator])
 
 
-def register(cls: O) -> O:
+def register(cls: OperatorClass) -> OperatorClass:
     """Class decorator: make ``cls`` buildable from specs under ``cls.type_name``."""
     name = cls.type_name
     if not name:

@@ -1,1 +1,530 @@
-"""(being written this session)."""
+"""SUnion: the data-serializing union of DPC (paper section 3.2-3.5, DESIGN.md section 3).
+
+Theory of operation
+-------------------
+*Buckets.* Input tuples are cut into buckets of fixed tuple-time width ``bucket``: bucket
+``b`` holds times ``[b*bucket, (b+1)*bucket)``. Each bucket keeps one list per input port,
+in arrival (= id) order, so that concatenating the lists in port order and stable-sorting
+on ``time`` yields the total order ``(time, input index, id)`` that every replica agrees on.
+A port's duplicate tuples (``id <=`` its last accepted id: replays after an upstream switch)
+are dropped on arrival.
+
+*Stable release.* Bucket ``b`` is stable-ready when every port's watermark (max BOUNDARY
+received) is ``>= (b+1)*bucket`` and it holds no TENTATIVE tuple. Buckets are released
+strictly in order from the release pointer ``next``: the bucket is emitted sorted,
+renumbered with SUnion's own increasing ids, then ``BOUNDARY((b+1)*bucket)``. Runs of empty
+ready buckets are jumped in O(1); the boundary they earn is flushed once, at the end of the
+release loop.
+
+*Tentative release.* A pending bucket's deadline is the ``now`` at which its first tuple
+arrived plus ``wait`` (alpha*X). When ``now`` passes the deadline of any pending bucket,
+every bucket up to it is released TENTATIVE (in order, same sort, own ids) and a failure
+*episode* begins: one UP_FAILURE goes to ``self.signals``. During an episode releases stay
+TENTATIVE (sticky, property 4: no stable tuple may follow a tentative one); in ``process``
+mode a bucket then waits only ``process_wait`` and a ready bucket goes out at once, in
+``delay`` mode every non-empty bucket waits its full ``wait`` (so that the buckets still held
+when the failure heals come out stable after reconciliation). Time is only ever the ``now``
+passed in; ``process`` first releases what expired before the batch arrived, so calling
+``on_timer`` exactly at each deadline or not at all gives the same output.
+
+*Keeping for replay.* Released buckets stay in ``_buckets`` while recovery may replay them:
+in ``checkpoint`` recovery everything released since the last :meth:`SUnion.truncate`; in
+``undo`` recovery only from the episode's first tentative bucket on. Late STABLE tuples
+(a cut input's missed tuples, corrections) for released buckets of the episode go into those
+kept buckets; late tuples for stable-released buckets would break a boundary promise and are
+dropped (counted in ``late_dropped``).
+
+*Input corrections.* ``UNDO(u)`` on port p removes p's tuples with id > u from every bucket
+and lets the corrections reuse those ids. A boundary arriving on a port whose stream is
+tentative (it holds tentative tuples not yet undone) is no promise about the corrected
+stream, whose tuples may be older: it does not advance the watermark, and the upstream
+re-sends it after its corrections. (A boundary that arrives *before* a stream's first
+tentative tuple cannot be told apart from a stable one and is taken as a promise.)
+REC_DONE on an input is recorded, not forwarded. When every bucket released during the
+episode is stable-ready again, one REC_REQUEST goes to ``self.signals``.
+
+*Reconciliation.* Undo/redo: an UNDO_START on any port emits ``UNDO(last id before the
+first tentative bucket)`` and re-releases the kept buckets from there (STABLE when ready),
+ids continuing from the UNDO's id. Checkpoint/redo: the node calls :meth:`SUnion.rewind`
+with the checkpoint's snapshot instead of ``restore``; it rewinds the release pointer, the
+id counter and the episode flags but keeps the buffered (corrected) input; the re-release
+happens in :meth:`SUnion.replay` (or any later ``process``/``on_timer``), reproducing the
+pre-failure ids so that SOutput can drop those duplicates. Both end the episode.
+
+This module is over 400 lines because the release loop, the episode bookkeeping and both
+reconciliation paths share one set of invariants that only make sense read together.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left
+from collections.abc import Sequence
+from operator import itemgetter
+from typing import ClassVar
+
+from protocol.tuples import Kind, Schema, Tuple, boundary, make_tuple, tentative_boundary, undo
+
+from .base import NO_TIME, Operator, Plain, tuple_from_plain, tuple_to_plain
+from .errors import OperatorError, SpecError
+from .registry import register
+from .spec import Params
+
+__all__ = ["DEFAULT_PROCESS_WAIT", "DEFAULT_WAIT", "SUnion"]
+
+#: Default ``wait``: the paper's alpha*X = 2.7 s, in microseconds (NUMBERS.md).
+DEFAULT_WAIT = 2_700_000
+#: Default ``process_wait``: Borealis' short wait once a failure episode began (350 ms).
+DEFAULT_PROCESS_WAIT = 350_000
+
+STABLE = Kind.STABLE
+TENTATIVE = Kind.TENTATIVE
+_TIME = itemgetter(2)
+_new = tuple.__new__
+
+
+class _Bucket:
+    """One bucket: per-port lists in id order, arrival ``now`` of its first tuple, and how
+    many TENTATIVE tuples it holds (a bucket with any is never stable-ready)."""
+
+    __slots__ = ("first_now", "n_tent", "ports")
+
+    def __init__(self, n_ports: int, first_now: int) -> None:
+        self.ports: list[list[Tuple]] = [[] for _ in range(n_ports)]
+        self.first_now = first_now
+        self.n_tent = 0
+
+
+@register
+class SUnion(Operator):
+    """Deterministic bucketed union with delay / tentative release / correction.
+    See the module docstring for the theory of operation."""
+
+    type_name: ClassVar[str] = "sunion"
+    n_inputs: ClassVar[int | None] = None
+    uses_undo_log: ClassVar[bool] = False
+    #: A tentative boundary promises nothing about the corrected stream: not a watermark.
+    tentative_boundaries: ClassVar[str] = "ignore"
+
+    def __init__(self, name: str, input_schemas: Sequence[Schema], params: Params) -> None:
+        super().__init__(name, input_schemas, params)
+        self.clear()
+
+    def configure(self, params: Params) -> None:
+        first = self.input_schemas[0]
+        for i, schema in enumerate(self.input_schemas[1:], 1):
+            if schema != first:
+                raise SpecError(
+                    f"{self.describe()}: all inputs must have the same attributes; input 0 has "
+                    f"({', '.join(first)}) but input {i} has ({', '.join(schema)})"
+                )
+        self.width = params.get_int("bucket", minimum=1)
+        self.wait = params.get_int("wait", DEFAULT_WAIT, minimum=0)
+        self.mode = params.get_str("mode", "process", choices=("process", "delay"))
+        self.process_wait = params.get_int("process_wait", DEFAULT_PROCESS_WAIT, minimum=0)
+        self.recovery = params.get_str("recovery", "checkpoint", choices=("checkpoint", "undo"))
+        self.output_schema = first
+
+    def clear(self) -> None:
+        n = self._n_ports
+        #: Every bucket held: pending (index >= _next) and kept for replay (index < _next).
+        self._buckets: dict[int, _Bucket] = {}
+        #: Min-heap of pending bucket indexes; may hold stale entries (skipped lazily).
+        self._heap: list[int] = []
+        # Start far in the past: the first boundary or expiry jumps to the data in O(1).
+        self._next = NO_TIME // self.width
+        #: First bucket released in the current failure episode; None outside an episode.
+        self._ftb: int | None = None
+        self._undo_id = 0  # our last output id before the episode's first tentative tuple
+        self._undo_boundary = NO_TIME  # our last boundary out before the episode
+        self._rec_requested = False
+        self._kept_from = self._next  # every released bucket from here on is still kept
+        self._rel_tent = 0  # TENTATIVE tuples held in released buckets
+        self._last_in = [0] * n
+        self._wm = list(self.watermarks)  # watermarks as accepted (see on_boundary)
+        self._port_tent = [False] * n
+        self._rec_done = [False] * n
+        self._late_dropped = 0
+        self._mfn: int | None = None  # cached min first_now over pending buckets
+        self._mfn_ok = True
+
+    # ------------------------------------------------------------------ read-only views
+    @property
+    def in_failure(self) -> bool:
+        """True from the first tentative release until reconciliation."""
+        return self._ftb is not None
+
+    @property
+    def next_bucket(self) -> int:
+        return self._next
+
+    @property
+    def rec_done_received(self) -> tuple[bool, ...]:
+        """Per input: REC_DONE received since that input's last UNDO / tentative tuple."""
+        return tuple(self._rec_done)
+
+    @property
+    def late_dropped(self) -> int:
+        return self._late_dropped
+
+    @property
+    def buffered(self) -> int:
+        """Tuples held in pending and kept buckets."""
+        return sum(len(p) for bk in self._buckets.values() for p in bk.ports)
+
+    # ------------------------------------------------------------------ public API
+    def process(self, port: int, batch: Sequence[Tuple], now: int = 0) -> list[Tuple]:
+        if not 0 <= port < self._n_ports:
+            raise OperatorError(f"{self.describe()}: no input port {port}")
+        self.now = now
+        out: list[Tuple] = []
+        # What expired before this batch arrived goes first, as if on_timer had fired.
+        if self._due():
+            self._drain(out)
+        self._feed(port, batch, out)
+        if self._due():  # only with a zero wait: the batch's own buckets are due at once
+            self._drain(out)
+        return out
+
+    def next_deadline(self) -> int | None:
+        mfn = self._min_first_now()
+        return None if mfn is None else mfn + self._cur_wait()
+
+    def on_timer(self, now: int) -> list[Tuple]:
+        self.now = now
+        out: list[Tuple] = []
+        self._drain(out)
+        return out
+
+    def replay(self, now: int) -> list[Tuple]:
+        """After :meth:`rewind`: re-release the kept buckets (same as ``on_timer``)."""
+        return self.on_timer(now)
+
+    def truncate(self) -> None:
+        """Drop released buckets a replay can no longer need (called right after the node
+        took a checkpoint). The current episode's buckets are always kept."""
+        keep_from = self._next if self._ftb is None else self._ftb
+        for b in [b for b in self._buckets if b < keep_from]:
+            del self._buckets[b]
+        self._kept_from = max(self._kept_from, keep_from)
+
+    def rewind(self, snap: Plain) -> None:
+        """Checkpoint/redo: go back to ``snap``'s release point, keeping the buffered input.
+
+        Restores the release pointer, output-id counter, output boundary and episode flags;
+        the buffered input, watermarks and de-duplication state stay as they are. Emits
+        nothing: the corrected buckets from there on are re-released by :meth:`replay`."""
+        if not isinstance(snap, dict) or snap.get("type") != self.type_name:
+            got = snap.get("type") if isinstance(snap, dict) else type(snap).__name__
+            raise OperatorError(f"{self.describe()}: cannot rewind to a snapshot of {got!r}")
+        st, base = snap["state"], snap["base"]
+        start = st["next"]
+        if start < self._kept_from:
+            raise OperatorError(
+                f"{self.describe()}: cannot rewind to bucket {start}: buckets before "
+                f"{self._kept_from} were truncated (recovery={self.recovery!r})"
+            )
+        if start > self._next:
+            raise OperatorError(
+                f"{self.describe()}: cannot rewind to bucket {start}: it was never released "
+                f"(release pointer is at {self._next})"
+            )
+        self.last_id = base["last_id"]
+        self._boundary_out = base["boundary_out"]
+        self._ftb = st["ftb"]
+        self._undo_id = st["undo_id"]
+        self._undo_boundary = st["undo_boundary"]
+        self._rec_requested = st["rec_requested"]
+        self._rewind_to(start)
+
+    # ------------------------------------------------------------------ data path
+    def on_data(self, port: int, tuples: Sequence[Tuple], out: list[Tuple]) -> None:
+        # The base flips its taint on a tentative run; ours lives in the episode flags.
+        # Keeping the base untainted also makes it start a new run at every first
+        # TENTATIVE tuple, so a run starting STABLE is all STABLE.
+        if self._tainted:
+            self._set_taint(False, 0)
+        has_tent = tuples[0][0] is TENTATIVE
+        last = self._last_in[port]
+        run = tuples
+        if run[0][1] <= last:
+            run = [t for t in run if t[1] > last]
+            if not run:
+                return
+            has_tent = has_tent and any(t[0] is TENTATIVE for t in run)
+        self._last_in[port] = run[-1][1]
+        if has_tent:
+            self._port_tent[port] = True
+            self._rec_done[port] = False
+            self._insert(port, run)
+            return
+        width = self.width
+        times = list(map(_TIME, run))
+        lo = min(times) // width
+        if lo >= self._next:
+            hi = max(times) // width
+            if hi == lo:
+                # The common case: the whole run falls in one pending bucket.
+                bk = self._buckets.get(lo)
+                if bk is None:
+                    bk = self._new_pending(lo)
+                bk.ports[port].extend(run)
+                return
+            if times == sorted(times):
+                # Time-ordered across a few pending buckets: one slice per bucket.
+                buckets = self._buckets
+                i, n = 0, len(times)
+                while i < n:
+                    b = times[i] // width
+                    j = bisect_left(times, (b + 1) * width, i)
+                    bk = buckets.get(b)
+                    if bk is None:
+                        bk = self._new_pending(b)
+                    bk.ports[port] += run[i:j]
+                    i = j
+                return
+        self._insert(port, run)
+
+    def _insert(self, port: int, run: Sequence[Tuple]) -> None:
+        """Tuple-by-tuple insert (runs across buckets, tentative or late tuples)."""
+        width = self.width
+        cur_b: int | None = None
+        bk: _Bucket | None = None
+        for t in run:
+            b = t[2] // width
+            if b != cur_b:
+                cur_b = b
+                bk = self._bucket_for(b)
+            if bk is None:
+                self._late_dropped += 1
+                continue
+            bk.ports[port].append(t)
+            if t[0] is TENTATIVE:
+                bk.n_tent += 1
+                if b < self._next:
+                    self._rel_tent += 1
+
+    def _bucket_for(self, b: int) -> _Bucket | None:
+        bk = self._buckets.get(b)
+        if b >= self._next:
+            return bk if bk is not None else self._new_pending(b)
+        if self._ftb is not None and b >= self._ftb:
+            # Late input for a bucket released during the episode: keep it for the replay.
+            if bk is None:
+                bk = self._buckets[b] = _Bucket(self._n_ports, self.now)
+            return bk
+        return None  # released stable (or no longer kept): this tuple breaks a promise
+
+    def _new_pending(self, b: int) -> _Bucket:
+        bk = self._buckets[b] = _Bucket(self._n_ports, self.now)
+        heapq.heappush(self._heap, b)
+        if self._mfn_ok and (self._mfn is None or self.now < self._mfn):
+            self._mfn = self.now
+        return bk
+
+    def on_boundary(self, port: int, out: list[Tuple]) -> None:
+        if self._port_tent[port]:
+            # A tentative stream's boundary promises nothing about its corrections (they
+            # may come earlier in time): forget it, so that the re-sent one is accepted.
+            self.watermarks[port] = self._wm[port]
+            self.watermark = min(self.watermarks)
+            return
+        self._wm[port] = self.watermarks[port]
+        self._drain(out)
+
+    def oldest_time(self) -> int:
+        # Boundaries are emitted by the release loop itself; this keeps the base quiet.
+        last_out: int = self._boundary_out
+        return last_out
+
+    def on_undo(self, port: int, last_kept_id: int, out: list[Tuple]) -> None:
+        self._rec_done[port] = False
+        self._last_in[port] = min(self._last_in[port], last_kept_id)
+        still_tentative = False  # an UNDO of part of the tentative suffix leaves the rest
+        for b, bk in list(self._buckets.items()):
+            lst = bk.ports[port]
+            if lst and lst[-1][1] > last_kept_id:
+                k = len(lst)
+                while k and lst[k - 1][1] > last_kept_id:  # lists are in id order
+                    k -= 1
+                n_tent = sum(1 for t in lst[k:] if t[0] is TENTATIVE)
+                del lst[k:]
+                bk.n_tent -= n_tent
+                if b < self._next:
+                    self._rel_tent -= n_tent
+                if not any(bk.ports):
+                    del self._buckets[b]
+            if bk.n_tent and not still_tentative:
+                still_tentative = any(t[0] is TENTATIVE for t in lst)
+        self._port_tent[port] = still_tentative
+        self._mfn_ok = False
+        self._drain(out)
+
+    def on_control(self, port: int, t: Tuple, out: list[Tuple]) -> None:
+        kind = t[0]
+        if kind is Kind.UNDO_START:
+            self._undo_start(out)
+        elif kind is Kind.REC_DONE:
+            self._rec_done[port] = True  # this node's SOutput makes its own REC_DONE
+        else:
+            super().on_control(port, t, out)
+
+    def _undo_start(self, out: list[Tuple]) -> None:
+        if self._ftb is None:
+            return  # nothing tentative was released: nothing to undo
+        start = self._ftb
+        out.append(undo(self._undo_id))
+        self.last_id = self._undo_id
+        self._boundary_out = self._undo_boundary
+        self._ftb = None
+        self._rec_requested = False
+        self._rewind_to(start)
+        self._drain(out)
+
+    def _rewind_to(self, start: int) -> None:
+        """Make every held bucket from ``start`` on pending again."""
+        self._next = start
+        self._heap = sorted(b for b in self._buckets if b >= start)  # sorted = a heap
+        self._rel_tent = sum(bk.n_tent for b, bk in self._buckets.items() if b < start)
+        self._mfn_ok = False
+
+    # ------------------------------------------------------------------ release loop
+    def _cur_wait(self) -> int:
+        return self.process_wait if self._ftb is not None and self.mode == "process" else self.wait
+
+    def _min_first_now(self) -> int | None:
+        if not self._mfn_ok:
+            bs, nxt = self._buckets, self._next
+            firsts = [bs[b].first_now for b in self._heap if b >= nxt and b in bs]
+            self._mfn = min(firsts) if firsts else None
+            self._mfn_ok = True
+        return self._mfn
+
+    def _due(self) -> bool:
+        mfn = self._min_first_now()
+        return mfn is not None and mfn + self._cur_wait() <= self.now
+
+    def _head(self) -> int | None:
+        """The lowest pending bucket index (pending buckets are never empty)."""
+        h, bs, nxt = self._heap, self._buckets, self._next
+        while h and (h[0] < nxt or h[0] not in bs):
+            heapq.heappop(h)
+        return h[0] if h else None
+
+    def _drain(self, out: list[Tuple]) -> None:
+        """Release everything releasable at ``self.now``, then check for REC_REQUEST."""
+        while True:
+            self._release_ready(out)
+            if not self._expire(out):
+                break
+        self._flush_boundary(out)
+        # (No tentative tuple left is implied by the watermark while tentative inputs'
+        # boundaries are not promises; counting them guards against a stray late one.)
+        if (
+            self._ftb is not None
+            and not self._rec_requested
+            and self._rel_tent == 0
+            and self._next <= self.watermark // self.width
+        ):
+            self._rec_requested = True
+            self.signals.append(make_tuple(Kind.REC_REQUEST, 0, self.now, self.now, ()))
+
+    def _release_ready(self, out: list[Tuple]) -> None:
+        complete = self.watermark // self.width  # buckets below this index are complete
+        while self._next < complete:
+            nb = self._next
+            head = self._head()
+            if head is None or head > nb:  # a run of empty complete buckets: jump it
+                self._next = complete if head is None else min(head, complete)
+                continue
+            bk = self._buckets[nb]
+            if bk.n_tent:
+                return
+            if self._ftb is None:
+                self._release(nb, bk, STABLE, out)
+            elif self.mode == "process":
+                self._release(nb, bk, TENTATIVE, out)
+            else:
+                return  # delay mode, in an episode: a ready bucket still waits its deadline
+
+    def _expire(self, out: list[Tuple]) -> bool:
+        """Release TENTATIVE every bucket up to the last one whose deadline passed."""
+        if not self._due():
+            return False
+        limit = self.now - self._cur_wait()
+        bs, nxt = self._buckets, self._next
+        target = max(b for b in self._heap if b >= nxt and b in bs and bs[b].first_now <= limit)
+        if self._ftb is None:
+            self._flush_boundary(out)  # the stable part's boundary is a real promise
+            self._ftb = self._next
+            self._undo_id = self.last_id
+            self._undo_boundary = self._boundary_out
+            self._rec_requested = False
+            self.signals.append(make_tuple(Kind.UP_FAILURE, 0, self.now, self.now, ()))
+        while (head := self._head()) is not None and head <= target:
+            self._release(head, bs[head], TENTATIVE, out)
+        return True
+
+    def _release(self, b: int, bk: _Bucket, kind: Kind, out: list[Tuple]) -> None:
+        items: list[Tuple] = []
+        for lst in bk.ports:
+            items += lst
+        items.sort(key=_TIME)  # stable: ties keep (port, id) order
+        i = self.last_id
+        out += [_new(Tuple, (kind, j, t[2], t[3], t[4])) for j, t in enumerate(items, i + 1)]
+        self.last_id = i + len(items)
+        self._next = b + 1
+        end = (b + 1) * self.width
+        if end > self._boundary_out:
+            out.append(boundary(end) if kind is STABLE else tentative_boundary(end))
+            self._boundary_out = end
+        if kind is TENTATIVE:
+            self._rel_tent += bk.n_tent
+        if self.recovery == "undo" and self._ftb is None:
+            del self._buckets[b]  # undo/redo never replays a stable release
+            self._kept_from = b + 1
+        self._mfn_ok = False
+
+    def _flush_boundary(self, out: list[Tuple]) -> None:
+        end = self._next * self.width
+        if end > self._boundary_out and end > NO_TIME:
+            # During an episode even the boundary of a jump is no promise downstream.
+            out.append(boundary(end) if self._ftb is None else tentative_boundary(end))
+            self._boundary_out = end
+
+    # ------------------------------------------------------------------ snapshots
+    def snapshot_state(self) -> Plain:
+        return {
+            "next": self._next,
+            "ftb": self._ftb,
+            "undo_id": self._undo_id,
+            "undo_boundary": self._undo_boundary,
+            "rec_requested": self._rec_requested,
+            "kept_from": self._kept_from,
+            "last_in": list(self._last_in),
+            "port_tent": list(self._port_tent),
+            "rec_done": list(self._rec_done),
+            "late_dropped": self._late_dropped,
+            "buckets": [
+                [b, bk.first_now, [[tuple_to_plain(t) for t in lst] for lst in bk.ports]]
+                for b, bk in sorted(self._buckets.items())
+            ],
+        }
+
+    def restore_state(self, state: Plain) -> None:
+        self._ftb = state["ftb"]
+        self._undo_id = state["undo_id"]
+        self._undo_boundary = state["undo_boundary"]
+        self._rec_requested = state["rec_requested"]
+        self._kept_from = state["kept_from"]
+        self._last_in = list(state["last_in"])
+        self._port_tent = list(state["port_tent"])
+        self._rec_done = list(state["rec_done"])
+        self._late_dropped = state["late_dropped"]
+        self._wm = list(self.watermarks)
+        self._buckets = {}
+        for b, first_now, ports in state["buckets"]:
+            bk = self._buckets[b] = _Bucket(self._n_ports, first_now)
+            bk.ports = [[tuple_from_plain(p) for p in lst] for lst in ports]
+            bk.n_tent = sum(1 for lst in bk.ports for t in lst if t[0] is TENTATIVE)
+        self._rewind_to(state["next"])

@@ -11,6 +11,10 @@ A stream is an ordered sequence of :class:`Tuple` ``(kind, id, time, tmax, value
   tuples it is 0 and carries no meaning. Data ids start at 1.
 * ``time`` -- the integer tuple time (microseconds by default) that SUnion buckets are cut
   on. For a BOUNDARY it is the promise "no later tuple on this stream has a smaller time".
+  A BOUNDARY whose ``id`` is :data:`TENTATIVE_BOUNDARY_ID` was computed from tentative input:
+  it orders a node's internal processing of tentative data (windows close on it, tentatively)
+  but promises nothing about the corrected stream, so SUnion ignores it and SOutput never
+  lets it leave the node (the paper: a node produces boundaries only when stable).
 * ``tmax`` -- the time of the newest input tuple that affected this one (a source sets
   ``tmax = time``); used to avoid duplicates when a downstream switches to an upstream
   replica that is in UP_FAILURE.
@@ -34,6 +38,7 @@ __all__ = [
     "ID",
     "KIND",
     "KINDS",
+    "TENTATIVE_BOUNDARY_ID",
     "TIME",
     "TMAX",
     "VALUES",
@@ -44,6 +49,7 @@ __all__ = [
     "boundary",
     "make_tuple",
     "rec_done",
+    "tentative_boundary",
     "undo",
 ]
 
@@ -96,6 +102,15 @@ def make_tuple(kind: Kind, id: int, time: int, tmax: int, values: tuple[Value, .
 def boundary(time: int) -> Tuple:
     """A BOUNDARY punctuation: no later tuple on the stream has a smaller ``time``."""
     return _new(Tuple, (Kind.BOUNDARY, 0, time, time, ()))
+
+
+#: The ``id`` that marks a BOUNDARY computed from tentative input (see the module docstring).
+TENTATIVE_BOUNDARY_ID = 1
+
+
+def tentative_boundary(time: int) -> Tuple:
+    """A BOUNDARY derived from tentative input: no promise about the corrected stream."""
+    return _new(Tuple, (Kind.BOUNDARY, TENTATIVE_BOUNDARY_ID, time, time, ()))
 
 
 def undo(last_kept_id: int) -> Tuple:

@@ -11,10 +11,13 @@ Definitions and invariants (``s`` = last stable id, ``t`` = last tentative id):
   tuple never follows a tentative one without an UNDO in between. ``append`` checks both at
   every batch edge (the ids inside a batch are the producer's and are trusted: checking
   each would be per-tuple Python work on the hot path).
-* ``UNDO(u)`` keeps every tuple up to and including the last data tuple with id <= u and
-  deletes everything after it, control tuples (BOUNDARY, REC_DONE, ...) included: a
-  positional truncation right after tuple ``u``. ``UNDO(0)`` deletes everything. An UNDO
-  that would delete a stable tuple raises (stable tuples are never undone, DESIGN.md 6.4).
+* ``UNDO(u)`` deletes the first data tuple with id > u and everything after it, control
+  tuples (BOUNDARY, REC_DONE, ...) included: a positional truncation. The control tuples
+  between ``u`` and that tuple stay: they were promises about stable data (the boundary
+  that closed the last stable bucket), the same rule as the operators' undo
+  (operators/base.py). If no data tuple has id > u, nothing is deleted. ``UNDO(0)``
+  deletes every data tuple (the control tuples before the first one stay). An UNDO that
+  would delete a stable tuple raises (stable tuples are never undone, DESIGN.md 6.4).
   UNDO tuples themselves are applied, never stored.
 * A consumer acks its last *stable* id (the ``s`` it would SUBSCRIBE with), never a
   tentative one: an ack of tentative id 4 that is still in flight when 4 is corrected
@@ -34,7 +37,8 @@ Definitions and invariants (``s`` = last stable id, ``t`` = last tentative id):
      be matched and falls to case 3, which is always correct);
   3. otherwise: ``UNDO(s)``, then everything after data tuple ``s``.
   "Everything after" includes the control tuples that follow the named tuple, which the
-  subscriber may already have: boundaries are idempotent, and the subscriber cannot say.
+  subscriber may already have (in case 3 its ``UNDO(s)`` keeps them too): boundaries are
+  idempotent, and the subscriber cannot say which it has.
   ``s`` older than the trim point raises :class:`ReplayError`; ``s`` newer than this
   buffer's last stable id raises :class:`ReplayAheadError` (the subscriber holds stable
   tuples this replica has not produced: it must wait or use another replica).
@@ -168,11 +172,18 @@ class OutputBuffer:
                 f"stream {self.stream!r}: UNDO({u}) would undo stable tuples (last stable "
                 f"id {self._last_stable_id}); only tentative tuples can be undone"
             )
-        p = self._cut(u)
-        del self._items[p:]
+        kept = self._cut(u)  # right after the last data tuple kept
+        items = self._items
+        p = kept
+        while p < len(items) and items[p][0] > _LAST_DATA_KIND:
+            p += 1  # control tuples before the first undone one were about stable data
+        if p == len(items):
+            return  # no data tuple with id > u: nothing is undone
+        del items[p:]
         if self._tent is not None and self._tent >= p:
             self._tent = None
-        self._last_id = self._items[p - 1][1] if p > self._head else self._trimmed_up_to
+        # items[p - 1] may be a control tuple (no id): the last id is that of items[kept - 1].
+        self._last_id = items[kept - 1][1] if kept > self._head else self._trimmed_up_to
 
     # ------------------------------------------------------------------ consuming
     def replay(self, last_stable_id: int, last_tentative_id: int) -> list[Tuple]:

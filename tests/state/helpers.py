@@ -24,15 +24,16 @@ U = undo
 
 
 def apply(stream: list[Tuple], tuples: list[Tuple]) -> None:
-    """What a subscriber does: append, and on UNDO(u) keep everything through the last data
-    tuple with id <= u (by a plain scan, independent of the buffer's binary search)."""
+    """What a subscriber does: append, and on UNDO(u) delete from the first data tuple with
+    id > u on (by a plain scan, independent of the buffer's binary search)."""
     for t in tuples:
         if t.kind is Kind.UNDO:
-            keep = 0
+            cut = len(stream)
             for i, x in enumerate(stream):
-                if x.kind in DATA_KINDS and x.id <= t.id:
-                    keep = i + 1
-            del stream[keep:]
+                if x.kind in DATA_KINDS and x.id > t.id:
+                    cut = i
+                    break
+            del stream[cut:]
         else:
             stream.append(t)
 

@@ -79,30 +79,47 @@ def test_replay_for_a_subscriber_ahead_of_this_replica_raises() -> None:
         b.replay(4, 0)
 
 
-def test_undo_truncates_after_the_kept_tuple_including_trailing_controls() -> None:
+def test_undo_deletes_from_the_first_undone_tuple_and_keeps_the_controls_before_it() -> None:
     b = buf(S(1), S(2), B(20), T(3), B(30), T(4), RD)
     b.append([U(3)])
-    assert list(b) == [S(1), S(2), B(20), T(3)]
+    assert list(b) == [S(1), S(2), B(20), T(3), B(30)]
     assert (b.last_id, b.last_stable_id) == (3, 2)
-    b.append([U(2)])
-    assert list(b) == [S(1), S(2)]
+    b.append([U(2)])  # B(20) closed the last stable bucket: it stays
+    assert list(b) == [S(1), S(2), B(20)]
+    assert (b.last_id, b.last_stable_id) == (2, 2)
+    assert b.replay(2, 0) == [B(20)]
     b.append([S(3), B(30)])  # the correction reuses the undone ids
-    assert list(b) == [S(1), S(2), S(3), B(30)]
+    assert list(b) == [S(1), S(2), B(20), S(3), B(30)]
     assert (b.last_id, b.last_stable_id) == (3, 3)
+
+
+def test_undo_past_the_last_data_tuple_deletes_nothing() -> None:
+    b = buf(S(1), T(2), B(20), RD)
+    for u in (2, 5):
+        b.append([U(u)])
+        assert list(b) == [S(1), T(2), B(20), RD]
+        assert (b.last_id, b.last_stable_id) == (2, 1)
+    assert b.replay(1, 2) == [B(20), RD]  # still the same tentative run
+    b.append([T(3)])
+    assert list(b) == [S(1), T(2), B(20), RD, T(3)] and b.last_id == 3
 
 
 def test_undo_to_an_id_that_is_not_in_the_stream() -> None:
     b = buf(S(1), S(3), T(5), B(50), T(7))
     b.append([U(6)])
-    assert list(b) == [S(1), S(3), T(5)] and b.last_id == 5
+    assert list(b) == [S(1), S(3), T(5), B(50)] and b.last_id == 5
     b.append([U(4)])
     assert list(b) == [S(1), S(3)] and b.last_id == 3
 
 
-def test_undo_zero_before_any_stable_tuple_clears_everything() -> None:
+def test_undo_zero_before_any_stable_tuple_deletes_every_data_tuple() -> None:
     b = buf(B(1), T(1), T(2), RD)
-    b.append([U(0), S(1)])
-    assert list(b) == [S(1)]
+    b.append([U(0)])
+    assert list(b) == [B(1)]  # the controls before the first data tuple stay
+    assert (b.last_id, b.last_stable_id, b.first_id) == (0, 0, None)
+    b.append([S(1)])
+    assert list(b) == [B(1), S(1)]
+    assert b.replay(0, 2) == [U(0), B(1), S(1)]
 
 
 def test_undo_and_corrections_inside_one_batch() -> None:
@@ -218,9 +235,10 @@ def test_long_stream_with_compaction() -> None:
     assert list(b)[-2:] == [B(10 * n + 5), T(n + 1)]
     with pytest.raises(StateError, match=f"follows TENTATIVE tuple id {n + 1}"):
         b.append([S(n + 2)])
-    b.append([U(n)])  # also drops the boundary after the (trimmed) tuple n
-    assert (len(b), b.last_id, b.first_id) == (0, n, None)
+    b.append([U(n)])  # keeps the boundary after the (trimmed) stable tuple n
+    assert list(b) == [B(10 * n + 5)]
+    assert (b.last_id, b.last_stable_id, b.first_id) == (n, n, None)
     b.append([S(n + 1)])
-    assert b.replay(n, 0) == [S(n + 1)]
-    assert b.replay(n, n + 7) == [U(n), S(n + 1)]
-    assert (b.last_id, b.last_stable_id, len(b)) == (n + 1, n + 1, 1)
+    assert b.replay(n, 0) == [B(10 * n + 5), S(n + 1)]
+    assert b.replay(n, n + 7) == [U(n), B(10 * n + 5), S(n + 1)]
+    assert (b.last_id, b.last_stable_id, len(b)) == (n + 1, n + 1, 2)

@@ -106,9 +106,17 @@ class BufferMachine(RuleBasedStateMachine):
         run = list(range(s + 1, t + 1))
         assert continued == (t > s and model_s == s and _ids_in(self.model, s, t) == run)
         held_run = _ids_in(held, s, t)
-        # The reply restates everything after the last data tuple the subscriber named.
+        rest = reply
+        if reply and reply[0].kind is Kind.UNDO:
+            assert reply[0] == U(s)  # case 3 undoes exactly the subscriber's tentatives
+            apply(held, reply[:1])  # keeps the controls after data tuple s (new UNDO rule)
+            rest = reply[1:]
+            assert all(x.kind is not Kind.UNDO for x in rest)
+        # The rest restates everything after the last data tuple the subscriber holds now
+        # (max(s, t), or s after the UNDO), controls included: the subscriber drops its own
+        # trailing controls first (boundaries are idempotent; this makes the check exact).
         del held[_after(held, max(s, t)) :]
-        apply(held, reply)
+        apply(held, rest)
         if not continued:
             assert held == self.model
             return

@@ -1,0 +1,315 @@
+"""The query network: the DAG of operators inside one node, built from a :class:`NetworkSpec`.
+
+Data path: a batch arriving on a node input stream goes to the SUnion(s) reading it; their
+output flows through the operators in topological order, synchronously, until it reaches
+the SOutputs, whose output is what leaves the node. Nothing is queued between calls, so the
+network's state is exactly its operators' states (a checkpoint needs no queues).
+
+Determinism (what keeps replicas identical):
+
+* every stream entering the node goes through an SUnion, which orders its inputs;
+* an operator with several inputs (a join, a union) must draw all of them from one and the
+  same SUnion, and the network feeds such operators one SUnion bucket at a time (SUnion
+  ends each bucket with a BOUNDARY; the network cuts its output there into *waves* and runs
+  each wave through the whole downstream DAG before the next). Within a wave, operators run
+  in a fixed topological order, so a multi-input operator always sees its ports' batches
+  in the same order, whatever the timing of arrivals;
+* every stream leaving the node ends in an SOutput.
+
+Validation at build time names the operator and what is wrong: unknown operator type,
+unknown stream, duplicate name, cycle, missing or mistyped parameter, unused operator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from protocol.tuples import Kind, Schema, Tuple
+
+from .base import Operator, Plain
+from .errors import OperatorError, SpecError
+from .registry import create
+from .spec import NetworkSpec
+
+__all__ = ["NetworkOutput", "QueryNetwork"]
+
+_SERIALIZER = "sunion"
+_EXIT = "soutput"
+
+
+@dataclass(slots=True)
+class NetworkOutput:
+    """What one call produced: tuples per output stream, and control signals
+    (UP_FAILURE, REC_REQUEST) as ``(operator name, tuple)`` for the consistency manager."""
+
+    outputs: dict[str, list[Tuple]] = field(default_factory=dict)
+    signals: list[tuple[str, Tuple]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.signals) or any(self.outputs.values())
+
+
+class QueryNetwork:
+    """A built, validated query network. Never called concurrently; no I/O; no clock."""
+
+    def __init__(self, spec: NetworkSpec | Mapping[str, Any]) -> None:
+        if not isinstance(spec, NetworkSpec):
+            spec = NetworkSpec.from_dict(spec)
+        self.spec = spec
+        order = _topological_order(spec)
+        by_name = {o.name: o for o in spec.operators}
+        schemas: dict[str, Schema] = dict(spec.inputs)
+        self.operators: list[Operator] = []
+        self._index: dict[str, int] = {}
+        for name in order:
+            o = by_name[name]
+            op = create(o.type, o.name, [schemas[i] for i in o.inputs], o.params)
+            schemas[name] = op.output_schema
+            self._index[name] = len(self.operators)
+            self.operators.append(op)
+        self.schemas = schemas
+        # consumers[stream] -> [(operator index, port)]
+        self._consumers: dict[str, list[tuple[int, int]]] = {s: [] for s in schemas}
+        for idx, op in enumerate(self.operators):
+            for port, src in enumerate(by_name[op.name].inputs):
+                self._consumers[src].append((idx, port))
+        self.outputs: tuple[str, ...] = spec.outputs
+        self._output_set = frozenset(spec.outputs)
+        _validate_shape(spec, self.operators, self._consumers)
+        # Cut serializer output into per-bucket waves only where some downstream operator
+        # has several inputs (otherwise the cut changes nothing and costs a scan).
+        multi = any(
+            len(by_name[op.name].inputs) > 1 for op in self.operators if op.type_name != _SERIALIZER
+        )
+        self._split = [multi and op.type_name == _SERIALIZER for op in self.operators]
+        self._pending: list[list[tuple[int, Sequence[Tuple]]]] = [[] for _ in self.operators]
+        self._result = NetworkOutput()
+        self._now = 0
+
+    # ---------------------------------------------------------------- queries
+    def operator(self, name: str) -> Operator:
+        try:
+            return self.operators[self._index[name]]
+        except KeyError:
+            raise OperatorError(f"query network has no operator '{name}'") from None
+
+    @property
+    def input_streams(self) -> tuple[str, ...]:
+        return tuple(self.spec.inputs)
+
+    def next_deadline(self) -> int | None:
+        """The earliest ``now`` at which :meth:`on_timer` has work."""
+        deadlines = [d for op in self.operators if (d := op.next_deadline()) is not None]
+        return min(deadlines) if deadlines else None
+
+    # ---------------------------------------------------------------- data path
+    def push(self, stream: str, batch: Sequence[Tuple], now: int = 0) -> NetworkOutput:
+        """Feed a batch arriving on node input ``stream``; return what the node emits."""
+        consumers = self._consumers.get(stream)
+        if consumers is None or stream not in self.spec.inputs:
+            raise OperatorError(
+                f"query network has no input stream '{stream}'; inputs: {', '.join(self.spec.inputs)}"
+            )
+        self._begin(now)
+        first = len(self.operators)
+        for idx, port in consumers:
+            self._pending[idx].append((port, batch))
+            first = min(first, idx)
+        self._run(first)
+        return self._finish()
+
+    def on_timer(self, now: int) -> NetworkOutput:
+        """Let every operator whose deadline passed do its timed work (SUnion releases)."""
+        self._begin(now)
+        for idx, op in enumerate(self.operators):
+            d = op.next_deadline()
+            if d is not None and d <= now:
+                self._emit(idx, op.on_timer(now))
+        return self._finish()
+
+    def inject(self, name: str, tuples: Sequence[Tuple], now: int = 0) -> NetworkOutput:
+        """Route tuples as if operator ``name`` had produced them (e.g. SOutput's REC_DONE
+        from ``end_reconciliation``, or SUnion replay output)."""
+        self._begin(now)
+        self._emit(self._index[name], list(tuples))
+        return self._finish()
+
+    # ---------------------------------------------------------------- state
+    def snapshot(self) -> dict[str, Plain]:
+        """Every operator's snapshot, by name (plain data)."""
+        return {op.name: op.snapshot() for op in self.operators}
+
+    def restore(self, snap: Mapping[str, Plain]) -> None:
+        """Restore every operator from :meth:`snapshot` output (a fresh-instance restore)."""
+        self._check_parts(snap)
+        for op in self.operators:
+            op.restore(snap[op.name])
+
+    def rewind(self, snap: Mapping[str, Plain], now: int = 0) -> NetworkOutput:
+        """Checkpoint/redo: restore every operator from a checkpoint, except that operators
+        which keep what recovery needs ``rewind`` instead (SUnion keeps its corrected input
+        buffer, SOutput its memory of what it emitted), then let every SUnion re-release its
+        kept buckets through the network. Returns what the node emits (SOutput drops the
+        replayed duplicates and emits the UNDO of the tentative suffix)."""
+        self._check_parts(snap)
+        self._begin(now)
+        for idx, op in enumerate(self.operators):
+            rewind = getattr(op, "rewind", None)
+            if rewind is None:
+                op.restore(snap[op.name])
+                continue
+            immediate = rewind(snap[op.name])
+            if immediate:
+                self._emit(idx, list(immediate))
+        for idx, op in enumerate(self.operators):
+            replay = getattr(op, "replay", None)
+            if replay is not None:
+                self._emit(idx, replay(now))
+        return self._finish()
+
+    def _check_parts(self, snap: Mapping[str, Plain]) -> None:
+        names = {op.name for op in self.operators}
+        if set(snap) != names:
+            missing = sorted(names - set(snap))
+            extra = sorted(set(snap) - names)
+            raise OperatorError(
+                f"snapshot does not match the query network (missing: {missing}, extra: {extra})"
+            )
+
+    # ---------------------------------------------------------------- internals
+    def _begin(self, now: int) -> None:
+        self._now = now
+        self._result = NetworkOutput({s: [] for s in self.outputs})
+
+    def _finish(self) -> NetworkOutput:
+        result = self._result
+        self._result = NetworkOutput()
+        return result
+
+    def _run(self, start: int) -> None:
+        """One topological pass from ``start``: every operator with pending input runs."""
+        ops, pending, now = self.operators, self._pending, self._now
+        for idx in range(start, len(ops)):
+            todo = pending[idx]
+            if not todo:
+                continue
+            pending[idx] = []
+            op = ops[idx]
+            out: list[Tuple] = []
+            for port, batch in todo:
+                out.extend(op.process(port, batch, now))
+            # Routes only; this loop runs the consumers next (a splitting SUnion's _emit
+            # runs the downstream passes itself, wave by wave).
+            self._emit(idx, out, run_downstream=False)
+
+    def _emit(self, idx: int, out: list[Tuple], run_downstream: bool = True) -> None:
+        """Route an operator's output (and drain its signals)."""
+        op = self.operators[idx]
+        if op.signals:
+            self._result.signals.extend((op.name, s) for s in op.signals)
+            op.signals.clear()
+        if not out:
+            return
+        if self._split[idx]:
+            start = 0
+            for k, t in enumerate(out):
+                if t[0] is Kind.BOUNDARY:
+                    self._route(idx, out[start : k + 1])
+                    self._run(idx + 1)
+                    start = k + 1
+            if start < len(out):
+                self._route(idx, out[start:])
+                self._run(idx + 1)
+            return
+        self._route(idx, out)
+        if run_downstream:
+            self._run(idx + 1)
+
+    def _route(self, idx: int, out: list[Tuple]) -> None:
+        name = self.operators[idx].name
+        for c_idx, c_port in self._consumers[name]:
+            self._pending[c_idx].append((c_port, out))
+        if name in self._output_set:
+            self._result.outputs[name].extend(out)
+
+
+def _topological_order(spec: NetworkSpec) -> list[str]:
+    names: dict[str, str] = {}
+    for o in spec.operators:
+        if o.name in names or o.name in spec.inputs:
+            raise SpecError(f"operator '{o.name}': the name is used twice (streams and operators share names)")
+        names[o.name] = o.type
+    known = set(spec.inputs) | set(names)
+    for o in spec.operators:
+        if not o.inputs:
+            raise SpecError(f"operator '{o.name}': 'inputs' is empty")
+        for i in o.inputs:
+            if i not in known:
+                raise SpecError(
+                    f"operator '{o.name}': unknown input stream '{i}'; known streams: "
+                    + ", ".join(sorted(known))
+                )
+    deps = {o.name: [i for i in o.inputs if i in names] for o in spec.operators}
+    order: list[str] = []
+    state: dict[str, int] = {}  # 1 = visiting, 2 = done
+
+    def visit(n: str, path: list[str]) -> None:
+        if state.get(n) == 2:
+            return
+        if state.get(n) == 1:
+            cycle = [*path[path.index(n) :], n]
+            raise SpecError("query network has a cycle: " + " -> ".join(cycle))
+        state[n] = 1
+        for d in deps[n]:
+            visit(d, [*path, n])
+        state[n] = 2
+        order.append(n)
+
+    for o in spec.operators:  # spec order breaks ties, so the order is deterministic
+        visit(o.name, [])
+    return order
+
+
+def _validate_shape(
+    spec: NetworkSpec, ops: list[Operator], consumers: Mapping[str, list[tuple[int, int]]]
+) -> None:
+    by_name = {o.name: o for o in spec.operators}
+    for stream in spec.inputs:
+        for idx, _ in consumers[stream]:
+            op = ops[idx]
+            if op.type_name != _SERIALIZER:
+                raise SpecError(
+                    f"operator '{op.name}' ({op.type_name}) reads node input stream '{stream}' "
+                    "directly; every stream entering a node must go through an sunion"
+                )
+    if not spec.outputs:
+        raise SpecError("query network: 'outputs' is empty")
+    for out in spec.outputs:
+        if out not in by_name:
+            raise SpecError(f"query network: output '{out}' is not an operator")
+        if by_name[out].type != _EXIT:
+            raise SpecError(
+                f"query network: output '{out}' is a {by_name[out].type}; every stream leaving "
+                "a node must end in an soutput"
+            )
+    for op in ops:
+        if not consumers[op.name] and op.name not in spec.outputs:
+            raise SpecError(f"operator '{op.name}': its output is used by nothing")
+    # Serializer ancestry: which SUnions order each stream.
+    serializers: dict[str, frozenset[str]] = {s: frozenset() for s in spec.inputs}
+    for op in ops:
+        o = by_name[op.name]
+        if op.type_name == _SERIALIZER:
+            serializers[op.name] = frozenset({op.name})
+            continue
+        ancestry = frozenset().union(*(serializers[i] for i in o.inputs))
+        if len(o.inputs) > 1 and len(ancestry) != 1:
+            raise SpecError(
+                f"operator '{op.name}' ({op.type_name}) merges inputs ordered by "
+                f"{len(ancestry)} different sunions ({', '.join(sorted(ancestry)) or 'none'}); "
+                "a multi-input operator must draw all its inputs from one sunion, or replicas "
+                "could see them in different orders"
+            )
+        serializers[op.name] = ancestry

@@ -1,0 +1,200 @@
+"""``dpc demo``: the DPC protocol on one node, in one process, on a virtual clock.
+
+Three synthetic sources feed the query ``SUnion -> filter -> 1 s windowed aggregate ->
+SOutput``. Source s3 is cut off for longer than alpha*X, then heals. The run shows the
+node going STABLE -> UP_FAILURE (tentative results after at most alpha*X) -> STABILIZATION
+(UNDO of the tentative suffix, corrected stable results, REC_DONE) -> STABLE, then reports
+availability (Delay_new against X) and consistency (tentative tuples; the client's stream
+with UNDOs applied against a failure-free run).
+
+This is the pure core driven by a minimal in-process stand-in for a node's consistency
+manager (checkpoint while STABLE, reconcile on REC_REQUEST). The replicated, multi-process
+runtime (``node/``) replaces this driver in the next issues; ``dpc demo`` then runs a real
+local cluster.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from operators import QueryNetwork
+from operators.soutput import SOutput
+from operators.sunion import SUnion
+from protocol.tuples import Kind, Tuple, boundary, make_tuple
+
+__all__ = ["DemoRun", "apply_undos", "run_demo", "simulate"]
+
+SECOND = 1_000_000
+X = 3 * SECOND
+ALPHA = 0.9
+BUCKET = 100_000  # SUnion bucket = source boundary interval: 100 ms (NUMBERS.md)
+TICK = 10_000  # the virtual clock advances 10 ms per step
+CHECKPOINT_EVERY = 200_000  # 200 ms, only in STABLE (NUMBERS.md)
+RATE = 100  # tuples per second per source
+DURATION = 20 * SECOND
+CUT = (4 * SECOND, 10 * SECOND)  # s3 unreachable for 6 s > alpha*X = 2.7 s
+STREAMS = ("s1", "s2", "s3")
+
+
+def demo_spec(method: str) -> dict[str, Any]:
+    return {
+        "inputs": {s: ["sensor", "reading"] for s in STREAMS},
+        "operators": [
+            {"name": "merge", "type": "sunion", "inputs": list(STREAMS), "bucket": BUCKET,
+             "wait": int(ALPHA * X), "mode": "process", "recovery": method},
+            {"name": "valid", "type": "filter", "inputs": ["merge"], "where": "reading >= 0"},
+            {"name": "per_sensor", "type": "aggregate", "inputs": ["valid"], "window": SECOND,
+             "group_by": ["sensor"],
+             "aggregates": [{"fn": "count", "as": "n"}, {"fn": "avg", "attr": "reading", "as": "mean"},
+                            {"fn": "max", "attr": "reading", "as": "peak"}]},
+            {"name": "out", "type": "soutput", "inputs": ["per_sensor"]},
+        ],
+        "outputs": ["out"],
+    }
+
+
+def source_tuples(seed: int) -> dict[str, list[Tuple]]:
+    """Each source's whole log: tuples (tmax = time) and a BOUNDARY every bucket."""
+    rng = random.Random(seed)
+    logs: dict[str, list[Tuple]] = {}
+    step = SECOND // RATE
+    for k, s in enumerate(STREAMS):
+        log: list[Tuple] = []
+        for ident, t in enumerate(range(step // (k + 2), DURATION, step), start=1):
+            if t % BUCKET < step and t >= BUCKET:
+                log.append(boundary(t - t % BUCKET))
+            values = (f"sensor-{rng.randrange(4)}", rng.randrange(-5, 100))
+            log.append(make_tuple(Kind.STABLE, ident, t, t, values))
+        log.append(boundary(DURATION + BUCKET))
+        logs[s] = log
+    return logs
+
+
+@dataclass
+class DemoRun:
+    """What the client received, with arrival times, and the node's state timeline."""
+
+    received: list[tuple[int, Tuple]] = field(default_factory=list)
+    timeline: list[tuple[int, str]] = field(default_factory=list)
+
+
+def simulate(seed: int, method: str, cut: tuple[int, int] | None) -> DemoRun:
+    net = QueryNetwork(demo_spec(method))
+    merge = net.operator("merge")
+    out_op = net.operator("out")
+    assert isinstance(merge, SUnion) and isinstance(out_op, SOutput)
+    logs = source_tuples(seed)
+    sent = dict.fromkeys(STREAMS, 0)
+    run = DemoRun()
+    state = "STABLE"
+    checkpoint = net.snapshot()
+    last_checkpoint = 0
+    run.timeline.append((0, "STABLE"))
+
+    def deliver(now: int, result: Any) -> None:
+        nonlocal state
+        run.received.extend((now, t) for t in result.outputs["out"])
+        for _op, sig in result.signals:
+            if sig.kind is Kind.UP_FAILURE and state == "STABLE":
+                state = "UP_FAILURE"
+                run.timeline.append((now, "UP_FAILURE: alpha*X expired, releasing tentative results"))
+            elif sig.kind is Kind.REC_REQUEST:
+                reconcile(now)
+
+    def reconcile(now: int) -> None:
+        nonlocal state, checkpoint, last_checkpoint
+        state = "STABILIZATION"
+        run.timeline.append((now, f"STABILIZATION: every input corrected, reconciling by {method}/redo"))
+        if method == "checkpoint":
+            deliver(now, net.rewind(checkpoint, now))
+        else:
+            deliver(now, net.push(STREAMS[0], [make_tuple(Kind.UNDO_START, 0, now, now, ())], now))
+        # In process the replay is synchronous: the node has caught up.
+        deliver(now, net.inject("out", out_op.end_reconciliation(now), now))
+        state = "UP_FAILURE" if merge.in_failure else "STABLE"
+        run.timeline.append((now, state))
+        checkpoint, last_checkpoint = net.snapshot(), now
+        merge.truncate()
+
+    for now in range(TICK, DURATION + 2 * SECOND, TICK):
+        healed = cut is None or not (cut[0] <= now < cut[1])
+        if cut is not None and now == cut[0]:
+            run.timeline.append((now, "s3 cut off from the node (its source keeps logging)"))
+        if cut is not None and now == cut[1]:
+            run.timeline.append((now, "s3 reconnects: its source replays what the node missed"))
+        for s in STREAMS:
+            if s == "s3" and not healed:
+                continue
+            log, i = logs[s], sent[s]
+            j = i
+            while j < len(log) and log[j].time < now:
+                j += 1
+            if j > i:
+                sent[s] = j
+                deliver(now, net.push(s, log[i:j], now))
+        deadline = net.next_deadline()
+        if deadline is not None and deadline <= now:
+            deliver(now, net.on_timer(now))
+        if state == "STABLE" and now - last_checkpoint >= CHECKPOINT_EVERY:
+            checkpoint, last_checkpoint = net.snapshot(), now
+            merge.truncate()  # buckets released before the checkpoint are never replayed
+    return run
+
+
+def apply_undos(stream: list[Tuple]) -> list[Tuple]:
+    """The client's view: each UNDO(u) deletes the data tuples after id u."""
+    kept: list[Tuple] = []
+    for t in stream:
+        if t.kind is Kind.UNDO:
+            while kept and kept[-1].id > t.id:
+                kept.pop()
+        elif t.kind in (Kind.STABLE, Kind.TENTATIVE):
+            kept.append(t)
+    return kept
+
+
+def delay_new(received: list[tuple[int, Tuple]]) -> int:
+    """The paper's Delay_new: max over data tuples of arrival - tmax, excluding the
+    corrections between an UNDO and its REC_DONE."""
+    worst = 0
+    correcting = False
+    for arrival, t in received:
+        if t.kind is Kind.UNDO:
+            correcting = True
+        elif t.kind is Kind.REC_DONE:
+            correcting = False
+        elif t.kind in (Kind.STABLE, Kind.TENTATIVE) and not correcting:
+            worst = max(worst, arrival - t.tmax)
+    return worst
+
+
+def run_demo(seed: int = 7, method: str = "checkpoint") -> int:
+    print(f"dpc demo: one node, 3 sources x {RATE} tuples/s, X = {X / SECOND:.1f} s, "
+          f"alpha*X = {ALPHA * X / SECOND:.1f} s, reconciliation = {method}/redo")
+    print("  query: SUnion(s1, s2, s3) -> filter -> 1 s windows per sensor -> SOutput")
+    print(f"  failure: s3 cut from {CUT[0] / SECOND:.0f} s to {CUT[1] / SECOND:.0f} s\n")
+    reference = simulate(seed, method, cut=None)
+    run = simulate(seed, method, cut=CUT)
+    for at, what in run.timeline:
+        print(f"  t={at / SECOND:6.2f} s  {what}")
+    kinds = [t.kind for _, t in run.received]
+    n_tent = kinds.count(Kind.TENTATIVE)
+    n_undo = kinds.count(Kind.UNDO)
+    worst = delay_new(run.received)
+    final = apply_undos([t for _, t in run.received])
+    expected = apply_undos([t for _, t in reference.received])
+    consistent = final == expected and all(t.kind is Kind.STABLE for t in final)
+    print()
+    print(f"  {'client received':<38}{len(run.received):>8} tuples")
+    print(f"  {'tentative tuples (N_tentative)':<38}{n_tent:>8}")
+    print(f"  {'UNDOs':<38}{n_undo:>8}")
+    print(f"  {'REC_DONEs':<38}{kinds.count(Kind.REC_DONE):>8}")
+    print(f"  {'Delay_new (worst new result)':<38}{worst / SECOND:>8.2f} s   (X = {X / SECOND:.1f} s: "
+          f"{'kept' if worst <= X else 'EXCEEDED'})")
+    print(f"  {'failure-free run delay':<38}{delay_new(reference.received) / SECOND:>8.2f} s")
+    print(f"  {'final stable results':<38}{len(final):>8}   (failure-free run: {len(expected)})")
+    print(f"\n  eventual consistency: {'OK' if consistent else 'VIOLATED'} -- the client's stream with "
+          "UNDOs applied " + ("equals" if consistent else "differs from") + " the failure-free run")
+    return 0 if consistent and n_tent > 0 and worst <= X else 1
