@@ -142,6 +142,8 @@ class Operator:
     _log: list[Tuple]
     _log_ports: list[int]
     _markers: list[_Marker]
+    _boundary_log: list[tuple[int, int, int]]
+    _log_start_wm: list[int]
     _replaying: bool
     _last_in_id: int
     _boundary_floor: int
@@ -275,6 +277,8 @@ class Operator:
                 "log_ports": list(self._log_ports),
                 "log": [tuple_to_plain(t) for t in self._log],
                 "markers": [m.to_plain() for m in self._markers],
+                "boundary_log": [list(e) for e in self._boundary_log],
+                "log_start_wm": list(self._log_start_wm),
                 "last_in_id": self._last_in_id,
                 "boundary_floor": self._boundary_floor,
                 "boundary_history": [list(e) for e in self._boundary_history],
@@ -298,6 +302,8 @@ class Operator:
         self._log_ports = list(b["log_ports"])
         self._log = [tuple_from_plain(p) for p in b["log"]]
         self._markers = [_Marker.from_plain(m) for m in b["markers"]]
+        self._boundary_log = [(e[0], e[1], e[2]) for e in b["boundary_log"]]
+        self._log_start_wm = list(b["log_start_wm"])
         self._last_in_id = b["last_in_id"]
         self._boundary_floor = b["boundary_floor"]
         self._boundary_history = [(e[0], e[1]) for e in b["boundary_history"]]
@@ -325,6 +331,10 @@ class Operator:
         self._log = []
         self._log_ports = []
         self._markers = []
+        # Logged boundaries as (seq, port, time), and the watermarks at the log's start:
+        # together they give the watermarks at any logged seq (see _watermarks_at).
+        self._boundary_log = []
+        self._log_start_wm = [NO_TIME] * self._n_ports
         # Replaying (rebuild): outputs are discarded and nothing is logged.
         self._replaying = False
         # Id-preserving operators: the last input id, and the boundaries emitted while
@@ -393,6 +403,8 @@ class Operator:
                 return
             if self.uses_undo_log and not self.preserves_ids:
                 self._log_entries(port, (t,))
+                if not self._replaying:
+                    self._boundary_log.append((self._seq - 1, port, t[2]))
             if tentative and not self._tainted:
                 self._set_taint(True, self._last_in_id + 1)
             self._boundary(port, t[2], out)
@@ -457,6 +469,12 @@ class Operator:
             del self._log[:cut]
             del self._log_ports[:cut]
             self._log_start += cut
+            blog, wm, k = self._boundary_log, self._log_start_wm, 0
+            while k < len(blog) and blog[k][0] < self._log_start:
+                _, p, time = blog[k]
+                wm[p] = max(wm[p], time)
+                k += 1
+            del blog[:k]
 
     def _undo_by_rebuild(self, port: int, last_kept_id: int, out: list[Tuple]) -> None:
         """UNDO(u) on ``port``: remove the suffix from port's first data tuple with id > u,
@@ -494,7 +512,7 @@ class Operator:
         self.signals.clear()
         self._replaying = True
         try:
-            self._reset_transient()
+            self._reset_transient(self._watermarks_at(m.oldest))
             self._replay(m.oldest - start, m.seq - start)
             self.last_id = m.last_id
             self._set_taint(m.tainted, self._first_tentative_id if m.tainted else 0)
@@ -511,14 +529,26 @@ class Operator:
         del log[first_undone:]
         del ports[first_undone:]
         del self._markers[mi + 1 :]
+        self._boundary_log = [e for e in self._boundary_log if e[0] < target]
         self._seq = target
         for t, p in zip(tail, tail_ports, strict=True):
             if p != port:
                 self._feed(p, (t,), out)
 
-    def _reset_transient(self) -> None:
-        self.watermarks = [NO_TIME] * self._n_ports
-        self.watermark = NO_TIME
+    def _watermarks_at(self, seq: int) -> list[int]:
+        """The input watermarks right before logged entry ``seq``: a rebuild warms up with
+        them, so that windows which had closed before ``seq`` close again (discarded)
+        instead of staying open and being emitted twice."""
+        wm = list(self._log_start_wm)
+        for s, p, time in self._boundary_log:
+            if s >= seq:
+                break
+            wm[p] = max(wm[p], time)
+        return wm
+
+    def _reset_transient(self, watermarks: list[int]) -> None:
+        self.watermarks = watermarks
+        self.watermark = min(watermarks)
         self._boundary_out = NO_TIME
         self._set_taint(False, 0)
 
