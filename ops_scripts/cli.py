@@ -1,7 +1,6 @@
 """The ``dpc`` command: one console script, one subcommand per job (DESIGN.md section 5).
 
-Only commands that work are registered; later issues add launch, node, status, inject,
-check, sweep, reconcile.
+Only commands that work are registered; later issues add inject, sweep, reconcile.
 """
 
 from __future__ import annotations
@@ -9,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from protocol.errors import DPCError
 
@@ -29,8 +29,28 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=7, help="random seed of the synthetic sources")
     demo.add_argument(
         "--method", choices=("checkpoint", "undo"), default="checkpoint",
-        help="reconciliation method (default: checkpoint)",
+        help="reconciliation method of the failure walkthrough (default: checkpoint)",
     )
+    demo.add_argument("--simulated-only", action="store_true",
+                      help="only the single-node failure walkthrough (no processes)")
+    demo.add_argument("--seconds", type=float, default=6.0, help="how long the cluster runs")
+
+    launch = sub.add_parser("launch", help="start every process of a cluster config locally")
+    launch.add_argument("config", type=Path, metavar="CLUSTER.toml")
+    launch.add_argument("--duration", type=float, default=None, help="seconds to run (default: until Ctrl-C)")
+    launch.add_argument("--run-dir", type=Path, default=None, help="where logs go (default: runs/NAME-TIME)")
+
+    node = sub.add_parser("node", help="run one process of a cluster config (replica, source or client)")
+    node.add_argument("config", type=Path, metavar="CLUSTER.toml")
+    node.add_argument("name", metavar="NAME")
+    node.add_argument("--run-dir", type=Path, default=Path("runs/manual"), help="where logs go")
+
+    status = sub.add_parser("status", help="each replica's state and streams, from the control planes")
+    status.add_argument("target", type=Path, nargs="?", default=None, metavar="CLUSTER.toml|RUN_DIR",
+                        help="default: the latest run under ./runs")
+
+    check = sub.add_parser("check", help="verify a run's logs against a reference evaluation")
+    check.add_argument("run_dir", type=Path, metavar="RUN_DIR")
 
     bench = sub.add_parser("bench", help="benchmarks, reported against a baseline of the same run")
     which = bench.add_subparsers(dest="which", required=True, metavar="BENCH")
@@ -41,6 +61,18 @@ def _parser() -> argparse.ArgumentParser:
     core.add_argument("--tuples", type=int, default=600_000, help="tuples per repetition")
     core.add_argument("--repeat", type=int, default=3, help="repetitions (the best is reported)")
     core.add_argument("--frame", type=int, default=100, help="tuples per wire frame")
+    thr = which.add_parser(
+        "throughput",
+        help="highest rate one replica of a config's node sustains (STABLE, bounded latency) "
+             "vs raw codec + loopback",
+    )
+    thr.add_argument("--config", type=Path, default=Path("examples/basic.toml"), metavar="CLUSTER.toml")
+    thr.add_argument("--seconds", type=float, default=3.0, help="seconds per offered rate")
+    thr.add_argument("--start-rate", type=float, default=12_500, help="first rate offered, tuples/s")
+    thr.add_argument("--max-rate", type=float, default=800_000, help="highest rate offered, tuples/s")
+    thr.add_argument("--steps", type=int, default=8, help="at most this many rates are offered")
+    thr.add_argument("--keys", choices=("scaled", "example"), default="scaled",
+                     help="key domains scaled with the rate (default) or the config's as is")
     return p
 
 
@@ -48,14 +80,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "demo":
-            from .demo import run_demo
+            from .demo import run_demo, run_simulated_demo
 
-            return run_demo(seed=args.seed, method=args.method)
+            if args.simulated_only:
+                return run_simulated_demo(seed=args.seed, method=args.method)
+            return run_demo(seed=args.seed, method=args.method, cluster_seconds=args.seconds)
+        if args.command == "launch":
+            from .launch import launch
+
+            return launch(args.config, args.duration, args.run_dir)
+        if args.command == "node":
+            from node.process import run_process
+
+            return run_process(args.config, args.name, args.run_dir)
+        if args.command == "status":
+            from node.config_load import load_config
+
+            from .status import print_status, resolve_config
+
+            return print_status(load_config(resolve_config(args.target)))
+        if args.command == "check":
+            from .check import run_check
+
+            return run_check(args.run_dir)
         if args.command == "bench" and args.which == "core":
             from .bench import run_core_bench
 
             return run_core_bench(tuples=args.tuples, repeat=args.repeat, frame=args.frame)
+        if args.command == "bench" and args.which == "throughput":
+            from .bench_throughput import run_throughput_bench
+
+            return run_throughput_bench(args.config, seconds=args.seconds, start_rate=args.start_rate,
+                                        max_rate=args.max_rate, max_steps=args.steps, keys=args.keys)
     except DPCError as e:
+        print(f"dpc: error: {e}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as e:
         print(f"dpc: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -19,7 +19,7 @@ def dpc(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("method", ["checkpoint", "undo"])
 def test_demo_shows_failure_tentative_results_and_correction(method: str) -> None:
-    r = dpc("demo", "--method", method)
+    r = dpc("demo", "--simulated-only", "--method", method)
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout
     assert "UP_FAILURE" in out and "STABILIZATION" in out

@@ -1,0 +1,71 @@
+"""A client process: subscribe to one output stream and log what arrives, when.
+
+The client subscribes like a node does (node/link.py: last stable and last tentative ids,
+failing over among the producing node's replicas) and appends every received tuple, with
+its arrival time in microseconds, to RUN_DIR/clients/<name>.jsonl; at shutdown it also
+writes the same log as Parquet. Once the end-of-stream boundary arrives it marks itself
+done (RunDir.mark_done), which is how ``dpc launch`` knows the run drained.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from protocol.tuples import Kind, Tuple
+
+from .config import ClusterConfig
+from .link import InputLink
+from .replica import now_us
+from .runlog import JsonlTupleWriter, RunDir, write_client_parquet
+from .source import END_OF_STREAM
+from .transport import Transport
+
+__all__ = ["Client"]
+
+log = logging.getLogger("dpc.client")
+
+
+class Client:
+    def __init__(self, config: ClusterConfig, name: str, run_dir: RunDir, transport: Transport) -> None:
+        self.cfg = config.clients[name]
+        node = config.producer_of(self.cfg.stream)
+        producers = [(r.host, r.data_port) for r in node.replicas]  # type: ignore[union-attr]
+        self.link = InputLink(transport, self.cfg.stream, name, producers, self._on_batch, log=log)
+        self.run_dir = run_dir
+        self.writer = JsonlTupleWriter(run_dir.client_log(name))
+        self.received = 0
+        self.tentative = 0
+        self.ended = False
+
+    async def _on_batch(self, stream: str, tuples: Sequence[Tuple]) -> None:
+        self.writer.write(tuples, now_us())
+        self.received += len(tuples)
+        for t in tuples:
+            if t[0] is Kind.TENTATIVE:
+                self.tentative += 1
+            elif t[0] is Kind.BOUNDARY and t[2] >= END_OF_STREAM // 2 and not self.ended:
+                # Windows downstream of the end may report a little before END_OF_STREAM.
+                self.ended = True
+                self.run_dir.mark_done(self.cfg.name)
+                log.info("client %s: end of stream after %d tuples", self.cfg.name, self.received)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        self.run_dir.mark_ready(self.cfg.name)
+        try:
+            async with asyncio.TaskGroup() as tg:
+                task = tg.create_task(self.link.run(), name=f"link {self.cfg.stream}")
+                await stop.wait()
+                task.cancel()
+        finally:
+            self.writer.close()
+            write_client_parquet(self.run_dir.client_log(self.cfg.name),
+                                 self.run_dir.client_parquet(self.cfg.name))
+            log.info("client %s stopped after %d tuples", self.cfg.name, self.received)
+
+    def status(self) -> dict[str, Any]:
+        return {"name": self.cfg.name, "kind": "client", "stream": self.cfg.stream,
+                "received": self.received, "tentative": self.tentative, "ended": self.ended,
+                "upstream": self.link.producer}

@@ -1,0 +1,111 @@
+"""The control plane of a process: aiohttp HTTP on its control port.
+
+* ``GET /health`` -> ``{"ok": true, "name": ...}``
+* ``GET /status`` -> the process's status as JSON (state machine, streams, counters)
+* ``GET /metrics`` -> the same counters in the Prometheus text format
+* ``POST /checkpoint`` and ``POST /shutdown`` change things, so they require the cluster's
+  token as ``Authorization: Bearer <token>``; without it: 401, with a wrong one: 403.
+
+Bound to the config's ``control_host`` (127.0.0.1 by default). The process supplies its
+status as a plain dict; metrics are derived from its ``counters`` and ``gauges`` sections.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from typing import Any
+
+from aiohttp import web
+from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+
+__all__ = ["ControlPlane"]
+
+StatusFn = Callable[[], Mapping[str, Any]]
+ActionFn = Callable[[], Awaitable[Mapping[str, Any]]]
+
+
+class _StatusCollector:
+    """Turns the ``counters`` / ``gauges`` of a status dict into metric families, labelled
+    by process name (and by stream where a section is keyed by stream)."""
+
+    def __init__(self, name: str, status: StatusFn) -> None:
+        self._name = name
+        self._status = status
+
+    def collect(self) -> Iterator[Metric]:
+        st = self._status()
+        for section, family in (("counters", CounterMetricFamily), ("gauges", GaugeMetricFamily)):
+            for key, value in st.get(section, {}).items():
+                metric = family(f"dpc_{key}", f"{key} ({section[:-1]})", labels=["process", "stream"])
+                if isinstance(value, Mapping):  # per stream
+                    for stream, v in value.items():
+                        metric.add_metric([self._name, str(stream)], float(v))
+                else:
+                    metric.add_metric([self._name, ""], float(value))
+                yield metric
+
+
+class ControlPlane:
+    """One process's HTTP control plane. ``start()``, then ``stop()``."""
+
+    def __init__(
+        self,
+        name: str,
+        host: str,
+        port: int,
+        token: str,
+        status: StatusFn,
+        actions: Mapping[str, ActionFn],
+    ) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
+        self._token = token.encode()
+        self._status = status
+        self._actions = dict(actions)
+        self._registry = CollectorRegistry(auto_describe=False)
+        self._registry.register(_StatusCollector(name, status))
+        self._runner: web.AppRunner | None = None
+        app = web.Application()
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/status", self._get_status)
+        app.router.add_get("/metrics", self._metrics)
+        for action in self._actions:
+            app.router.add_post(f"/{action}", self._action)
+        self._app = app
+
+    async def start(self) -> None:
+        self._runner = web.AppRunner(self._app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        await site.start()
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.json_response({"ok": True, "name": self.name})
+
+    async def _get_status(self, request: web.Request) -> web.Response:
+        return web.json_response(dict(self._status()))
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        body = generate_latest(self._registry)
+        return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
+
+    async def _action(self, request: web.Request) -> web.Response:
+        auth = request.headers.get("Authorization", "")
+        if not auth.startswith("Bearer "):
+            return web.json_response(
+                {"error": "this request changes the process: send 'Authorization: Bearer <token>'"},
+                status=401,
+            )
+        if not hmac.compare_digest(auth[len("Bearer ") :].encode(), self._token):
+            return web.json_response({"error": "wrong token"}, status=403)
+        action = request.path.strip("/")
+        result = await self._actions[action]()
+        return web.json_response({"ok": True, "action": action, **result})

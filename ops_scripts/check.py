@@ -1,0 +1,399 @@
+"""``dpc check RUN_DIR``: verify DESIGN.md section 6's properties on the logs of a run.
+
+Role: Jepsen's split (STYLE.md 12). A run writes a history into its run directory
+(``node/runlog.py``); :func:`load_history` reads it and pure checkers judge it, each
+returning a :class:`Verdict`: ``valid``, ``invalid`` or ``unknown``.
+
+* The **reference** (:func:`reference_outputs`) is the failure-free run: every node's query
+  network, fresh, fed each input stream whole from the logs (sources log every tuple before
+  sending it) and then ``BOUNDARY(2**62)``, the end of the stream. SUnion orders its inputs
+  on ``(time, input index, id)``, so the result does not depend on arrival interleaving.
+  Every SUnion's ``wait`` is set to never expire: nothing is released tentatively.
+* **eventual-consistency** (per client, properties 2-4): the client's stream with UNDOs
+  applied holds no tentative tuple and its stable tuples equal the reference of its stream.
+  Applying is checked, never forced: a data tuple whose id does not exceed the one in force
+  before it (a duplicate) or an UNDO that would take back a stable tuple is invalid by
+  itself, with the line of the log as evidence.
+* **replica-convergence** (per replica and output stream, property 3): the same check on
+  what the replica emitted, so every replica ends with the same stream as the reference.
+
+Invariants: a checker that raises yields ``unknown`` with the exception text, never
+``valid``; a missing or unreadable log yields ``unknown`` naming it; :func:`run_check`
+returns 0 only when every verdict is valid (and there is at least one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, TextIO
+
+from node.config import ClientConfig, ClusterConfig
+from node.runlog import RunDir, read_client_parquet, read_jsonl_tuples, read_source_log
+from operators.network import QueryNetwork
+from operators.spec import NetworkSpec
+from protocol.errors import DPCError
+from protocol.tuples import Kind, Tuple, boundary
+
+__all__ = [
+    "END_OF_STREAM",
+    "CheckError",
+    "History",
+    "Status",
+    "Verdict",
+    "apply_undos_checked",
+    "check_client",
+    "check_history",
+    "check_replica",
+    "check_stream",
+    "guarded",
+    "load_history",
+    "reference_outputs",
+    "run_check",
+]
+
+#: The final boundary that ends every stream of the reference run.
+END_OF_STREAM = 2**62
+
+
+class CheckError(DPCError):
+    """The reference run cannot be computed from the logs (the message says why)."""
+
+
+class Status(StrEnum):
+    VALID = "valid"
+    INVALID = "invalid"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """One property judged on one subject (a client, a replica's output stream)."""
+
+    name: str  # the property, e.g. "eventual-consistency"
+    status: Status
+    evidence: str
+    subject: str = ""
+
+
+# ---------------------------------------------------------------- the reference run
+def _failure_free(spec: NetworkSpec) -> NetworkSpec:
+    ops = tuple(
+        dataclasses.replace(o, params={**o.params, "wait": END_OF_STREAM})
+        if o.type == "sunion"
+        else o
+        for o in spec.operators
+    )
+    return NetworkSpec(spec.inputs, ops, spec.outputs)  # every SUnion wait: never expires
+
+
+def reference_outputs(
+    config: ClusterConfig, source_tuples: Mapping[str, Sequence[Tuple]]
+) -> dict[str, list[Tuple]]:
+    """The data tuples of every node output stream in a failure-free run (pure).
+
+    Nodes run in config order (topological): each input stream is pushed whole, in the
+    network's input order, as its STABLE tuples (control tuples in a log are skipped) then
+    ``BOUNDARY(END_OF_STREAM)``. Raises :class:`CheckError` if an input has no tuples (no
+    log, no upstream node) or a source log holds a tentative tuple.
+    """
+    streams: dict[str, list[Tuple]] = {}
+    for name, tuples in source_tuples.items():
+        bad = next((t for t in tuples if t.kind is Kind.TENTATIVE), None)
+        if bad is not None:
+            raise CheckError(f"source log {name!r} holds a tentative tuple: {_fmt(bad)}")
+        streams[name] = [t for t in tuples if t.kind is Kind.STABLE]
+    outputs: dict[str, list[Tuple]] = {}
+    for node in config.nodes.values():
+        net = QueryNetwork(_failure_free(node.network))
+        produced: dict[str, list[Tuple]] = {op: [] for op in node.outputs.values()}
+        for stream in node.network.inputs:
+            if stream not in streams:
+                raise CheckError(
+                    f"node {node.name!r}: no tuples for input stream {stream!r} (neither a "
+                    "logged source nor the output of an earlier node)"
+                )
+            result = net.push(stream, [*streams[stream], boundary(END_OF_STREAM)], 0)
+            for op, tuples in result.outputs.items():
+                if op in produced:
+                    produced[op].extend(tuples)
+        for global_name, op in node.outputs.items():
+            bad = next((t for t in produced[op] if t.kind in (Kind.TENTATIVE, Kind.UNDO)), None)
+            if bad is not None:
+                where = f"node {node.name!r}, stream {global_name!r}"
+                raise CheckError(f"{where}: the failure-free run emitted {_fmt(bad)}")
+            data = [t for t in produced[op] if t.kind is Kind.STABLE]
+            outputs[global_name] = streams[global_name] = data
+    return outputs
+
+
+# ---------------------------------------------------------------- checkers (pure)
+def _fmt(t: Tuple) -> str:
+    return f"{t.kind.name}(id={t.id}, time={t.time}, tmax={t.tmax}, values={list(t.values)})"
+
+
+def apply_undos_checked(
+    stream: Sequence[Tuple],
+) -> tuple[list[tuple[int, Tuple]], str | None]:
+    """Apply UNDOs as a client does, checking each step: returns the tuples in force as
+    ``(line, tuple)`` (line = 1-based position in ``stream``) and the first violation, if
+    any (then the tuples in force are those up to it). Violations: a data tuple whose id is
+    not above the id of the tuple in force before it (a duplicate, or out of order), and an
+    UNDO(u) while a STABLE tuple with id > u is in force (stable tuples are never undone)."""
+    kept: list[tuple[int, Tuple]] = []
+    for line, t in enumerate(stream, start=1):
+        if t.kind is Kind.UNDO:
+            cut = len(kept)
+            while cut and kept[cut - 1][1].id > t.id:
+                cut -= 1
+            taken = next((k for k in kept[cut:] if k[1].kind is Kind.STABLE), None)
+            if taken is not None:
+                return kept, (
+                    f"line {line}: UNDO({t.id}) takes back the stable tuple {_fmt(taken[1])} "
+                    f"(line {taken[0]}); stable tuples are never undone"
+                )
+            del kept[cut:]
+        elif t.kind in (Kind.STABLE, Kind.TENTATIVE):
+            if kept and t.id <= kept[-1][1].id:
+                prev_line, prev = kept[-1]
+                what = "a duplicate of" if t.id == prev.id else "out of order after"
+                return kept, (
+                    f"line {line}: {_fmt(t)} is {what} the tuple in force {_fmt(prev)} "
+                    f"(line {prev_line}); ids must increase"
+                )
+            kept.append((line, t))
+    return kept, None
+
+
+def _difference(who: str, got: list[tuple[int, Tuple]], ref: Sequence[Tuple]) -> str | None:
+    for i, ((line, g), r) in enumerate(zip(got, ref, strict=False)):
+        if g != r:
+            hint = ""
+            if i + 1 < len(ref) and g == ref[i + 1]:
+                hint = f"; the expected tuple is missing ({who} has the next one)"
+            elif i + 1 < len(got) and got[i + 1][1] == r:
+                hint = "; the received tuple is extra (the expected one follows it)"
+            return (
+                f"first difference at index {i} of the final stable stream: got {_fmt(g)} "
+                f"(line {line}), expected {_fmt(r)}{hint} ({len(got)} vs {len(ref)} tuples)"
+            )
+    n, m = len(got), len(ref)
+    if n < m:
+        return f"{who} received {n} of {m} tuples (first missing: {_fmt(ref[n])})"
+    if n > m:
+        extra = f"first extra: {_fmt(got[m][1])}, line {got[m][0]}"
+        return f"{who} has {n} stable tuples, the reference {m} ({extra})"
+    return None
+
+
+def check_stream(
+    name: str, subject: str, received: Sequence[Tuple], reference: Sequence[Tuple], who: str
+) -> Verdict:
+    """The final stable stream of ``received`` (UNDOs applied, checked) against ``reference``
+    (its data tuples, all STABLE). ``who`` names the logger in evidence ("client")."""
+    kept, violation = apply_undos_checked(received)
+    if violation is not None:
+        return Verdict(name, Status.INVALID, violation, subject)
+    tentative = [k for k in kept if k[1].kind is Kind.TENTATIVE]
+    if tentative:
+        line, first = tentative[0]
+        why = f"{len(tentative)} tentative tuple(s) still in force after applying UNDOs"
+        why += f" (first: {_fmt(first)}, line {line}): never corrected"
+        return Verdict(name, Status.INVALID, why, subject)
+    difference = _difference(who, kept, reference)
+    if difference is not None:
+        return Verdict(name, Status.INVALID, difference, subject)
+    n_tent = sum(1 for t in received if t.kind is Kind.TENTATIVE)
+    n_undo = sum(1 for t in received if t.kind is Kind.UNDO)
+    why = f"{len(kept)} stable tuples equal the reference; no tentative tuple remains"
+    why += f" ({n_tent} tentative received, {n_undo} UNDO(s) applied)"
+    return Verdict(name, Status.VALID, why, subject)
+
+
+def check_client(
+    client: ClientConfig, received: Sequence[Tuple], reference: Mapping[str, Sequence[Tuple]]
+) -> Verdict:
+    """Eventual consistency of one client's log against the reference of its stream."""
+    subject = _client_subject(client)
+    if client.stream not in reference:
+        raise CheckError(f"no reference for stream {client.stream!r}")
+    return check_stream(
+        "eventual-consistency", subject, received, reference[client.stream], "client"
+    )
+
+
+def check_replica(
+    replica: str, stream: str, emitted: Sequence[Tuple], reference: Mapping[str, Sequence[Tuple]]
+) -> Verdict:
+    """Convergence of what one replica emitted on ``stream`` to the reference."""
+    if stream not in reference:
+        raise CheckError(f"no reference for stream {stream!r}")
+    subject = _replica_subject(replica, stream)
+    return check_stream("replica-convergence", subject, emitted, reference[stream], "replica")
+
+
+def guarded(name: str, subject: str, checker: Callable[..., Verdict], *args: Any) -> Verdict:
+    """Run a checker; if it raises (or returns something else), the verdict is unknown."""
+    try:
+        verdict = checker(*args)
+        if not isinstance(verdict, Verdict):
+            raise TypeError(f"checker returned {verdict!r}, not a Verdict")
+        return dataclasses.replace(verdict, status=Status(verdict.status))
+    except Exception as e:
+        return Verdict(name, Status.UNKNOWN, f"checker crashed: {type(e).__name__}: {e}", subject)
+
+
+# ---------------------------------------------------------------- the history
+def _client_subject(c: ClientConfig) -> str:
+    return f"client {c.name} ({c.stream})"
+
+
+def _replica_subject(replica: str, stream: str) -> str:
+    return f"replica {replica} ({stream})"
+
+
+@dataclass
+class History:
+    """What a run logged. ``problems``: subject ("source s1", "client c1 (n1.out)",
+    "replica n1a (n1.out)") -> why its log is missing or unreadable."""
+
+    sources: dict[str, list[Tuple]] = field(default_factory=dict)
+    clients: dict[str, list[Tuple]] = field(default_factory=dict)
+    replicas: dict[tuple[str, str], list[Tuple]] = field(default_factory=dict)
+    problems: dict[str, str] = field(default_factory=dict)
+
+
+def _jsonl_data(path: Path) -> list[Tuple]:
+    return [t for _, t in read_jsonl_tuples(path)]
+
+
+def _parquet_data(path: Path) -> list[Tuple]:
+    return [t for _, t in read_client_parquet(path)]
+
+
+def load_history(rd: RunDir, config: ClusterConfig) -> History:
+    """Read every log the config implies; record what is missing or unreadable. A client
+    whose JSONL log is gone but whose Parquet copy exists is read from the Parquet."""
+    h = History()
+
+    def read(subject: str, path: Path, reader: Callable[..., list[Tuple]], *args: Any) -> Any:
+        if not path.exists():
+            h.problems[subject] = f"missing log {path}"
+            return None
+        try:
+            return reader(*args)
+        except Exception as e:
+            h.problems[subject] = f"unreadable log {path}: {e}"
+            return None
+
+    for s in config.sources:
+        if (got := read(f"source {s}", rd.source_log(s), read_source_log, rd, s)) is not None:
+            h.sources[s] = got
+    for c in config.clients.values():
+        path, reader = rd.client_log(c.name), _jsonl_data
+        if not path.exists() and rd.client_parquet(c.name).exists():
+            path, reader = rd.client_parquet(c.name), _parquet_data
+        if (got := read(_client_subject(c), path, reader, path)) is not None:
+            h.clients[c.name] = got
+    for node in config.nodes.values():
+        for r in node.replicas:
+            for stream in node.outputs:
+                path = rd.replica_output(r.name, stream)
+                subject = _replica_subject(r.name, stream)
+                if (got := read(subject, path, _jsonl_data, path)) is not None:
+                    h.replicas[(r.name, stream)] = got
+    return h
+
+
+def check_history(config: ClusterConfig, h: History) -> list[Verdict]:
+    """Every verdict for one run (pure): the reference, then each client and replica."""
+    reference: dict[str, list[Tuple]] | None = None
+    why = "; ".join(v for k, v in h.problems.items() if k.startswith("source "))
+    if not why:
+        try:
+            reference = reference_outputs(config, h.sources)
+        except Exception as e:
+            why = f"{type(e).__name__}: {e}"
+    verdicts: list[Verdict] = []
+
+    def judge(name: str, subject: str, checker: Callable[..., Verdict], *args: Any) -> None:
+        if subject in h.problems:
+            verdicts.append(Verdict(name, Status.UNKNOWN, h.problems[subject], subject))
+        elif reference is None:
+            verdicts.append(Verdict(name, Status.UNKNOWN, f"no reference run: {why}", subject))
+        else:
+            verdicts.append(guarded(name, subject, checker, *args, reference))
+
+    for c in config.clients.values():
+        judge("eventual-consistency", _client_subject(c), check_client, c, h.clients.get(c.name))
+    for node in config.nodes.values():
+        for r in node.replicas:
+            for s in node.outputs:
+                got = h.replicas.get((r.name, s))
+                judge(
+                    "replica-convergence",
+                    _replica_subject(r.name, s),
+                    check_replica,
+                    r.name,
+                    s,
+                    got,
+                )
+    if not verdicts:
+        verdicts.append(Verdict("run", Status.UNKNOWN, "the config has no client and no node"))
+    return verdicts
+
+
+# ---------------------------------------------------------------- the command
+def _table(verdicts: Sequence[Verdict], out: TextIO) -> None:
+    rows = [("property", "subject", "status", "evidence")]
+    rows += [(v.name, v.subject, str(v.status), v.evidence) for v in verdicts]
+    w = [max(len(r[i]) for r in rows) for i in range(3)]
+    for r in rows:
+        print(f"{r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]:<{w[2]}}  {r[3]}", file=out)
+
+
+def run_check(run_dir: Path, *, out: TextIO = sys.stdout) -> int:
+    """``dpc check RUN_DIR``: print the verdict table, write ``RUN_DIR/check.json``; return
+    0 if every verdict is valid, 1 otherwise, 2 if the run dir or its config is unusable."""
+    rd = RunDir(run_dir)
+    if not rd.path.is_dir():
+        print(f"dpc check: error: {rd.path} is not a run directory (no such directory)", file=out)
+        return 2
+    if not rd.config.is_file():
+        print(f"dpc check: error: {rd.config} is missing (no cluster config)", file=out)
+        return 2
+    try:
+        from node.config_load import load_config
+
+        config = load_config(rd.config)
+    except Exception as e:
+        print(f"dpc check: error: cannot load {rd.config}: {type(e).__name__}: {e}", file=out)
+        return 2
+    try:
+        verdicts = check_history(config, load_history(rd, config))
+    except Exception as e:  # a bug of ours: never a pass
+        verdicts = [Verdict("run", Status.UNKNOWN, f"checker crashed: {type(e).__name__}: {e}")]
+    counts = {s.value: sum(1 for v in verdicts if v.status == s) for s in Status}
+    ok = counts["valid"] == len(verdicts) > 0
+    _table(verdicts, out)
+    summary = ", ".join(f"{n} {s}" for s, n in counts.items())
+    print(f"\ndpc check: {summary} -> {'PASS' if ok else 'FAIL'}", file=out)
+    report = {
+        "run_dir": str(rd.path),
+        "verdicts": [
+            {"property": v.name, "subject": v.subject, "status": v.status, "evidence": v.evidence}
+            for v in verdicts
+        ],
+        "summary": {**counts, "total": len(verdicts), "ok": ok},
+    }
+    try:
+        rd.check_json.write_text(json.dumps(report, indent=2) + "\n")
+    except OSError as e:
+        print(f"dpc check: error: cannot write {rd.check_json}: {e}", file=out)
+        return 2
+    return 0 if ok else 1

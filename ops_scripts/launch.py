@@ -1,0 +1,185 @@
+"""``dpc launch CLUSTER.toml``: run every process of a cluster locally, then stop them.
+
+1. Load and validate the config (a bad config exits 2 before anything starts).
+2. Start sources, then nodes upstream first, then clients, one OS process each
+   (``dpc node CLUSTER.toml NAME``), each waited for until it is serving.
+3. Show progress every second until ``--duration`` passed or Ctrl-C.
+4. Drain: ask the sources to end their streams (SIGTERM: each publishes the end-of-stream
+   boundary and goes on serving), wait until every client saw the end, then SIGTERM every
+   process, by its pid, and wait for it (SIGKILL after a grace period, reported).
+
+The run directory keeps the config, every process's log, the source logs, the client logs
+and every replica's output log: ``dpc check RUN_DIR`` verifies it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from node.config import ClusterConfig
+from node.runlog import RunDir
+
+__all__ = ["Launched", "launch", "start_cluster", "stop_cluster"]
+
+READY_TIMEOUT = 30.0
+DRAIN_TIMEOUT = 60.0
+STOP_GRACE = 10.0
+
+
+@dataclass
+class Launched:
+    name: str
+    kind: str  # "source" | "replica" | "client"
+    proc: subprocess.Popen[bytes]
+
+
+def _start(config_path: Path, name: str, kind: str, rd: RunDir) -> Launched:
+    out = open(rd.path / "logs" / f"{name}.out", "wb")  # noqa: SIM115 (owned by the child)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ops_scripts.cli", "node", str(config_path), name, "--run-dir", str(rd.path)],
+        stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    out.close()
+    return Launched(name, kind, proc)
+
+
+def _wait(cond: Callable[[], bool], timeout: float, procs: list[Launched]) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        dead = [p for p in procs if p.proc.poll() is not None]
+        if dead:
+            return False
+        time.sleep(0.05)
+    return cond()
+
+
+def _tail(rd: RunDir, name: str, n: int = 15) -> str:
+    lines: list[str] = []
+    for suffix in (".out",):
+        p = rd.path / "logs" / f"{name}{suffix}"
+        if p.exists():
+            lines += p.read_text(errors="replace").splitlines()[-n:]
+    return "\n".join("      " + line for line in lines)
+
+
+def start_cluster(config: ClusterConfig, rd: RunDir, out: TextIO = sys.stdout) -> list[Launched]:
+    """Start every process, group by group, each waited for until ready."""
+    groups: list[tuple[str, list[str]]] = [("source", list(config.sources))]
+    groups += [("replica", [r.name for r in n.replicas]) for n in config.nodes.values()]
+    groups.append(("client", list(config.clients)))
+    procs: list[Launched] = []
+    for kind, names in groups:
+        started = [_start(config.path, n, kind, rd) for n in names]
+        procs += started
+        def all_ready(group: list[Launched] = started) -> bool:
+            return all(rd.is_ready(p.name) for p in group)
+
+        ok = _wait(all_ready, READY_TIMEOUT, procs)
+        if not ok:
+            bad = [p for p in procs if p.proc.poll() is not None] or [p for p in started if not rd.is_ready(p.name)]
+            for p in bad:
+                print(f"  {p.kind} {p.name} failed to start (exit {p.proc.poll()}):\n{_tail(rd, p.name)}", file=out)
+            stop_cluster(procs, rd, drain=False, out=out)
+            raise SystemExit(1)
+        for p in started:
+            print(f"  started {p.kind:<8} {p.name:<12} pid {p.proc.pid}", file=out, flush=True)
+    return procs
+
+
+def _status(config: ClusterConfig, replica: str) -> dict[str, Any] | None:
+    r = config.replica(replica)
+    try:
+        with urllib.request.urlopen(f"http://{config.control_host}:{r.control_port}/status", timeout=1) as resp:
+            data: dict[str, Any] = json.load(resp)
+            return data
+    except OSError:
+        return None
+
+
+def _progress(config: ClusterConfig, procs: list[Launched], rd: RunDir, elapsed: float, out: TextIO) -> None:
+    parts = []
+    for p in procs:
+        if p.kind != "replica":
+            continue
+        st = _status(config, p.name)
+        if st is None:
+            parts.append(f"{p.name}=unreachable")
+            continue
+        n_out = sum(st["counters"]["tuples_out"].values())
+        n_tent = sum(st["counters"]["tentative_out"].values())
+        parts.append(f"{p.name}={st['state']} out={n_out}" + (f" tent={n_tent}" if n_tent else ""))
+    received = {c: rd.count_lines(rd.client_log(c)) for c in config.clients}
+    clients = " ".join(f"{c}={n}" for c, n in received.items())
+    print(f"  t={elapsed:5.1f}s  {'  '.join(parts)}  | clients: {clients}", file=out, flush=True)
+
+
+def stop_cluster(procs: list[Launched], rd: RunDir, *, drain: bool, out: TextIO = sys.stdout,
+                 clients: list[str] | None = None) -> bool:
+    """Drain (optional), then SIGTERM every process by pid; True if all exited 0 (and drained)."""
+    drained = True
+    if drain:
+        for p in procs:
+            if p.kind == "source" and p.proc.poll() is None:
+                p.proc.send_signal(signal.SIGTERM)
+        names = clients if clients is not None else [p.name for p in procs if p.kind == "client"]
+        drained = _wait(lambda: all(rd.is_done(c) for c in names), DRAIN_TIMEOUT, [])
+        print(f"  drain: {'every client saw the end of its stream' if drained else 'TIMED OUT'}", file=out)
+    order = {"client": 0, "replica": 1, "source": 2}
+    clean = True
+    for p in sorted(procs, key=lambda p: order[p.kind]):
+        if p.proc.poll() is None:
+            p.proc.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            code = p.proc.wait(timeout=STOP_GRACE)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.proc.pid, signal.SIGKILL)
+            code = p.proc.wait()
+            print(f"  {p.kind} {p.name} did not stop within {STOP_GRACE:.0f} s: killed", file=out)
+        if code != 0:
+            clean = False
+            print(f"  {p.kind} {p.name} exited with {code}:\n{_tail(rd, p.name)}", file=out)
+    return clean and drained
+
+
+def launch(config_path: Path, duration: float | None, run_dir: Path | None, out: TextIO = sys.stdout) -> int:
+    from node.config_load import load_config
+
+    config = load_config(config_path)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    rd = RunDir(run_dir if run_dir is not None else Path("runs") / f"{config.name}-{stamp}")
+    rd.ensure()
+    shutil.copyfile(config_path, rd.path / "config.toml")
+    (rd.path / "run.json").write_text(json.dumps({"config": str(config_path.resolve()), "started": stamp}))
+    n = len(config.sources) + sum(len(n.replicas) for n in config.nodes.values()) + len(config.clients)
+    print(f"dpc launch: cluster {config.name!r}, {n} processes, run dir {rd.path}", file=out)
+    procs = start_cluster(config, rd, out)
+    start = time.monotonic()
+    try:
+        while duration is None or time.monotonic() - start < duration:
+            time.sleep(min(1.0, max(0.0, (duration or 1e9) - (time.monotonic() - start))))
+            if any(p.proc.poll() is not None for p in procs):
+                dead = [p for p in procs if p.proc.poll() is not None]
+                for p in dead:
+                    print(f"  {p.kind} {p.name} died (exit {p.proc.poll()}):\n{_tail(rd, p.name)}", file=out)
+                break
+            _progress(config, procs, rd, time.monotonic() - start, out)
+    except KeyboardInterrupt:
+        print("  interrupted: stopping", file=out)
+    print("  stopping: draining sources", file=out, flush=True)
+    ok = stop_cluster(procs, rd, drain=True, out=out)
+    print(f"dpc launch: {'stopped cleanly' if ok else 'stopped WITH ERRORS'}; run dir {rd.path}", file=out)
+    return 0 if ok else 1

@@ -1,0 +1,458 @@
+"""``dpc check``: the reference run, the checkers on correct and corrupted histories, and
+``run_check`` on a run directory (config loaded from examples/basic.toml)."""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from node.config import (
+    ClientConfig,
+    ClusterConfig,
+    NodeConfig,
+    NodeSettings,
+    ReplicaConfig,
+    SourceConfig,
+)
+from node.runlog import JsonlTupleWriter, RunDir
+from operators import QueryNetwork
+from operators.spec import NetworkSpec
+from ops_scripts.check import (
+    History,
+    Status,
+    Verdict,
+    apply_undos_checked,
+    check_client,
+    check_history,
+    check_replica,
+    guarded,
+    reference_outputs,
+    run_check,
+)
+from ops_scripts.demo import apply_undos
+from protocol.tuples import Kind, Tuple, boundary, make_tuple, rec_done, undo
+from state.tuplelog import TupleLogWriter
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+BUCKET = 100_000
+SECOND = 1_000_000
+
+
+# ---------------------------------------------------------------- factories
+def settings() -> NodeSettings:
+    return NodeSettings(
+        x=3 * SECOND,
+        alpha=0.9,
+        bucket=BUCKET,
+        heartbeat_interval=BUCKET,
+        heartbeat_misses=3,
+        checkpoint_interval=200_000,
+        reconciliation="checkpoint",
+        up_failure="process",
+        stabilization="process",
+    )
+
+
+def sunion(inputs: list[str], wait: int = 2_700_000) -> dict[str, object]:
+    return {
+        "name": "u",
+        "type": "sunion",
+        "inputs": inputs,
+        "bucket": BUCKET,
+        "wait": wait,
+        "mode": "process",
+        "recovery": "checkpoint",
+    }
+
+
+def make_config(*, chain: bool = False, wait: int = 2_700_000) -> ClusterConfig:
+    """s1, s2 -> n1: sunion -> per-key 1 s count/sum -> soutput -> client c1 (and with
+    ``chain``, n1.out -> n2: sunion -> filter -> soutput -> client c2)."""
+    schema = ("key", "value")
+    n1 = NetworkSpec.from_dict(
+        {
+            "inputs": {"s1": list(schema), "s2": list(schema)},
+            "operators": [
+                sunion(["s1", "s2"], wait),
+                {
+                    "name": "agg",
+                    "type": "aggregate",
+                    "inputs": ["u"],
+                    "window": SECOND,
+                    "group_by": ["key"],
+                    "aggregates": [
+                        {"fn": "count", "as": "n"},
+                        {"fn": "sum", "attr": "value", "as": "total"},
+                    ],
+                },
+                {"name": "out", "type": "soutput", "inputs": ["agg"]},
+            ],
+            "outputs": ["out"],
+        }
+    )
+
+    def replicas(node: str) -> tuple[ReplicaConfig, ...]:
+        return tuple(ReplicaConfig(f"{node}{x}", node, "127.0.0.1", 0, 0) for x in "ab")
+
+    nodes = {
+        "n1": NodeConfig("n1", ("s1", "s2"), n1, {"n1.out": "out"}, replicas("n1"), settings())
+    }
+    clients = {"c1": ClientConfig("c1", "n1.out")}
+    streams = {"s1": schema, "s2": schema, "n1.out": ("key", "n", "total")}
+    if chain:
+        n2 = NetworkSpec.from_dict(
+            {
+                "inputs": {"n1.out": ["key", "n", "total"]},
+                "operators": [
+                    sunion(["n1.out"], wait),
+                    {"name": "big", "type": "filter", "inputs": ["u"], "where": "n >= 3"},
+                    {"name": "out", "type": "soutput", "inputs": ["big"]},
+                ],
+                "outputs": ["out"],
+            }
+        )
+        nodes["n2"] = NodeConfig(
+            "n2", ("n1.out",), n2, {"n2.out": "out"}, replicas("n2"), settings()
+        )
+        clients["c2"] = ClientConfig("c2", "n2.out")
+        streams["n2.out"] = streams["n1.out"]
+    sources = {
+        s: SourceConfig(s, schema, "127.0.0.1", 0, 100.0, BUCKET, "synthetic") for s in ("s1", "s2")
+    }
+    return ClusterConfig(
+        Path("hand-built.toml"), "t", "tok", "127.0.0.1", sources, nodes, clients, streams
+    )
+
+
+def synth_sources(config: ClusterConfig, n: int = 300, seed: int = 3) -> dict[str, list[Tuple]]:
+    """Each source: ``n`` tuples 20 ms apart (offset per source), tmax = time."""
+    rng = random.Random(seed)
+    logs: dict[str, list[Tuple]] = {}
+    for k, (name, src) in enumerate(config.sources.items()):
+        logs[name] = [
+            make_tuple(
+                Kind.STABLE,
+                i,
+                20_000 * i + 1_000 * k,
+                20_000 * i + 1_000 * k,
+                tuple(rng.randrange(5) if a == "key" else rng.randrange(100) for a in src.schema),
+            )
+            for i in range(1, n + 1)
+        ]
+    return logs
+
+
+def corrected(ref: Sequence[Tuple]) -> list[Tuple]:
+    """A correct history of a stream whose failure-free data is ``ref``: half stable, a
+    tentative suffix (different values), UNDO of it, the stable corrections, REC_DONE."""
+    k = len(ref) // 2
+    out: list[Tuple] = [*ref[:k], boundary(ref[k - 1].time)]
+    out += [t._replace(kind=Kind.TENTATIVE, values=(*t.values[:-1], -1)) for t in ref[k : k + 4]]
+    out += [undo(ref[k - 1].id), *ref[k:], rec_done()]
+    return out
+
+
+def stable_lines(history: Sequence[Tuple]) -> list[int]:
+    return [i for i, t in enumerate(history) if t.kind is Kind.STABLE]
+
+
+def desc(t: Tuple) -> str:
+    return f"id={t.id}, time={t.time}, tmax={t.tmax}, values={list(t.values)}"
+
+
+World = tuple[ClusterConfig, dict[str, list[Tuple]], list[Tuple]]
+
+
+@pytest.fixture(scope="module")
+def world() -> World:
+    config = make_config()
+    sources = synth_sources(config)
+    return config, sources, reference_outputs(config, sources)["n1.out"]
+
+
+def client_verdict(world: World, history: list[Tuple]) -> Verdict:
+    config, _, ref = world
+    return check_client(config.clients["c1"], history, {"n1.out": ref})
+
+
+# ---------------------------------------------------------------- the reference run
+def test_reference_is_stable_and_independent_of_interleaving(world: World) -> None:
+    config, sources, ref = world
+    assert len(ref) > 20 and all(t.kind is Kind.STABLE for t in ref)
+    assert [t.id for t in ref] == sorted({t.id for t in ref})
+    assert sum(t.values[1] for t in ref) == sum(len(v) for v in sources.values())  # every count
+    # A live-like feed: 100 ms slices of both sources, interleaved, each with its boundary.
+    net = QueryNetwork(config.nodes["n1"].network)
+    live: list[Tuple] = []
+    for b in range(0, 7 * SECOND, BUCKET):
+        for s, log in reversed(sources.items()):
+            batch = [t for t in log if b <= t.time < b + BUCKET]
+            live += net.push(s, [*batch, boundary(b + BUCKET)], b).outputs["out"]
+    for s in sources:
+        live += net.push(s, [boundary(2**62)], 7 * SECOND).outputs["out"]
+    assert [t for t in live if t.kind is Kind.STABLE] == ref
+
+
+def test_reference_never_releases_tentatively_even_with_zero_wait() -> None:
+    config = make_config(wait=0)
+    sources = synth_sources(config)
+    assert reference_outputs(config, sources) == reference_outputs(make_config(), sources)
+
+
+def test_reference_chains_nodes_in_order() -> None:
+    config = make_config(chain=True)
+    ref = reference_outputs(config, synth_sources(config))
+    big = [(t.time, t.values) for t in ref["n1.out"] if t.values[1] >= 3]
+    assert big and [(t.time, t.values) for t in ref["n2.out"]] == big
+    assert [t.id for t in ref["n2.out"]] == list(range(1, len(big) + 1))  # n2's SUnion renumbers
+
+
+def test_reference_refuses_a_tentative_source_tuple_and_a_missing_input(world: World) -> None:
+    config, sources, _ = world
+    bad = {**sources, "s1": [sources["s1"][0]._replace(kind=Kind.TENTATIVE)]}
+    with pytest.raises(Exception, match="tentative"):
+        reference_outputs(config, bad)
+    with pytest.raises(Exception, match="s2"):
+        reference_outputs(config, {"s1": sources["s1"]})
+
+
+# ---------------------------------------------------------------- the checkers
+def test_correct_histories_are_valid(world: World) -> None:
+    _, _, ref = world
+    for history in ([*ref, boundary(2**62)], corrected(ref), [undo(0), *corrected(ref)]):
+        v = client_verdict(world, history)
+        assert v.status is Status.VALID, v.evidence
+        assert f"{len(ref)} stable tuples equal the reference" in v.evidence
+    assert (
+        "4 tentative received, 1 UNDO(s) applied" in client_verdict(world, corrected(ref)).evidence
+    )
+    kept, problem = apply_undos_checked(corrected(ref))
+    assert problem is None and [t for _, t in kept] == apply_undos(corrected(ref)) == ref
+
+
+def test_duplicate_stable_tuple_is_caught(world: World) -> None:
+    _, _, ref = world
+    history = corrected(ref)
+    i = stable_lines(history)[5]
+    history.insert(i + 1, history[i])
+    v = client_verdict(world, history)
+    assert v.status is Status.INVALID
+    assert (
+        "duplicate" in v.evidence
+        and f"line {i + 2}" in v.evidence
+        and desc(history[i]) in v.evidence
+    )
+
+
+def test_missing_tuple_is_caught(world: World) -> None:
+    _, _, ref = world
+    history = corrected(ref)
+    gone = history.pop(stable_lines(history)[7])
+    v = client_verdict(world, history)
+    assert v.status is Status.INVALID
+    assert "index 7" in v.evidence and f"expected {gone.kind.name}({desc(gone)})" in v.evidence
+    assert "missing" in v.evidence
+
+
+def test_missing_tail_says_how_many_were_received(world: World) -> None:
+    _, _, ref = world
+    v = client_verdict(world, list(ref[:-3]))
+    assert v.status is Status.INVALID
+    assert f"client received {len(ref) - 3} of {len(ref)} tuples" in v.evidence
+    assert f"first missing: STABLE({desc(ref[-3])})" in v.evidence
+
+
+def test_changed_value_is_caught(world: World) -> None:
+    _, _, ref = world
+    history = corrected(ref)
+    i = stable_lines(history)[-2]  # among the corrections
+    original = history[i]
+    history[i] = original._replace(values=(*original.values[:-1], original.values[-1] + 1))
+    v = client_verdict(world, history)
+    assert v.status is Status.INVALID
+    assert f"got STABLE({desc(history[i])}) (line {i + 1})" in v.evidence
+    assert f"expected STABLE({desc(original)})" in v.evidence
+
+
+def test_undone_stable_tuple_is_flagged_not_applied(world: World) -> None:
+    _, _, ref = world
+    history = corrected(ref)
+    at = stable_lines(history)[10]
+    # UNDO below a stable id, then the "corrections" re-send exactly what it removed: a
+    # silent apply would end with the right stream.
+    history[at + 1 : at + 1] = [undo(history[at - 2].id), history[at - 1], history[at]]
+    assert apply_undos(history) == ref
+    v = client_verdict(world, history)
+    assert v.status is Status.INVALID
+    assert f"line {at + 2}: UNDO({history[at - 2].id}) takes back the stable tuple" in v.evidence
+    assert desc(history[at - 1]) in v.evidence
+
+
+def test_uncorrected_tentative_tuples_are_caught(world: World) -> None:
+    _, _, ref = world
+    k = len(ref) // 2
+    history = [*ref[:k], ref[k]._replace(kind=Kind.TENTATIVE)]
+    v = client_verdict(world, history)
+    assert v.status is Status.INVALID and "1 tentative tuple(s) still in force" in v.evidence
+    assert f"line {k + 1}" in v.evidence
+
+
+def test_replica_divergence_is_caught(world: World) -> None:
+    config, sources, ref = world
+    bad = [*ref]
+    bad[3] = bad[3]._replace(tmax=bad[3].tmax + 1)
+    h = History(
+        sources=sources,
+        clients={"c1": corrected(ref)},
+        replicas={("n1a", "n1.out"): corrected(ref), ("n1b", "n1.out"): bad},
+    )
+    verdicts = {v.subject: v for v in check_history(config, h)}
+    assert verdicts["client c1 (n1.out)"].status is Status.VALID
+    assert verdicts["replica n1a (n1.out)"].status is Status.VALID
+    assert verdicts["replica n1b (n1.out)"].status is Status.INVALID
+    assert "index 3" in verdicts["replica n1b (n1.out)"].evidence
+    assert check_replica("n1a", "n1.out", ref, {"n1.out": ref}).name == "replica-convergence"
+
+
+def test_a_crashing_checker_is_unknown_never_valid(world: World) -> None:
+    config, sources, ref = world
+
+    def boom(*_: object) -> Verdict:
+        raise ZeroDivisionError("kaput")
+
+    v = guarded("p", "s", boom)
+    assert v.status is Status.UNKNOWN and "ZeroDivisionError: kaput" in v.evidence
+    assert guarded("p", "s", lambda: "valid").status is Status.UNKNOWN  # type: ignore[arg-type, return-value]
+    assert guarded("p", "s", lambda: Verdict("p", "bogus", "")).status is Status.UNKNOWN  # type: ignore[arg-type]
+    assert guarded("p", "s", lambda: Verdict("p", "valid", "")).status is Status.VALID  # type: ignore[arg-type]
+    h = History(
+        sources=sources,
+        clients={"c1": [1, 2, 3]},  # type: ignore[list-item]
+        replicas={("n1a", "n1.out"): ref, ("n1b", "n1.out"): ref},
+    )
+    verdicts = {v.subject: v for v in check_history(config, h)}
+    assert verdicts["client c1 (n1.out)"].status is Status.UNKNOWN
+    assert "checker crashed" in verdicts["client c1 (n1.out)"].evidence
+
+
+def test_missing_logs_are_unknown(world: World) -> None:
+    config, sources, ref = world
+    h = History(
+        sources=sources,
+        clients={"c1": ref},
+        replicas={("n1a", "n1.out"): ref},
+        problems={"replica n1b (n1.out)": "missing log replicas/n1b/n1.out.jsonl"},
+    )
+    verdicts = {v.subject: v for v in check_history(config, h)}
+    assert verdicts["replica n1b (n1.out)"].status is Status.UNKNOWN
+    assert "missing log replicas/n1b/n1.out.jsonl" in verdicts["replica n1b (n1.out)"].evidence
+    no_source = History(
+        sources={"s2": sources["s2"]},
+        clients={"c1": ref},
+        problems={"source s1": "missing log sources/s1.arrow"},
+    )
+    verdicts = {v.subject: v for v in check_history(config, no_source)}
+    assert {v.status for v in verdicts.values()} == {Status.UNKNOWN}
+    assert (
+        "no reference run: missing log sources/s1.arrow" in verdicts["client c1 (n1.out)"].evidence
+    )
+
+
+# ---------------------------------------------------------------- run_check on a run dir
+def write_run(tmp_path: Path) -> tuple[RunDir, ClusterConfig, list[Tuple]]:
+    """A run directory for examples/basic.toml whose logs are all correct."""
+    from node.config_load import load_config
+
+    rd = RunDir(tmp_path / "run").ensure()
+    shutil.copyfile(EXAMPLES / "basic.toml", rd.config)
+    config = load_config(rd.config)
+    sources = synth_sources(config, n=200)
+    for name, tuples in sources.items():
+        with TupleLogWriter(rd.source_log(name), config.sources[name].schema) as w:
+            w.append(tuples)
+    (stream,) = config.nodes["n1"].outputs
+    ref = reference_outputs(config, sources)[stream]
+    assert len(ref) > 10
+    for path, history in [
+        (rd.client_log("c1"), corrected(ref)),
+        (rd.replica_output("n1a", stream), corrected(ref)),
+        (rd.replica_output("n1b", stream), [*ref, boundary(2**62)]),
+    ]:
+        with JsonlTupleWriter(path) as jw:
+            for i in range(0, len(history), 7):
+                jw.write(history[i : i + 7], i)
+    return rd, config, ref
+
+
+def run(rd: RunDir) -> tuple[int, str, dict[str, Any]]:
+    out = io.StringIO()
+    code = run_check(rd.path, out=out)
+    report = json.loads(rd.check_json.read_text()) if rd.check_json.exists() else {}
+    return code, out.getvalue(), report
+
+
+def test_run_check_passes_a_correct_run(tmp_path: Path) -> None:
+    rd, _, _ = write_run(tmp_path)
+    code, text, report = run(rd)
+    assert code == 0, text
+    assert "property" in text and "eventual-consistency" in text and "PASS" in text
+    assert report["summary"] == {"valid": 3, "invalid": 0, "unknown": 0, "total": 3, "ok": True}
+    subjects = {v["subject"] for v in report["verdicts"]}
+    assert subjects == {"client c1 (n1.out)", "replica n1a (n1.out)", "replica n1b (n1.out)"}
+
+
+def test_run_check_fails_a_corrupted_client_log(tmp_path: Path) -> None:
+    rd, _, ref = write_run(tmp_path)
+    lines = rd.client_log("c1").read_bytes().split(b"\n")
+    del lines[3]  # a stable tuple lost
+    rd.client_log("c1").write_bytes(b"\n".join(lines))
+    code, text, report = run(rd)
+    assert code == 1 and "invalid" in text and "FAIL" in text
+    assert report["summary"]["invalid"] == 1
+    assert f"expected STABLE({desc(ref[3])})" in text
+
+
+def test_run_check_missing_or_corrupt_log_is_unknown_and_fails(tmp_path: Path) -> None:
+    rd, _, _ = write_run(tmp_path)
+    rd.replica_output("n1b", "n1.out").unlink()
+    lines = rd.client_log("c1").read_bytes().split(b"\n")
+    lines[4] = b"garbage"
+    rd.client_log("c1").write_bytes(b"\n".join(lines))
+    code, _, report = run(rd)
+    assert code == 1
+    verdicts = {v["subject"]: v for v in report["verdicts"]}
+    assert verdicts["replica n1b (n1.out)"]["status"] == "unknown"
+    assert "n1b/n1.out.jsonl" in verdicts["replica n1b (n1.out)"]["evidence"]
+    assert verdicts["client c1 (n1.out)"]["status"] == "unknown"
+    assert "line 5" in verdicts["client c1 (n1.out)"]["evidence"]
+    rd.source_log("s2").unlink()
+    code, _, report = run(rd)
+    assert code == 1 and report["summary"]["unknown"] == 3
+
+
+def test_run_check_reads_the_parquet_copy_when_the_jsonl_is_gone(tmp_path: Path) -> None:
+    from node.runlog import write_client_parquet
+
+    rd, _, _ = write_run(tmp_path)
+    write_client_parquet(rd.client_log("c1"), rd.client_parquet("c1"))
+    rd.client_log("c1").unlink()
+    assert run(rd)[0] == 0
+
+
+def test_run_check_unusable_run_dir(tmp_path: Path) -> None:
+    out = io.StringIO()
+    assert run_check(tmp_path / "nope", out=out) == 2 and "no such directory" in out.getvalue()
+    rd = RunDir(tmp_path / "run").ensure()
+    out = io.StringIO()
+    assert run_check(rd.path, out=out) == 2 and "config.toml is missing" in out.getvalue()
+    rd.config.write_text("[cluster]\nname = 1\n")
+    out = io.StringIO()
+    assert run_check(rd.path, out=out) == 2 and "cannot load" in out.getvalue()
+    assert not rd.check_json.exists()
