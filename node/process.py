@@ -3,7 +3,8 @@
 NAME is a replica, a source or a client of the config. The process logs to
 RUN_DIR/logs/<NAME>.log (and stderr), runs on uvloop (installed here, at the entry point
 only), freezes its start-up heap out of the cyclic GC (DESIGN.md section 7), and stops
-cleanly on SIGINT or SIGTERM: links closed, logs flushed, exit 0.
+cleanly on SIGINT or SIGTERM: links closed, logs flushed, exit 0. A source also takes
+SIGUSR1: end your stream (publish the end-of-stream boundary) and keep serving replays.
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ async def _main(component: object) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    end_stream = getattr(component, "end_stream", None)
+    if end_stream is not None:  # sources: SIGUSR1 ends the stream, the process keeps serving
+        loop.add_signal_handler(signal.SIGUSR1, end_stream)
     # Start-up objects live as long as the process: keep the cyclic GC off them.
     gc.collect()
     gc.freeze()

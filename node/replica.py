@@ -226,7 +226,8 @@ class Replica:
                 }
                 for link in self.links
             },
-            "outputs": self.publisher.stats(),
+            # An output stream's consistency state is the node's (one SUnion per node today).
+            "outputs": {s: {"state": self.state, **st} for s, st in self.publisher.stats().items()},
             "counters": self.counters,
             "gauges": {
                 "buffer_tuples": {s: st.get("buffered", 0) for s, st in self.publisher.stats().items()},

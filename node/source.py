@@ -7,9 +7,10 @@ keeps everything until every consumer acknowledged it).
 
 Tuple times are wall-clock microseconds, never decreasing; ids count from 1. A BOUNDARY
 goes out every ``boundary_interval``. When the source is done (its ``limit`` reached, its
-file exhausted, or asked to stop) it publishes the end-of-stream boundary
-(:data:`END_OF_STREAM`), which lets every window downstream close, and keeps serving
-replays until the process is stopped.
+file exhausted, or :meth:`Source.end_stream`, which SIGUSR1 calls) it publishes the
+end-of-stream boundary (:data:`END_OF_STREAM`), which lets every window downstream close,
+and keeps serving replays until the process is stopped (SIGTERM; a source stopped before
+its end publishes it on the way out).
 """
 
 from __future__ import annotations
@@ -109,6 +110,11 @@ class Source:
             self.produced += 1
             out.append(make_tuple(Kind.STABLE, self.produced, t, t, values))
         return out
+
+    def end_stream(self) -> None:
+        """Publish the end of stream now (SIGUSR1); go on serving replays until stopped."""
+        if not self.ended:
+            self._end()
 
     def _end(self) -> None:
         self.ended = True

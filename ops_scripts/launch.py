@@ -4,9 +4,10 @@
 2. Start sources, then nodes upstream first, then clients, one OS process each
    (``dpc node CLUSTER.toml NAME``), each waited for until it is serving.
 3. Show progress every second until ``--duration`` passed or Ctrl-C.
-4. Drain: ask the sources to end their streams (SIGTERM: each publishes the end-of-stream
-   boundary and goes on serving), wait until every client saw the end, then SIGTERM every
-   process, by its pid, and wait for it (SIGKILL after a grace period, reported).
+4. Drain: ask the sources to end their streams (SIGUSR1: each publishes the end-of-stream
+   boundary and goes on serving replays), wait until every client saw the end, then
+   SIGTERM every process, by its pid, and wait for it (SIGKILL after a grace period,
+   reported).
 
 The run directory keeps the config, every process's log, the source logs, the client logs
 and every replica's output log: ``dpc check RUN_DIR`` verifies it.
@@ -75,15 +76,19 @@ def _tail(rd: RunDir, name: str, n: int = 15) -> str:
     return "\n".join("      " + line for line in lines)
 
 
-def start_cluster(config: ClusterConfig, rd: RunDir, out: TextIO = sys.stdout) -> list[Launched]:
-    """Start every process, group by group, each waited for until ready."""
+def start_cluster(config: ClusterConfig, rd: RunDir, out: TextIO = sys.stdout,
+                  procs: list[Launched] | None = None) -> list[Launched]:
+    """Start every process, group by group, each waited for until ready. Started processes
+    are appended to ``procs`` as they start, so a caller interrupted meanwhile can stop them."""
     groups: list[tuple[str, list[str]]] = [("source", list(config.sources))]
     groups += [("replica", [r.name for r in n.replicas]) for n in config.nodes.values()]
     groups.append(("client", list(config.clients)))
-    procs: list[Launched] = []
+    procs = [] if procs is None else procs
     for kind, names in groups:
-        started = [_start(config.path, n, kind, rd) for n in names]
-        procs += started
+        started: list[Launched] = []
+        for n in names:
+            started.append(_start(config.path, n, kind, rd))
+            procs.append(started[-1])
         def all_ready(group: list[Launched] = started) -> bool:
             return all(rd.is_ready(p.name) for p in group)
 
@@ -133,7 +138,7 @@ def stop_cluster(procs: list[Launched], rd: RunDir, *, drain: bool, out: TextIO 
     if drain:
         for p in procs:
             if p.kind == "source" and p.proc.poll() is None:
-                p.proc.send_signal(signal.SIGTERM)
+                p.proc.send_signal(signal.SIGUSR1)  # end your stream, keep serving
         names = clients if clients is not None else [p.name for p in procs if p.kind == "client"]
         drained = _wait(lambda: all(rd.is_done(c) for c in names), DRAIN_TIMEOUT, [])
         print(f"  drain: {'every client saw the end of its stream' if drained else 'TIMED OUT'}", file=out)
@@ -166,9 +171,11 @@ def launch(config_path: Path, duration: float | None, run_dir: Path | None, out:
     (rd.path / "run.json").write_text(json.dumps({"config": str(config_path.resolve()), "started": stamp}))
     n = len(config.sources) + sum(len(n.replicas) for n in config.nodes.values()) + len(config.clients)
     print(f"dpc launch: cluster {config.name!r}, {n} processes, run dir {rd.path}", file=out)
-    procs = start_cluster(config, rd, out)
+    procs: list[Launched] = []
     start = time.monotonic()
     try:
+        start_cluster(config, rd, out, procs)
+        start = time.monotonic()
         while duration is None or time.monotonic() - start < duration:
             time.sleep(min(1.0, max(0.0, (duration or 1e9) - (time.monotonic() - start))))
             if any(p.proc.poll() is not None for p in procs):

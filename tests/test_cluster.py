@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -214,3 +215,25 @@ def test_demo_runs_a_cluster_then_the_failure_walkthrough(tmp_path: Path) -> Non
     assert r.returncode == 0, r.stdout + r.stderr
     assert "stopped cleanly" in r.stdout and "-> PASS" in r.stdout
     assert "eventual consistency: OK" in r.stdout
+
+
+def test_ctrl_c_stops_launch_and_every_process_cleanly(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([DPC, "launch", str(small("basic.toml", tmp_path, limit=10**9)),
+                             "--run-dir", str(run_dir)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, cwd=ROOT)
+    try:
+        rd = RunDir(run_dir)
+        wait_for(lambda: run_dir.exists() and rd.is_ready("c1"), timeout=60, what="the cluster to start")
+        wait_for(lambda: rd.count_lines(rd.client_log("c1")) > 100, what="the client to receive data")
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    assert "interrupted" in out and "stopped cleanly" in out
+    pids = [int(m) for m in re.findall(r"pid (\d+)", out)]
+    assert len(pids) == 6
+    assert not [p for p in pids if Path(f"/proc/{p}").exists()]
+    assert dpc("check", str(run_dir)).returncode == 0
