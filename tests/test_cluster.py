@@ -113,6 +113,24 @@ def test_example_runs_and_passes_check(example: str, tmp_path: Path) -> None:
             assert stripped[0] and all(s == stripped[0] for s in stripped), f"replicas of {node.name} differ"
 
 
+CYCLE_NODE = """
+[nodes.n2]
+inputs = ["n1.out"]
+  [[nodes.n2.operators]]
+  name = "u"
+  type = "sunion"
+  inputs = ["n1.out"]
+  [[nodes.n2.operators]]
+  name = "out"
+  type = "soutput"
+  inputs = ["u"]
+  [[nodes.n2.replicas]]
+  name = "n2a"
+  data_port = 17301
+  control_port = 17401
+"""
+
+
 @pytest.mark.parametrize(
     ("mutation", "message"),
     [
@@ -120,6 +138,10 @@ def test_example_runs_and_passes_check(example: str, tmp_path: Path) -> None:
         (lambda t: t.replace('stream = "n1.out"', 'stream = "n9.out"', 1), "n9"),
         (lambda t: t + "\n[sources.extra]\nschema = [\"a\"]\nport = 17001\nrate = 1.0\n", "17001"),
         (lambda t: t.replace("[cluster]", "[cluster]\nbogus = 1", 1), "bogus"),
+        (lambda t: t.replace("control_port = 17201", "", 1), "control_port"),  # missing field
+        (lambda t: t.replace("control_port = 17201", 'control_port = "17201"', 1), "integer"),  # wrong type
+        (lambda t: t.replace('inputs = ["s1", "s2", "s3"]', 'inputs = ["s1", "s2", "s3", "n2.out"]', 2)
+         + CYCLE_NODE, "cycle"),
     ],
 )
 def test_bad_config_exits_before_any_process_starts(mutation: Callable[[str], str], message: str,
