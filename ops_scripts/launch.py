@@ -89,6 +89,7 @@ def start_cluster(config: ClusterConfig, rd: RunDir, out: TextIO = sys.stdout,
         for n in names:
             started.append(_start(config.path, n, kind, rd))
             procs.append(started[-1])
+            print(f"  started {kind:<8} {n:<12} pid {started[-1].proc.pid}", file=out, flush=True)
         def all_ready(group: list[Launched] = started) -> bool:
             return all(rd.is_ready(p.name) for p in group)
 
@@ -99,8 +100,8 @@ def start_cluster(config: ClusterConfig, rd: RunDir, out: TextIO = sys.stdout,
                 print(f"  {p.kind} {p.name} failed to start (exit {p.proc.poll()}):\n{_tail(rd, p.name)}", file=out)
             stop_cluster(procs, rd, drain=False, out=out)
             raise SystemExit(1)
-        for p in started:
-            print(f"  started {p.kind:<8} {p.name:<12} pid {p.proc.pid}", file=out, flush=True)
+        if started:
+            print(f"  ready: {', '.join(p.name for p in started)}", file=out, flush=True)
     return procs
 
 
