@@ -233,5 +233,7 @@ class Replica:
                 "buffer_tuples": {s: st.get("buffered", 0) for s, st in self.publisher.stats().items()},
                 "sunion_buffered": sum(s.buffered for s in self.sunions),
                 "in_failure": int(any(s.in_failure for s in self.sunions)),
+                # Tuples behind a boundary their upstream had already promised: bad input.
+                "late_dropped": sum(s.late_dropped for s in self.sunions),
             },
         }
