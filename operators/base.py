@@ -42,6 +42,7 @@ filter, map) skip the log entirely: an UNDO passes through unchanged.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from bisect import bisect_right
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -111,7 +112,7 @@ class _Marker:
         return cls(p[0], p[1], p[2], p[3], list(p[4]), p[5])
 
 
-class Operator:
+class Operator(ABC):
     """Base class of every operator. See the module docstring for the contract."""
 
     #: Registry name, e.g. ``"filter"`` (the ``type`` of an operator spec).
@@ -172,10 +173,10 @@ class Operator:
         """Read parameters, resolve attribute names against ``input_schemas``, set
         ``output_schema``. Raise SpecError (via Params) on anything wrong."""
 
+    @abstractmethod
     def on_data(self, port: int, tuples: Sequence[Tuple], out: list[Tuple]) -> None:
         """Process a run of STABLE/TENTATIVE tuples from one port. ``self.seq_base`` is the
         log sequence number of ``tuples[0]`` (``tuples[i]`` has ``seq_base + i``)."""
-        raise NotImplementedError
 
     def on_boundary(self, port: int, out: list[Tuple]) -> None:
         """``self.watermarks[port]`` advanced; ``self.watermark`` is the min over ports."""
