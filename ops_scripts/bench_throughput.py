@@ -45,6 +45,7 @@ from node.config import ClusterConfig, NodeConfig, SourceConfig
 from node.config_load import load_config
 from node.generators import make_generator
 from node.link import InputLink
+from node.ports import free_port
 from node.publisher import Publisher
 from node.replica import now_us
 from node.tcp import TcpTransport
@@ -214,10 +215,8 @@ class _Run:
     async def start(self) -> None:
         ports = {f.src.name: (await self.transport.serve("127.0.0.1", 0, f.pub.handle)).port
                  for f in self.feeds}
-        free = [socket.create_server(("127.0.0.1", 0)) for _ in range(2)]  # free ports, for the replica
-        data_port, self.control_port = (int(f.getsockname()[1]) for f in free)
-        for f in free:
-            f.close()
+        # The replica binds these itself, later: pick them outside the ephemeral range.
+        data_port, self.control_port = free_port(), free_port()
         cfg = self._write_config(ports, data_port)
         with open(self.dir / "replica.out", "wb") as out:
             self.proc = subprocess.Popen(

@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from node.config import ClusterConfig
 from node.config_load import load_config
+from node.ports import free_port
 from node.runlog import RunDir
 from ops_scripts.launch import Launched, start_cluster, stop_cluster
 from protocol.codec import encode
@@ -45,12 +46,6 @@ def wait_for(cond: Callable[[], bool], timeout: float = 30.0, what: str = "condi
             return
         time.sleep(0.05)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def small(example: str, tmp_path: Path, limit: int = 3000) -> Path:
