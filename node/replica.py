@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from operator import countOf, itemgetter
 from typing import Any
 
 from operators import NetworkOutput, QueryNetwork
@@ -42,6 +43,7 @@ from .transport import Transport
 __all__ = ["Replica", "now_us"]
 
 log = logging.getLogger("dpc.replica")
+_KIND = itemgetter(0)
 
 
 def now_us() -> int:
@@ -185,16 +187,11 @@ class Replica:
             stream = self.stream_of[op_name]
             self.publisher.publish(stream, tuples)
             self.output_logs[stream].write(tuples, now)
-            n_tent = n_undo = 0
-            for t in tuples:
-                k = t[0]
-                if k is Kind.TENTATIVE:
-                    n_tent += 1
-                elif k is Kind.UNDO:
-                    n_undo += 1
-            self.counters["tuples_out"][stream] += len(tuples) - n_tent - n_undo
-            self.counters["tentative_out"][stream] += n_tent
-            self.counters["undo_out"][stream] += n_undo
+            # Counted in C (countOf over the kinds), not by a Python loop per tuple.
+            kinds = list(map(_KIND, tuples))
+            self.counters["tuples_out"][stream] += countOf(kinds, Kind.STABLE)
+            self.counters["tentative_out"][stream] += countOf(kinds, Kind.TENTATIVE)
+            self.counters["undo_out"][stream] += countOf(kinds, Kind.UNDO)
         for op, signal in result.signals:
             if signal.kind is Kind.UP_FAILURE and self.state == "STABLE":
                 self._set_state("UP_FAILURE")
