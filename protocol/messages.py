@@ -142,11 +142,15 @@ class Ack:
 class ReconcileRequest:
     """Replica ``replica`` of ``node`` asks a partner for permission to reconcile now.
 
-    Partners take turns so that downstream always has a replica with fresh data.
+    Partners take turns so that downstream always has a replica with fresh data. ``request``
+    numbers the requests of one replica (the answer echoes it, so a stale answer is told
+    apart); ``rank`` breaks the tie when two requests cross (lower wins).
     """
 
     replica: str
     node: str
+    request: int
+    rank: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +158,7 @@ class ReconcileGrant:
     """The partner ``replica`` lets the requester reconcile (it postpones its own)."""
 
     replica: str
+    request: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +166,7 @@ class ReconcileRefuse:
     """The partner ``replica`` refuses for now (for instance: it is reconciling itself)."""
 
     replica: str
+    request: int
     reason: str
 
 

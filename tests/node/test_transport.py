@@ -152,9 +152,9 @@ SAMPLES: list[Message] = [
         {"n1.out": ConsistencyState.STABILIZATION, "n1.x": ConsistencyState.STABLE},
     ),
     Ack("s1", "n2a", 12),
-    ReconcileRequest("n1a", "n1"),
-    ReconcileGrant("n1b"),
-    ReconcileRefuse("n1b", "reconciling myself"),
+    ReconcileRequest("n1a", "n1", 3, 0),
+    ReconcileGrant("n1b", 3),
+    ReconcileRefuse("n1b", 3, "reconciling myself"),
 ]
 
 

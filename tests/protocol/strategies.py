@@ -66,9 +66,9 @@ MESSAGE_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         HeartbeatResponse, names, ints, states, st.dictionaries(names, states, max_size=5)
     ),
     Ack: st.builds(Ack, names, names, ints),
-    ReconcileRequest: st.builds(ReconcileRequest, names, names),
-    ReconcileGrant: st.builds(ReconcileGrant, names),
-    ReconcileRefuse: st.builds(ReconcileRefuse, names, names),
+    ReconcileRequest: st.builds(ReconcileRequest, names, names, ints, ints),
+    ReconcileGrant: st.builds(ReconcileGrant, names, ints),
+    ReconcileRefuse: st.builds(ReconcileRefuse, names, ints, names),
 }
 
 #: Any valid message.

@@ -106,7 +106,7 @@ def test_payload_not_json(payload: bytes) -> None:
 
 
 def test_eof_in_the_middle_of_a_frame() -> None:
-    whole = encode(ReconcileRefuse("r", "x" * 106))
+    whole = encode(ReconcileRefuse("r", 1, "x" * 104))
     assert len(whole) == 120
     for cut in (3, 4, 5, 6, 119):
         decoder = FrameDecoder()
@@ -252,17 +252,17 @@ def test_error_messages_stay_short_however_large_the_garbage() -> None:
         (MessageType.ACK, ["s", "c", 2.0], "Ack: field 'tuple_id' must be an integer, got 2.0"),
         (
             MessageType.RECONCILE_REQUEST,
-            ["r", 5],
+            ["r", 5, 1, 0],
             "ReconcileRequest: field 'node' must be a string, got 5",
         ),
         (
             MessageType.RECONCILE_GRANT,
             [],
-            "ReconcileGrant: payload must be a list of 1 fields [replica]",
+            "ReconcileGrant: payload must be a list of 2 fields [replica, request]",
         ),
         (
             MessageType.RECONCILE_REFUSE,
-            ["r", ["busy"]],
+            ["r", 1, ["busy"]],
             "ReconcileRefuse: field 'reason' must be a string",
         ),
         (
@@ -363,7 +363,7 @@ def t(*values: Any, kind: Any = Kind.STABLE, id: Any = 1) -> Tuple:
             "cannot encode HeartbeatRequest: field 'seq' must be an integer, got '1'",
         ),
         (
-            ReconcileRefuse("r", None),
+            ReconcileRefuse("r", 1, None),
             "cannot encode ReconcileRefuse: field 'reason' must be a string, got None",
         ),
         (

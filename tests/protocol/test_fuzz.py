@@ -90,9 +90,9 @@ def random_message(rng: random.Random) -> Message:
             {f"o{i}": rng.choice(states) for i in range(rng.randint(0, 3))},
         ),
         lambda: Ack(name, "c", rng.randint(0, 99)),
-        lambda: ReconcileRequest(name, "n"),
-        lambda: ReconcileGrant(name),
-        lambda: ReconcileRefuse(name, "busy"),
+        lambda: ReconcileRequest(name, "n", 1, 0),
+        lambda: ReconcileGrant(name, 1),
+        lambda: ReconcileRefuse(name, 1, "busy"),
     ]
     # Batch, the hot path with the most structure, is made as often as all the others
     return rng.choice(makers[:1] * (len(makers) - 1) + makers[1:])()
