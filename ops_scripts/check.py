@@ -17,6 +17,11 @@ returning a :class:`Verdict`: ``valid``, ``invalid`` or ``unknown``.
 * **replica-convergence** (per replica and output stream, property 3): the same check on
   what the replica emitted, so every replica ends with the same stream as the reference.
 
+After the verdicts, an **availability** report (``ops_scripts/availability.py``): per client,
+tuples received, tentative tuples, UNDOs and Delay_new against the bound k*X, printed and
+stored under ``"availability"`` in check.json. It is a report, not a verdict: it never
+changes the exit code.
+
 Invariants: a checker that raises yields ``unknown`` with the exception text, never
 ``valid``; a missing or unreadable log yields ``unknown`` naming it; :func:`run_check`
 returns 0 only when every verdict is valid (and there is at least one).
@@ -39,6 +44,8 @@ from operators.network import QueryNetwork
 from operators.spec import NetworkSpec
 from protocol.errors import DPCError
 from protocol.tuples import Kind, Tuple, boundary
+
+from .availability import load_availability
 
 __all__ = [
     "END_OF_STREAM",
@@ -357,6 +364,27 @@ def _table(verdicts: Sequence[Verdict], out: TextIO) -> None:
         print(f"{r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]:<{w[2]}}  {r[3]}", file=out)
 
 
+def _availability_report(rd: RunDir, config: ClusterConfig, out: TextIO) -> list[dict[str, Any]]:
+    """Print each client's availability (``ops_scripts/availability.py``) and return it for
+    check.json. A report, not a verdict: whatever happens here, run_check's code is the same."""
+    notes: list[str] = []
+    try:
+        found = load_availability(rd, config, notes=notes)
+    except Exception as e:  # a bug of ours in the report must not hide the verdicts
+        found, notes = [], [f"cannot assess: {type(e).__name__}: {e}"]
+    print(file=out)
+    for a in found:
+        print(
+            f"availability: {a.client} received {a.received}, tentative {a.n_tentative}, "
+            f"undos {a.n_undo}, Delay_new {a.delay_new_us / 1e6:.2f} s (bound k*X = "
+            f"{a.bound_us / 1e6:.2f} s: {'EXCEEDED' if a.exceeded else 'kept'})",
+            file=out,
+        )
+    for note in notes:
+        print(f"availability: {note}", file=out)
+    return [dataclasses.asdict(a) for a in found]
+
+
 def run_check(run_dir: Path, *, out: TextIO = sys.stdout) -> int:
     """``dpc check RUN_DIR``: print the verdict table, write ``RUN_DIR/check.json``; return
     0 if every verdict is valid, 1 otherwise, 2 if the run dir or its config is unusable."""
@@ -381,6 +409,7 @@ def run_check(run_dir: Path, *, out: TextIO = sys.stdout) -> int:
     counts = {s.value: sum(1 for v in verdicts if v.status == s) for s in Status}
     ok = counts["valid"] == len(verdicts) > 0
     _table(verdicts, out)
+    availability = _availability_report(rd, config, out)
     summary = ", ".join(f"{n} {s}" for s, n in counts.items())
     print(f"\ndpc check: {summary} -> {'PASS' if ok else 'FAIL'}", file=out)
     report = {
@@ -390,6 +419,7 @@ def run_check(run_dir: Path, *, out: TextIO = sys.stdout) -> int:
             for v in verdicts
         ],
         "summary": {**counts, "total": len(verdicts), "ok": ok},
+        "availability": availability,
     }
     try:
         rd.check_json.write_text(json.dumps(report, indent=2) + "\n")

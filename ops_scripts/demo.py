@@ -29,6 +29,8 @@ from operators.soutput import SOutput
 from operators.sunion import SUnion
 from protocol.tuples import Kind, Tuple, boundary, make_tuple
 
+from .availability import apply_undos, delay_new
+
 __all__ = ["DemoRun", "apply_undos", "run_demo", "run_simulated_demo", "simulate"]
 
 SECOND = 1_000_000
@@ -146,33 +148,6 @@ def simulate(seed: int, method: str, cut: tuple[int, int] | None) -> DemoRun:
             checkpoint, last_checkpoint = net.snapshot(), now
             merge.truncate()  # buckets released before the checkpoint are never replayed
     return run
-
-
-def apply_undos(stream: list[Tuple]) -> list[Tuple]:
-    """The client's view: each UNDO(u) deletes the data tuples after id u."""
-    kept: list[Tuple] = []
-    for t in stream:
-        if t.kind is Kind.UNDO:
-            while kept and kept[-1].id > t.id:
-                kept.pop()
-        elif t.kind in (Kind.STABLE, Kind.TENTATIVE):
-            kept.append(t)
-    return kept
-
-
-def delay_new(received: list[tuple[int, Tuple]]) -> int:
-    """The paper's Delay_new: max over data tuples of arrival - tmax, excluding the
-    corrections between an UNDO and its REC_DONE."""
-    worst = 0
-    correcting = False
-    for arrival, t in received:
-        if t.kind is Kind.UNDO:
-            correcting = True
-        elif t.kind is Kind.REC_DONE:
-            correcting = False
-        elif t.kind in (Kind.STABLE, Kind.TENTATIVE) and not correcting:
-            worst = max(worst, arrival - t.tmax)
-    return worst
 
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

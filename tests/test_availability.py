@@ -1,0 +1,234 @@
+"""Availability at the client (ops_scripts/availability.py): Delay_new on hand-built logs,
+the bound k*X on the example configs, the loader on a run directory, and the report that
+``dpc check`` prints and stores in check.json."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from node.config import ClusterConfig
+from node.config_load import load_config
+from node.runlog import JsonlTupleWriter, RunDir, read_jsonl_tuples
+from ops_scripts.availability import (
+    ClientAvailability,
+    apply_undos,
+    assess,
+    bound_for,
+    delay_new,
+    load_availability,
+)
+from protocol.tuples import Kind, Tuple, boundary, make_tuple, rec_done, undo
+from tests.test_check import run, write_run
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+SECOND = 1_000_000
+MS = 1_000
+
+Row = tuple[int, Tuple]
+
+
+# ---------------------------------------------------------------- factories
+def data(kind: Kind, ident: int, tmax: int) -> Tuple:
+    return make_tuple(kind, ident, tmax, tmax, ("k", ident))
+
+
+def stable(ident: int, tmax: int) -> Tuple:
+    return data(Kind.STABLE, ident, tmax)
+
+
+def tentative(ident: int, tmax: int) -> Tuple:
+    return data(Kind.TENTATIVE, ident, tmax)
+
+
+def at(arrival: int, *tuples: Tuple) -> list[Row]:
+    """Rows that arrived together (one batch)."""
+    return [(arrival, t) for t in tuples]
+
+
+def steady(n: int, lag: int, first: int = 1) -> list[Row]:
+    """``n`` stable tuples, one per 100 ms, each arriving ``lag`` after its tmax."""
+    return [(i * 100 * MS + lag, stable(i, i * 100 * MS)) for i in range(first, first + n)]
+
+
+@pytest.fixture(scope="module")
+def basic() -> ClusterConfig:
+    return load_config(EXAMPLES / "basic.toml")
+
+
+@pytest.fixture(scope="module")
+def chain4() -> ClusterConfig:
+    return load_config(EXAMPLES / "chain4.toml")
+
+
+# ---------------------------------------------------------------- delay_new
+def test_no_failure_delay_is_the_max_of_arrival_minus_tmax() -> None:
+    rows = steady(10, lag=20 * MS)
+    rows[4] = (rows[4][0] + 30 * MS, rows[4][1])  # one late batch: 50 ms
+    rows.insert(3, (rows[3][0], boundary(300 * MS)))  # control tuples do not count
+    assert delay_new(rows) == 50 * MS
+    assert delay_new([]) == 0
+
+
+def test_corrections_after_an_undo_are_excluded() -> None:
+    # Stable to 0.5 s; the failure: tentative 0.6-0.9 s, each released 2.7 s late; then the
+    # UNDO, the stable corrections (6 s late) and a REC_DONE; then new results again.
+    rows = steady(5, lag=10 * MS)
+    rows += [(t.tmax + 2700 * MS, t) for t in (tentative(i, i * 100 * MS) for i in range(6, 10))]
+    rows += at(6 * SECOND, undo(5), *(stable(i, i * 100 * MS) for i in range(6, 10)), rec_done())
+    rows += steady(3, lag=10 * MS, first=60)
+    assert delay_new(rows) == 2700 * MS
+
+
+def test_new_results_inside_a_reconciliation_count() -> None:
+    # The node caught up during reconciliation: after the corrections of 0.6-0.7 s come
+    # results about 0.8-0.9 s that the client never had, before the REC_DONE.
+    rows = steady(5, lag=10 * MS)
+    rows += [(2 * SECOND, tentative(i, i * 100 * MS)) for i in (6, 7)]
+    rows += at(3 * SECOND, undo(5), *(stable(i, i * 100 * MS) for i in (6, 7, 8, 9)), rec_done())
+    assert delay_new(rows) == 3 * SECOND - 800 * MS
+
+
+def test_a_replayed_stable_stream_after_a_switch_is_excluded() -> None:
+    # The client switches replicas: an UNDO, then the other replica's stream from id 3,
+    # with no REC_DONE. The replay (ids 3-5, already held) arrives 4 s late; id 6 is new.
+    rows = steady(5, lag=10 * MS)
+    rows += at(4 * SECOND, undo(2), *(stable(i, i * 100 * MS) for i in range(3, 6)))
+    rows += at(4 * SECOND + 10 * MS, stable(6, 600 * MS))
+    assert delay_new(rows) == 4 * SECOND + 10 * MS - 600 * MS
+    replay_only = rows[:-1]
+    assert delay_new(replay_only) == 10 * MS
+
+
+def test_tentative_new_tuples_are_counted() -> None:
+    rows = steady(3, lag=10 * MS)
+    rows += [(2900 * MS, tentative(4, 400 * MS)), (3000 * MS, tentative(5, 500 * MS))]
+    assert delay_new(rows) == 2500 * MS
+
+
+def test_apply_undos_keeps_what_is_in_force() -> None:
+    rows = steady(3, lag=0)
+    rows += at(1, tentative(4, 400 * MS), undo(3), stable(4, 400 * MS), rec_done())
+    assert apply_undos(t for _, t in rows) == [stable(i, i * 100 * MS) for i in range(1, 5)]
+
+
+# ---------------------------------------------------------------- bound_for
+def test_bound_of_one_node_is_its_x(basic: ClusterConfig) -> None:
+    (node,) = basic.nodes.values()
+    assert bound_for(basic, "n1.out") == node.settings.x == 3 * SECOND
+    assert bound_for(basic, "s1") == 0  # a source's stream crosses no node
+
+
+def test_bound_of_a_chain_sums_x_over_its_four_nodes(chain4: ClusterConfig) -> None:
+    xs = [n.settings.x for n in chain4.nodes.values()]
+    assert len(xs) == 4
+    assert bound_for(chain4, "n4.out") == sum(xs) == 13 * SECOND  # n4 sets x = 4 s
+    assert bound_for(chain4, "n2.out") == 2 * 3 * SECOND
+
+
+def test_bound_takes_the_path_with_the_largest_sum_of_x(chain4: ClusterConfig) -> None:
+    # n3 reads n2.out (s1 -> n1 -> n2, 2 + 2 s) and s2 -> n5 (one node, X = 9 s).
+    nodes = dict(chain4.nodes)
+    spec = nodes["n1"]
+    nodes = {
+        "n1": dataclasses.replace(spec, settings=dataclasses.replace(spec.settings, x=2 * SECOND)),
+        "n2": dataclasses.replace(
+            nodes["n2"], settings=dataclasses.replace(spec.settings, x=2 * SECOND)
+        ),
+        "n5": dataclasses.replace(
+            spec,
+            name="n5",
+            inputs=("s2",),
+            settings=dataclasses.replace(spec.settings, x=9 * SECOND),
+        ),
+        "n3": dataclasses.replace(
+            nodes["n3"],
+            inputs=("n2.out", "n5.out"),
+            settings=dataclasses.replace(spec.settings, x=1 * SECOND),
+        ),
+    }
+    config = dataclasses.replace(chain4, nodes=nodes)
+    assert bound_for(config, "n3.out") == 10 * SECOND
+
+
+# ---------------------------------------------------------------- assess
+def test_assess_counts_and_flags_an_exceeded_bound(basic: ClusterConfig) -> None:
+    rows = steady(3, lag=10 * MS)
+    rows += [(t.tmax + 2900 * MS, t) for t in (tentative(i, i * 100 * MS) for i in (4, 5))]
+    rows += at(5 * SECOND, undo(3), stable(4, 400 * MS), stable(5, 500 * MS), rec_done())
+    kept = assess(basic, "c1", rows)
+    assert kept == ClientAvailability(
+        client="c1",
+        stream="n1.out",
+        received=len(rows),
+        n_tentative=2,
+        n_undo=1,
+        n_rec_done=1,
+        delay_new_us=2900 * MS,
+        bound_us=3 * SECOND,
+        exceeded=False,
+    )
+    late = [*rows, (9 * SECOND, stable(6, 600 * MS))]  # 8.4 s after its tmax
+    worse = assess(basic, "c1", late)
+    assert worse.delay_new_us == 8400 * MS and worse.exceeded
+    at_bound = [*rows, (3600 * MS, stable(6, 600 * MS))]  # exactly X: kept
+    assert not assess(basic, "c1", at_bound).exceeded
+
+
+# ---------------------------------------------------------------- load_availability
+def test_load_availability_reads_each_client_log_and_skips_a_missing_one(
+    tmp_path: Path, chain4: ClusterConfig
+) -> None:
+    config = dataclasses.replace(
+        chain4,
+        clients={**chain4.clients, "c2": dataclasses.replace(chain4.clients["c1"], name="c2")},
+    )
+    rd = RunDir(tmp_path / "run").ensure()
+    rows = steady(20, lag=40 * MS)
+    with JsonlTupleWriter(rd.client_log("c1")) as w:
+        for arrival, t in rows:
+            w.write([t], arrival)
+    notes: list[str] = []
+    (got,) = load_availability(rd, config, notes=notes)
+    assert got == assess(config, "c1", rows)
+    assert got.delay_new_us == 40 * MS and got.bound_us == 13 * SECOND and not got.exceeded
+    assert len(notes) == 1 and "client c2" in notes[0] and "c2.jsonl" in notes[0]
+    assert load_availability(tmp_path / "run", config) == [got]  # notes are optional
+
+    rd.client_log("c1").write_bytes(b"garbage\n" + rd.client_log("c1").read_bytes())
+    notes.clear()
+    assert load_availability(rd, config, notes=notes) == []
+    assert "cannot assess" in notes[0] and "line 1" in notes[0]
+
+
+# ---------------------------------------------------------------- dpc check's report
+def test_check_reports_availability_without_changing_the_verdict(tmp_path: Path) -> None:
+    rd, _, _ = write_run(tmp_path)
+    code, text, report = run(rd)
+    assert code == 0, text
+    (entry,) = report["availability"]
+    assert entry["client"] == "c1" and entry["stream"] == "n1.out"
+    assert entry["bound_us"] == 3 * SECOND and entry["n_undo"] == 1 and not entry["exceeded"]
+    assert entry["received"] == len(rd.client_log("c1").read_text().splitlines())
+    assert "availability: c1 received" in text and "bound k*X = 3.00 s: kept)" in text
+
+    # The same tuples, each arriving 5 s after its tmax: Delay_new exceeds 3 s, still a PASS.
+    rows = read_jsonl_tuples(rd.client_log("c1"))
+    rd.client_log("c1").unlink()
+    with JsonlTupleWriter(rd.client_log("c1")) as w:
+        for _, t in rows:
+            w.write([t], t.tmax + 5 * SECOND)
+    code, text, report = run(rd)
+    assert code == 0 and "PASS" in text, text
+    assert report["availability"][0]["exceeded"] and "EXCEEDED" in text
+
+
+def test_check_with_a_missing_client_log_notes_it_and_keeps_its_code(tmp_path: Path) -> None:
+    rd, _, _ = write_run(tmp_path)
+    rd.client_log("c1").unlink()
+    code, text, report = run(rd)
+    assert code == 1  # the verdict's doing (unknown), as before the report existed
+    assert report["availability"] == []
+    assert "availability: client c1: no log" in text
