@@ -134,6 +134,13 @@ class ClusterConfig:
         node, _, _ = stream.partition(".")
         return self.nodes[node]
 
+    def addresses(self) -> dict[tuple[str, int], str]:
+        """Every data port in the cluster -> the name of the process serving it."""
+        out = {(s.host, s.port): s.name for s in self.sources.values()}
+        for node in self.nodes.values():
+            out.update({(r.host, r.data_port): r.name for r in node.replicas})
+        return out
+
     def consumers_of(self, stream: str) -> tuple[str, ...]:
         """Everyone who subscribes to ``stream``: every replica of every consuming node,
         then every consuming client (their names: what buffers wait acks from)."""

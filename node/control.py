@@ -3,8 +3,10 @@
 * ``GET /health`` -> ``{"ok": true, "name": ...}``
 * ``GET /status`` -> the process's status as JSON (state machine, streams, counters)
 * ``GET /metrics`` -> the same counters in the Prometheus text format
-* ``POST /checkpoint`` and ``POST /shutdown`` change things, so they require the cluster's
-  token as ``Authorization: Bearer <token>``; without it: 401, with a wrong one: 403.
+* ``POST /<action>`` (a replica's: ``/checkpoint``, ``/shutdown``, ``/fault``) changes
+  things, so it requires the cluster's token as ``Authorization: Bearer <token>``; without
+  it: 401, with a wrong one: 403. The body, if any, is a JSON object handed to the action;
+  a body that is not one, or an action's :class:`ActionError`, is a 400 with the reason.
 
 Bound to the config's ``control_host`` (127.0.0.1 by default). The process supplies its
 status as a plain dict; metrics are derived from its ``counters`` and ``gauges`` sections.
@@ -16,14 +18,19 @@ import hmac
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
+import orjson
 from aiohttp import web
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 
-__all__ = ["ControlPlane"]
+__all__ = ["ActionError", "ControlPlane"]
 
 StatusFn = Callable[[], Mapping[str, Any]]
-ActionFn = Callable[[], Awaitable[Mapping[str, Any]]]
+ActionFn = Callable[[Mapping[str, Any]], Awaitable[Mapping[str, Any]]]
+
+
+class ActionError(ValueError):
+    """An action's request was wrong (unknown name, bad field): a 400 with this message."""
 
 
 class _StatusCollector:
@@ -107,5 +114,15 @@ class ControlPlane:
         if not hmac.compare_digest(auth[len("Bearer ") :].encode(), self._token):
             return web.json_response({"error": "wrong token"}, status=403)
         action = request.path.strip("/")
-        result = await self._actions[action]()
+        raw = await request.read()
+        try:
+            body = orjson.loads(raw) if raw.strip() else {}
+        except orjson.JSONDecodeError as exc:
+            return web.json_response({"error": f"body is not JSON: {exc}"}, status=400)
+        if not isinstance(body, dict):
+            return web.json_response({"error": "body must be a JSON object"}, status=400)
+        try:
+            result = await self._actions[action](body)
+        except ActionError as exc:
+            return web.json_response({"error": str(exc)}, status=400)
         return web.json_response({"ok": True, "action": action, **result})

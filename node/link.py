@@ -30,7 +30,13 @@ Invariants:
   ends ``run`` (a local failure, STYLE.md 8; it arrives in an ``ExceptionGroup``, from the
   session's TaskGroup). Cancelling ``run`` closes the connection.
 * A blackholed producer (silent, connection open) is not detected here: liveness is the
-  HA monitor's business (heartbeats), which then calls ``switch_to``.
+  HA monitor's business (heartbeats, node/ha.py), which then calls ``switch_to``. When a
+  connection fails, the link asks the monitor's ``choose(failed)`` for the next producer
+  (round-robin when it has no opinion).
+* Switching to an UP_FAILURE producer while holding tentative tuples arms the link's
+  :class:`~node.upstream.TmaxFilter` (``switch_to(..., tmax=True)``): tentative tuples not
+  newer than all held are dropped (property 2: no duplicates, only tentatives lost). While
+  unarmed the filter only tracks the highest ``tmax`` seen, at C speed.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from protocol.tuples import Kind, Tuple
 
 from .errors import NodeError
 from .transport import Connection, Transport
+from .upstream import TmaxFilter
 
 __all__ = ["InputLink"]
 
@@ -86,6 +93,7 @@ class InputLink:
         *,
         ack_interval: float = 0.1,
         retry_interval: float = 0.1,
+        choose: Callable[[tuple[str, int] | None], tuple[str, int] | None] | None = None,
         log: logging.Logger,
     ) -> None:
         if not producers:
@@ -98,6 +106,10 @@ class InputLink:
         self._ack_interval = ack_interval
         self._retry_interval = retry_interval
         self._log = log
+        self._choose = choose
+        self.tmax = TmaxFilter()
+        self.current: tuple[str, int] | None = None  # the producer in use or being tried
+        self.switches = 0  # switch_to calls that moved the link
         self.last_stable_id = 0
         self.last_tentative_id = 0
         self.producer: str | None = None  # "host:port" while connected
@@ -125,10 +137,16 @@ class InputLink:
             f"stable={self.last_stable_id}, tentative={self.last_tentative_id})"
         )
 
-    def switch_to(self, producer: tuple[str, int] | None = None) -> None:
+    def switch_to(self, producer: tuple[str, int] | None = None, *, tmax: bool = False) -> None:
         """Drop the current connection (if any) and subscribe at ``producer`` next
         (default: the next producer, round-robin), resuming from the ids held. For an HA
-        monitor that found a better replica."""
+        monitor that found a better replica; ``tmax`` arms the duplicate filter (a switch to
+        an UP_FAILURE producer), otherwise it is disarmed."""
+        if tmax:
+            self.tmax.arm()
+        else:
+            self.tmax.reset()
+        self.switches += 1
         if producer is not None:
             if producer not in self.producers:
                 raise NodeError(
@@ -136,14 +154,20 @@ class InputLink:
                     f"one of its producers {list(self.producers)}"
                 )
             self._next = self.producers.index(producer)
+            self.current = producer  # the monitor's next look sees the switch as done
         self._switching = True
         self._wake.set()
 
     async def run(self) -> None:
         """Keep the subscription alive, forever (until cancelled)."""
         name = f"{self.subscriber} <- {self.stream}"
+        failed: tuple[str, int] | None = None
         while True:
+            choice = self._choose(failed) if self._choose is not None and not self._switching else None
+            if choice is not None and choice in self.producers:
+                self._next = self.producers.index(choice)
             host, port = self.producers[self._next % len(self.producers)]
+            self.current = (host, port)
             self._next += 1
             self._switching = False
             self._wake.clear()
@@ -159,6 +183,7 @@ class InputLink:
                 finally:
                     self.producer = None
                     await conn.close()
+            failed = None if self._switching else (host, port)
             if not self._switching:
                 await asyncio.sleep(self._retry_interval)
 
@@ -216,6 +241,12 @@ class InputLink:
                 tuples = msg.tuples
                 if not tuples:
                     continue
+                if self.tmax.armed:
+                    tuples = self.tmax.accept(tuples)  # type: ignore[assignment]
+                    if not tuples:
+                        continue
+                else:
+                    self.tmax.observe(tuples)
                 await on_batch(stream, tuples)
                 self._advance(tuples)  # no await since on_batch returned: see the docstring
                 self.tuples_in += len(tuples)

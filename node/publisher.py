@@ -29,17 +29,29 @@ Invariants:
   logged with the peer's name and closes that connection only (STYLE.md 9).
 * Acks go to ``buffer.ack`` for subscribers that are consumers of the buffer (which its
   owner sets with ``set_consumers``); acks of others trim nothing and are ignored.
+* Requests (``HeartbeatRequest``, ``ReconcileRequest``) go to the owner's ``responder``,
+  whose answer is sent on the same connection ahead of any pending batch (a replica under
+  load still answers its heartbeats promptly). A publisher without a responder (a source)
+  treats them as unexpected messages.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from protocol.errors import RemoteProtocolError
-from protocol.messages import Ack, Batch, Message, Subscribe, Unsubscribe
+from protocol.messages import (
+    Ack,
+    Batch,
+    HeartbeatRequest,
+    Message,
+    ReconcileRequest,
+    Subscribe,
+    Unsubscribe,
+)
 from protocol.tuples import Tuple
 from state.buffer import OutputBuffer
 from state.errors import ReplayAheadError, ReplayError
@@ -89,11 +101,12 @@ class _Subscription:
 class _Session:
     """One consumer connection: its subscriptions and its writer's wake-up call."""
 
-    __slots__ = ("conn", "subs", "wakeup")
+    __slots__ = ("conn", "replies", "subs", "wakeup")
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
         self.subs: dict[tuple[str, str], _Subscription] = {}
+        self.replies: list[Message] = []  # answers to requests, sent before any batch
         self.wakeup = asyncio.Event()
 
 
@@ -108,6 +121,7 @@ class Publisher:
         high_water: int = 50_000,
         max_batch: int = 100,
         hello_timeout: float = 5.0,
+        responder: Callable[[Message], Message] | None = None,
         log: logging.Logger,
     ) -> None:
         if high_water < 1 or max_batch < 1:
@@ -120,6 +134,7 @@ class Publisher:
         self._high_water = high_water
         self._max_batch = max_batch
         self._hello_timeout = hello_timeout
+        self._responder = responder
         self._log = log
         # stream -> subscriber -> its live subscription
         self._live: dict[str, dict[str, _Subscription]] = {s: {} for s in buffers}
@@ -265,6 +280,10 @@ class Publisher:
             if sub is not None:
                 self._unlink(sub)
             return None
+        if self._responder is not None and isinstance(msg, HeartbeatRequest | ReconcileRequest):
+            session.replies.append(self._responder(msg))
+            session.wakeup.set()
+            return None
         if isinstance(msg, Batch):
             return (
                 f"sent a Batch of stream {msg.stream!r} to a publisher's data port "
@@ -321,6 +340,8 @@ class Publisher:
                 busy = True
                 while busy:  # one batch per subscription per round: fair between streams
                     busy = False
+                    while session.replies:
+                        await conn.send(session.replies.pop(0))
                     for sub in list(session.subs.values()):
                         if not sub.live or sub.head >= len(sub.pending):
                             continue

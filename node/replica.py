@@ -7,16 +7,19 @@ Data path, in the order a tuple travels::
       -> Publisher.publish (output buffer + live subscribers, node/publisher.py)
       -> this replica's output log (RUN_DIR/replicas/<name>/<stream>.jsonl)
 
-Around it, in one TaskGroup: the data server, the control plane, a timer that wakes the
-network at its next SUnion deadline, and a checkpointer that snapshots the network every
-``checkpoint_interval`` while STABLE (and lets each SUnion drop the buckets before it).
+Around it, in one TaskGroup: the data server (which also answers heartbeats and partners'
+permission requests), the control plane, a timer that wakes the network at its next SUnion
+deadline, the consistency manager (node/manager.py: checkpoints in STABLE, reconciliation,
+REC_DONE, permission) and the HA monitor (node/ha.py: heartbeats to upstream replicas and
+switching the input links). Fault injection (node/faults.py) wraps the transport: the
+control plane's ``POST /fault`` cuts this replica off from named processes, or heals.
 
 Back-pressure: before pushing a batch, the replica waits until every subscriber of its
 outputs has room, so a slow consumer slows this replica, which reads its inputs more
 slowly, which slows its upstream. Nothing is dropped.
 
-The consistency state here is STABLE / UP_FAILURE, driven by SUnion's signals; the full
-DPC state machine (reconciliation, replica switching) is the next issue's.
+The consistency state (STABLE / UP_FAILURE / STABILIZATION) is the manager's machine's,
+driven by SUnion's signals; every output stream reports it in heartbeat answers.
 """
 
 from __future__ import annotations
@@ -24,18 +27,28 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from operator import countOf, itemgetter
 from typing import Any
 
 from operators import NetworkOutput, QueryNetwork
 from operators.sunion import SUnion
+from protocol.messages import (
+    ConsistencyState,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    Message,
+    ReconcileRequest,
+)
 from protocol.tuples import Kind, Tuple
 from state.buffer import OutputBuffer
-from state.checkpoint import CheckpointStore, take_checkpoint
 
 from .config import ClusterConfig
-from .control import ControlPlane
+from .control import ActionError, ControlPlane
+from .faults import Faults, FaultyTransport
+from .ha import UpstreamMonitor, upstream_links
 from .link import InputLink
+from .manager import Manager, Partner, policy_of
 from .publisher import Publisher
 from .runlog import JsonlTupleWriter, RunDir
 from .transport import Transport
@@ -58,6 +71,8 @@ class Replica:
         self.config = config
         self.me = config.replica(name)
         self.node = config.nodes[self.me.node]
+        self.faults = Faults(name, log=log)
+        transport = FaultyTransport(transport, self.faults, config.addresses())
         self.transport = transport
         self.run_dir = run_dir
         self.network = QueryNetwork(self.node.network)
@@ -69,25 +84,30 @@ class Replica:
             buf = OutputBuffer(stream)
             buf.set_consumers(config.consumers_of(stream))
             buffers[stream] = buf
-        self.publisher = Publisher(name, buffers, log=log)
+        self.publisher = Publisher(name, buffers, responder=self._respond, log=log)
         self.links = [
             InputLink(transport, stream, name, self._producers(stream), self._on_batch, log=log)
             for stream in self.node.inputs
         ]
+        self.monitor = UpstreamMonitor(
+            name, transport, upstream_links(config, self.links),
+            interval=self.node.settings.heartbeat_interval,
+            misses=self.node.settings.heartbeat_misses, log=log,
+        )
         self.output_logs = {s: JsonlTupleWriter(run_dir.replica_output(name, s)) for s in self.node.outputs}
-        self.checkpoints = CheckpointStore()
-        self.state = "STABLE"
-        self.state_since = now_us()
+        partners = [Partner(r.name, r.host, r.data_port) for r in self.node.replicas if r.name != name]
+        self.manager = Manager(
+            name, self.node.name, policy_of(self.node, name), self.network, partners,
+            transport, self._emit, now_us, log=log,
+        )
         self.started = now_us()
         self.counters: dict[str, Any] = {
             "tuples_in": dict.fromkeys(self.node.inputs, 0),
             "tuples_out": dict.fromkeys(self.node.outputs, 0),
             "tentative_out": dict.fromkeys(self.node.outputs, 0),
             "undo_out": dict.fromkeys(self.node.outputs, 0),
-            "checkpoints": 0,
         }
         self._deadline_changed = asyncio.Event()
-        self._checkpoint_seq = 0
 
     def _producers(self, stream: str) -> list[tuple[str, int]]:
         producer = self.config.producer_of(stream)
@@ -101,7 +121,9 @@ class Replica:
         server = await self.transport.serve(self.me.host, self.me.data_port, self.publisher.handle)
         control = ControlPlane(
             self.me.name, self.config.control_host, self.me.control_port, self.config.token,
-            self.status, {"checkpoint": self._checkpoint_action, "shutdown": self._shutdown_action(stop)},
+            self.status,
+            {"checkpoint": self._checkpoint_action, "shutdown": self._shutdown_action(stop),
+             "fault": self._fault_action},
         )
         await control.start()
         log.info("replica %s of node %s serving data on %s:%d, control on %s:%d",
@@ -112,7 +134,8 @@ class Replica:
             async with asyncio.TaskGroup() as tg:
                 tasks = [tg.create_task(link.run(), name=f"link {link.stream}") for link in self.links]
                 tasks.append(tg.create_task(self._timer_loop(), name="timer"))
-                tasks.append(tg.create_task(self._checkpoint_loop(), name="checkpointer"))
+                tasks.append(tg.create_task(self.manager.run(), name="consistency manager"))
+                tasks.append(tg.create_task(self.monitor.run(), name="ha monitor"))
                 await stop.wait()
                 for t in tasks:
                     t.cancel()
@@ -123,8 +146,22 @@ class Replica:
                 w.close()
             log.info("replica %s stopped", self.me.name)
 
+    @property
+    def state(self) -> str:
+        return self.manager.state.value
+
+    def _respond(self, msg: Message) -> Message:
+        """The data port's answers: heartbeats (each output stream's state: the node's),
+        and partners' permission requests (the consistency manager decides)."""
+        if isinstance(msg, HeartbeatRequest):
+            state = ConsistencyState[self.state]
+            return HeartbeatResponse(self.me.name, msg.seq, state, dict.fromkeys(self.node.outputs, state))
+        assert isinstance(msg, ReconcileRequest)
+        return self.manager.answer(msg)
+
     async def _on_batch(self, stream: str, tuples: list[Tuple] | Any) -> None:
         await self.publisher.wait_for_room()
+        await self.manager.input_open.wait()  # SUSPEND: hold new input while reconciling
         now = now_us()
         self.counters["tuples_in"][stream] += len(tuples)
         self._emit(self.network.push(stream, tuples, now), now)
@@ -151,29 +188,32 @@ class Replica:
             now = now_us()
             self._emit(self.network.on_timer(now), now)
 
-    async def _checkpoint_loop(self) -> None:
-        interval = self.node.settings.checkpoint_interval / 1e6
-        while True:
-            await asyncio.sleep(interval)
-            if self.state == "STABLE":
-                self._take_checkpoint()
-
-    def _take_checkpoint(self) -> None:
-        self._checkpoint_seq += 1
-        parts = {op.name: op for op in self.network.operators}
-        self.checkpoints.put(take_checkpoint(parts, self._checkpoint_seq, now_us()))
-        for s in self.sunions:
-            s.truncate()  # buckets released before this checkpoint are never replayed
-        self.counters["checkpoints"] += 1
-
-    async def _checkpoint_action(self) -> dict[str, Any]:
+    async def _checkpoint_action(self, body: Mapping[str, Any]) -> dict[str, Any]:
         if self.state != "STABLE":
             return {"taken": False, "reason": f"checkpoints are taken only in STABLE (now {self.state})"}
-        self._take_checkpoint()
-        return {"taken": True, "seq": self._checkpoint_seq}
+        return {"taken": True, "seq": self.manager.take_checkpoint(now_us())}
+
+    async def _fault_action(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """``{"cut": [names]}`` cuts this replica off from those processes (both ways);
+        ``{"heal": [names]}`` or ``{"heal": "all"}`` heals."""
+        known = set(self.config.addresses().values()) - {self.me.name}
+        cut, heal = body.get("cut"), body.get("heal")
+        if (cut is None) == (heal is None) or set(body) - {"cut", "heal"}:
+            raise ActionError('send {"cut": [names]} or {"heal": [names] | "all"}')
+        names = cut if cut is not None else (None if heal == "all" else heal)
+        if names is not None:
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise ActionError("the names must be a list of process names")
+            unknown = sorted(set(names) - known)
+            if unknown:
+                raise ActionError(f"unknown process(es) {unknown}; known: {sorted(known)}")
+        if cut is not None:
+            self.faults.cut(cut)
+            return {"cut": self.faults.cut_peers}
+        return {"healed": self.faults.heal(names), "cut": self.faults.cut_peers}
 
     def _shutdown_action(self, stop: asyncio.Event) -> Any:
-        async def shutdown() -> dict[str, Any]:
+        async def shutdown(body: Mapping[str, Any]) -> dict[str, Any]:
             stop.set()
             return {"stopping": True}
 
@@ -192,40 +232,52 @@ class Replica:
             self.counters["tuples_out"][stream] += countOf(kinds, Kind.STABLE)
             self.counters["tentative_out"][stream] += countOf(kinds, Kind.TENTATIVE)
             self.counters["undo_out"][stream] += countOf(kinds, Kind.UNDO)
-        for op, signal in result.signals:
-            if signal.kind is Kind.UP_FAILURE and self.state == "STABLE":
-                self._set_state("UP_FAILURE")
-                log.warning("%s: %s held a bucket longer than alpha*X: tentative results", self.me.name, op)
-            elif signal.kind is Kind.REC_REQUEST:
-                log.warning("%s: %s has every input corrected (reconciliation arrives with the next issue)",
-                            self.me.name, op)
-
-    def _set_state(self, state: str) -> None:
-        self.state = state
-        self.state_since = now_us()
+        if result.signals:
+            for op, signal in result.signals:
+                log.warning("%s: %s signalled %s", self.me.name, op, signal.kind.name)
+            self.manager.on_signals(result.signals, now)
 
     # ------------------------------------------------------------------ status
     def status(self) -> dict[str, Any]:
         now = now_us()
+        m = self.manager.machine
+        names = self.config.addresses()
+        ha = self.monitor.status()
         return {
             "name": self.me.name,
             "kind": "replica",
             "node": self.node.name,
             "state": self.state,
-            "time_in_state_s": round((now - self.state_since) / 1e6, 3),
+            "time_in_state_s": round((now - m.since) / 1e6, 3),
             "uptime_s": round((now - self.started) / 1e6, 3),
+            "consistency": {
+                "policy": f"{m.policy.up_failure.value}/{m.policy.stabilization.value}, "
+                          f"{m.policy.method.value}/redo, rank {m.policy.rank}",
+                "permission": m.permission.value,
+                "sunion_mode": m.sunion_mode.value,
+                "last_reconciliation": self.manager.stats["last_reconciliation"],
+            },
+            "faults": self.faults.status(),
             "inputs": {
                 link.stream: {
-                    "upstream": link.producer,
+                    "upstream": names.get(link.current) if link.current else None,
                     "connected": link.connected,
                     "last_stable_id": link.last_stable_id,
                     "last_tentative_id": link.last_tentative_id,
+                    "tmax_filter": link.tmax.armed,
+                    **ha.get(link.stream, {}),
                 }
                 for link in self.links
             },
             # An output stream's consistency state is the node's (one SUnion per node today).
             "outputs": {s: {"state": self.state, **st} for s, st in self.publisher.stats().items()},
-            "counters": self.counters,
+            "counters": {
+                **self.counters,
+                "checkpoints": m.checkpoints,
+                "reconciliations": m.reconciliations,
+                "permission_refusals": m.refusals,
+                **{k: v for k, v in self.manager.stats.items() if k != "last_reconciliation"},
+            },
             "gauges": {
                 "buffer_tuples": {s: st.get("buffered", 0) for s, st in self.publisher.stats().items()},
                 "sunion_buffered": sum(s.buffered for s in self.sunions),

@@ -77,6 +77,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from operator import itemgetter
 
 from protocol.messages import ConsistencyState
 from protocol.tuples import DATA_KINDS, Kind, Tuple
@@ -96,6 +97,7 @@ STABLE = ConsistencyState.STABLE
 UP_FAILURE = ConsistencyState.UP_FAILURE
 STABILIZATION = ConsistencyState.STABILIZATION
 TENTATIVE, UNDO = Kind.TENTATIVE, Kind.UNDO
+_TMAX = itemgetter(3)
 
 
 class _Replica:
@@ -343,6 +345,16 @@ class TmaxFilter:
     def reset(self) -> None:
         """Stop filtering: the stream is being stabilized from a STABLE source."""
         self._threshold = None
+
+    def observe(self, tuples: Sequence[Tuple]) -> None:
+        """Unarmed fast path: raise ``highest`` to the batch's highest ``tmax`` (C-level).
+        Control tuples count too (a boundary's tmax is its time, never below the data it
+        follows): the threshold can only come out higher, which loses tentative tuples,
+        never duplicates one."""
+        if tuples:
+            top = max(map(_TMAX, tuples))
+            if self.highest is None or top > self.highest:
+                self.highest = top
 
     def accept(self, tuples: Iterable[Tuple]) -> list[Tuple]:
         """The tuples of the batch to keep, in order."""

@@ -155,6 +155,11 @@ class SUnion(Operator):
         return self._ftb is not None
 
     @property
+    def rec_requested(self) -> bool:
+        """True once this episode's REC_REQUEST went out (every input corrected)."""
+        return self._rec_requested
+
+    @property
     def next_bucket(self) -> int:
         return self._next
 
