@@ -1,7 +1,7 @@
 """A client process: subscribe to one output stream and log what arrives, when.
 
-The client subscribes like a node does (node/link.py: last stable and last tentative ids,
-failing over among the producing node's replicas) and appends every received tuple, with
+The client subscribes like a node does (node/link.py: last stable and last tentative ids;
+node/ha.py: heartbeats to the producing node's replicas, switching to the best one) and appends every received tuple, with
 its arrival time in microseconds, to RUN_DIR/clients/<name>.jsonl; at shutdown it also
 writes the same log as Parquet. Once the end-of-stream boundary arrives it marks itself
 done (RunDir.mark_done), which is how ``dpc launch`` knows the run drained.
@@ -17,6 +17,7 @@ from typing import Any
 from protocol.tuples import Kind, Tuple
 
 from .config import ClusterConfig
+from .ha import UpstreamMonitor, upstream_links
 from .link import InputLink
 from .replica import now_us
 from .runlog import JsonlTupleWriter, RunDir, write_client_parquet
@@ -34,6 +35,11 @@ class Client:
         node = config.producer_of(self.cfg.stream)
         producers = [(r.host, r.data_port) for r in node.replicas]  # type: ignore[union-attr]
         self.link = InputLink(transport, self.cfg.stream, name, producers, self._on_batch, log=log)
+        settings = node.settings  # type: ignore[union-attr]
+        self.monitor = UpstreamMonitor(
+            name, transport, upstream_links(config, [self.link]),
+            interval=settings.heartbeat_interval, misses=settings.heartbeat_misses, log=log,
+        )
         self.run_dir = run_dir
         self.writer = JsonlTupleWriter(run_dir.client_log(name))
         self.received = 0
@@ -56,9 +62,11 @@ class Client:
         self.run_dir.mark_ready(self.cfg.name)
         try:
             async with asyncio.TaskGroup() as tg:
-                task = tg.create_task(self.link.run(), name=f"link {self.cfg.stream}")
+                tasks = [tg.create_task(self.link.run(), name=f"link {self.cfg.stream}"),
+                         tg.create_task(self.monitor.run(), name="ha monitor")]
                 await stop.wait()
-                task.cancel()
+                for task in tasks:
+                    task.cancel()
         finally:
             self.writer.close()
             write_client_parquet(self.run_dir.client_log(self.cfg.name),
@@ -68,4 +76,5 @@ class Client:
     def status(self) -> dict[str, Any]:
         return {"name": self.cfg.name, "kind": "client", "stream": self.cfg.stream,
                 "received": self.received, "tentative": self.tentative, "ended": self.ended,
-                "upstream": self.link.producer}
+                "upstream": self.link.producer, "switches": self.link.switches,
+                "inputs": self.monitor.status()}

@@ -138,6 +138,12 @@ class Manager:
             while self._events:
                 self.machine, actions = cm.step(self.machine, self._events.popleft())
                 self._do_all(actions)
+                if not self._events:
+                    # A deadline already due (the checkpoint on entering STABLE) is served
+                    # now, before any new input: the next reconciliation replays from here.
+                    deadline, now = cm.next_deadline(self.machine), self._now()
+                    if deadline is not None and deadline <= now:
+                        self._events.append(cm.Tick(now))
         finally:
             self._busy = False
             self.changed.set()

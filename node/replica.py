@@ -25,11 +25,14 @@ driven by SUnion's signals; every output stream reports it in heartbeat answers.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections.abc import Mapping
 from operator import countOf, itemgetter
 from typing import Any
+
+import orjson
 
 from operators import NetworkOutput, QueryNetwork
 from operators.sunion import SUnion
@@ -238,6 +241,14 @@ class Replica:
             self.manager.on_signals(result.signals, now)
 
     # ------------------------------------------------------------------ status
+    def state_hashes(self) -> dict[str, str]:
+        """A digest of each operator's state (SUnion's buffers hold arrival times: left out);
+        replicas that processed the same stable input have the same digests."""
+        return {
+            op.name: hashlib.sha256(orjson.dumps(op.snapshot(), option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+            for op in self.network.operators if not isinstance(op, SUnion)
+        }
+
     def status(self) -> dict[str, Any]:
         now = now_us()
         m = self.manager.machine
@@ -250,6 +261,7 @@ class Replica:
             "state": self.state,
             "time_in_state_s": round((now - m.since) / 1e6, 3),
             "uptime_s": round((now - self.started) / 1e6, 3),
+            "state_hashes": self.state_hashes(),
             "consistency": {
                 "policy": f"{m.policy.up_failure.value}/{m.policy.stabilization.value}, "
                           f"{m.policy.method.value}/redo, rank {m.policy.rank}",

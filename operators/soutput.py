@@ -195,7 +195,9 @@ class SOutput(Operator):
             "last_stable_id": self._last_stable,
             "tentative_after": self._tent_after,
             "dropping": self._dropping,
-            "wait_id": self._wait_id,
+            # Meaningless once the drop is over: left out, so that replicas with different
+            # reconciliation histories but the same stream have the same snapshot.
+            "wait_id": self._wait_id if self._dropping else 0,
             "rec_pending": self._rec_pending,
         }
 
