@@ -33,7 +33,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--simulated-only", action="store_true",
                       help="only the single-node failure walkthrough (no processes)")
-    demo.add_argument("--seconds", type=float, default=6.0, help="how long the cluster runs")
+    demo.add_argument("--seconds", type=float, default=3.0,
+                      help="how long the cluster runs STABLE before the failure")
+    demo.add_argument("--failure", type=float, default=5.0,
+                      help="how long s3 is cut off from the replicas (alpha*X = 2.7 s)")
 
     launch = sub.add_parser("launch", help="start every process of a cluster config locally")
     launch.add_argument("config", type=Path, metavar="CLUSTER.toml")
@@ -48,6 +51,12 @@ def _parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="each replica's state and streams, from the control planes")
     status.add_argument("target", type=Path, nargs="?", default=None, metavar="CLUSTER.toml|RUN_DIR",
                         help="default: the latest run under ./runs")
+
+    fault = sub.add_parser("fault", help="cut a replica off from named processes, or heal (POST /fault)")
+    fault.add_argument("config", type=Path, metavar="CLUSTER.toml")
+    fault.add_argument("replica", help="the replica where the cut is made")
+    fault.add_argument("action", choices=("cut", "heal"))
+    fault.add_argument("peers", nargs="*", help="process names (heal without names: heal all)")
 
     check = sub.add_parser("check", help="verify a run's logs against a reference evaluation")
     check.add_argument("run_dir", type=Path, metavar="RUN_DIR")
@@ -84,7 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             if args.simulated_only:
                 return run_simulated_demo(seed=args.seed, method=args.method)
-            return run_demo(seed=args.seed, method=args.method, cluster_seconds=args.seconds)
+            return run_demo(seed=args.seed, method=args.method, cluster_seconds=args.seconds,
+                            failure_seconds=args.failure)
         if args.command == "launch":
             from .launch import launch
 
@@ -99,6 +109,29 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .status import print_status, resolve_config
 
             return print_status(load_config(resolve_config(args.target)))
+        if args.command == "fault":
+            from node.config_load import load_config
+
+            from .fault import FaultError, cut, heal
+
+            config = load_config(args.config)
+            replicas = [r.name for n in config.nodes.values() for r in n.replicas]
+            if args.replica not in replicas:
+                print(f"dpc: error: no replica {args.replica!r} in {args.config}; replicas: "
+                      f"{', '.join(replicas)}", file=sys.stderr)
+                return 2
+            if args.action == "cut" and not args.peers:
+                print("dpc: error: cut needs at least one process name", file=sys.stderr)
+                return 2
+            try:
+                if args.action == "cut":
+                    print(cut(config, args.replica, args.peers))
+                else:
+                    print(heal(config, args.replica, args.peers or None))
+            except FaultError as e:
+                print(f"dpc: error: {e}", file=sys.stderr)
+                return 2
+            return 0
         if args.command == "check":
             from .check import run_check
 

@@ -1,7 +1,11 @@
 """``dpc demo``: a replicated cluster run and checked, then DPC through a failure.
 
-Part 1 launches examples/basic.toml as real processes for a few seconds, drains it and
-runs ``dpc check`` on the run. Part 2 (``--simulated-only`` runs just this part) is below.
+``dpc demo`` (:func:`run_demo`, what ``make demo`` runs) launches examples/basic.toml as real
+processes, cuts a source off from both replicas for longer than alpha*X, heals, drains and
+runs ``dpc check``: live states, tentative counts, reconciliations, and the verdicts.
+
+``dpc demo --simulated-only`` (:func:`run_simulated_demo`) is the same story on one node in
+one process with a virtual clock, described below.
 
 Three synthetic sources feed the query ``SUnion -> filter -> 1 s windowed aggregate ->
 SOutput``. Source s3 is cut off for longer than alpha*X, then heals. The run shows the
@@ -11,9 +15,8 @@ availability (Delay_new against X) and consistency (tentative tuples; the client
 with UNDOs applied against a failure-free run).
 
 This is the pure core driven by a minimal in-process stand-in for a node's consistency
-manager (checkpoint while STABLE, reconcile on REC_REQUEST). The replicated, multi-process
-runtime (``node/``) replaces this driver in the next issues; ``dpc demo`` then runs a real
-local cluster.
+manager (checkpoint while STABLE, reconcile on REC_REQUEST): deterministic and quick, it
+shows the operators' side of the protocol without the processes.
 """
 
 from __future__ import annotations
@@ -153,21 +156,69 @@ def simulate(seed: int, method: str, cut: tuple[int, int] | None) -> DemoRun:
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
-def run_demo(seed: int = 7, method: str = "checkpoint", cluster_seconds: float = 6.0) -> int:
-    """Part 1: the replicated basic example as real processes, checked. Part 2: the DPC
-    protocol through a failure, on one node in one process (until the multi-process
-    failure handling lands, this is where tentative results and corrections show)."""
-    from .check import run_check
-    from .launch import launch
+def run_demo(seed: int = 7, method: str = "checkpoint", cluster_seconds: float = 3.0,
+             failure_seconds: float = 5.0) -> int:
+    """``make demo``: examples/basic.toml as real processes (3 sources, 2 replicas, a
+    client), STABLE for ``cluster_seconds``; then s3 is cut off from both replicas for
+    ``failure_seconds`` (longer than alpha*X = 2.7 s: tentative results), healed (both
+    replicas reconcile, one after the other), drained and judged by ``dpc check``."""
+    from node.config_load import load_config
+    from node.runlog import RunDir
 
-    run_dir = Path("runs") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
-    print("== part 1: a replicated cluster (examples/basic.toml), STABLE operation ==\n")
-    launched = launch(EXAMPLES / "basic.toml", cluster_seconds, run_dir)
+    from .check import run_check
+    from .fault import cut, heal, replica_status
+    from .launch import start_cluster, stop_cluster
+
+    rd = RunDir(Path("runs") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}").ensure()
+    text = (EXAMPLES / "basic.toml").read_text()
+    config_path = rd.path / "config.toml"
+    config_path.write_text(text.replace('reconciliation = "checkpoint"', f'reconciliation = "{method}"'))
+    config = load_config(config_path)
+    replicas = [r.name for r in config.nodes["n1"].replicas]
+    print(f"dpc demo: examples/basic.toml as real processes, reconciliation = {method}/redo, "
+          f"run directory {rd.path}\n")
+    procs = start_cluster(config, rd)
+    t0 = time.monotonic()
+
+    def show(seconds: float, until: Any = None) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end and not (until is not None and until()):
+            time.sleep(0.5)
+            parts = []
+            for r in replicas:
+                st = replica_status(config, r)
+                if st is None:
+                    parts.append(f"{r}=unreachable")
+                    continue
+                c = st["counters"]
+                parts.append(f"{r}={st['state']:<13} tentative={sum(c['tentative_out'].values()):<6}"
+                             f" undo={sum(c['undo_out'].values())} reconciled={c['reconciliations']}")
+            print(f"  t={time.monotonic() - t0:5.1f}s  " + "  ".join(parts)
+                  + f"  | c1 received {rd.count_lines(rd.client_log('c1'))}", flush=True)
+
+    def all_stable() -> bool:
+        return all((st := replica_status(config, r)) is not None and st["state"] == "STABLE"
+                   for r in replicas)
+
+    try:
+        show(cluster_seconds)
+        print(f"\n  -- cutting s3 off from {' and '.join(replicas)} for {failure_seconds:.0f} s "
+              "(s3 keeps producing; alpha*X = 2.7 s) --")
+        for r in replicas:
+            cut(config, r, ["s3"])
+        show(failure_seconds)
+        print("\n  -- healing: s3 replays what the replicas missed; they reconcile in turn --")
+        for r in replicas:
+            heal(config, r)
+        show(2.0)
+        show(15.0, until=all_stable)
+        print()
+        stopped = stop_cluster(procs, rd, drain=True)
+    finally:
+        stop_cluster(procs, rd, drain=False)
     print()
-    checked = run_check(run_dir) if launched == 0 else 1
-    print("\n== part 2: Delay, Process, Correct through a failure (one node, virtual clock) ==\n")
-    simulated = run_simulated_demo(seed, method)
-    return 0 if launched == checked == simulated == 0 else 1
+    checked = run_check(rd.path)
+    return 0 if stopped and checked == 0 else 1
 
 
 def run_simulated_demo(seed: int = 7, method: str = "checkpoint") -> int:

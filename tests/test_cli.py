@@ -50,3 +50,15 @@ def test_unknown_command_is_a_usage_error() -> None:
     r = dpc("frobnicate")
     assert r.returncode == 2
     assert "invalid choice" in r.stderr
+
+
+def test_fault_names_a_wrong_replica_and_an_unreachable_control_plane(tmp_path: Path) -> None:
+    from tests.test_cluster import small
+
+    example = str(small("basic.toml", tmp_path))  # free ports: nothing listens there
+    r = dpc("fault", example, "n9z", "cut", "s3")
+    assert r.returncode == 2 and "no replica 'n9z'" in r.stderr and "n1a, n1b" in r.stderr
+    r = dpc("fault", example, "n1a", "cut")
+    assert r.returncode == 2 and "cut needs at least one process name" in r.stderr
+    r = dpc("fault", example, "n1a", "heal")  # nothing runs: its control plane is not there
+    assert r.returncode == 2 and "control plane unreachable" in r.stderr, r.stderr

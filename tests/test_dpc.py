@@ -31,7 +31,7 @@ from node.ports import free_port
 from node.runlog import RunDir, read_jsonl_tuples
 from ops_scripts.availability import assess
 from ops_scripts.check import run_check
-from ops_scripts.fault import cut, heal, replica_status
+from ops_scripts.fault import FaultError, cut, heal, post_action, replica_status
 from ops_scripts.launch import Launched, start_cluster, stop_cluster
 from protocol.tuples import Kind
 from tests.test_cluster import wait_for
@@ -262,6 +262,12 @@ def test_a_failure_at_the_head_of_a_chain_propagates_and_is_corrected(cluster: A
 
 def test_overlapping_failures_on_two_inputs(cluster: Any, tmp_path: Path) -> None:
     c = cluster(dpc_config(tmp_path))
+    for body, why in [({"cut": ["nobody"]}, "unknown process(es) ['nobody']"),
+                      ({"cut": "s3"}, "must be a list of process names"),
+                      ({}, 'send {"cut": [names]}'), ({"cut": ["n1a"]}, "unknown process(es) ['n1a']")]:
+        with pytest.raises(FaultError) as info:  # bad requests: a 400 naming the problem
+            post_action(c.config, "n1a", "fault", body)
+        assert "HTTP 400" in str(info.value) and why in str(info.value), info.value
     n = c.client_lines()
     wait_for(lambda: c.client_lines() > n + 50, what="the client to receive data")
     c.cut(["s3"])
