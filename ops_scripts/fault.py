@@ -41,7 +41,12 @@ def post_action(config: ClusterConfig, replica: str, action: str, body: dict[str
             data: dict[str, Any] = json.load(resp)
             return data
     except urllib.error.HTTPError as exc:
-        raise FaultError(f"{replica} /{action} {body}: HTTP {exc.code}: {exc.read().decode()}") from None
+        raw = exc.read().decode(errors="replace")
+        try:
+            reason = json.loads(raw).get("error", raw)
+        except (ValueError, AttributeError):
+            reason = raw
+        raise FaultError(f"{replica} /{action} {body}: HTTP {exc.code}: {reason}") from None
     except OSError as exc:
         raise FaultError(f"{replica} /{action}: control plane unreachable: {exc}") from None
 
