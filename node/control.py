@@ -3,7 +3,7 @@
 * ``GET /health`` -> ``{"ok": true, "name": ...}``
 * ``GET /status`` -> the process's status as JSON (state machine, streams, counters)
 * ``GET /metrics`` -> the same counters in the Prometheus text format
-* ``POST /<action>`` (a replica's: ``/checkpoint``, ``/shutdown``, ``/fault``) changes
+* ``POST /<action>`` (a replica's: ``/checkpoint``, ``/shutdown``, ``/fault``, ``/digest``) changes
   things, so it requires the cluster's token as ``Authorization: Bearer <token>``; without
   it: 401, with a wrong one: 403. The body, if any, is a JSON object handed to the action;
   a body that is not one, or an action's :class:`ActionError`, is a 400 with the reason.

@@ -32,7 +32,7 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,6 +99,7 @@ class UpstreamMonitor:
         self.transport = transport
         self.links = {s: link for s, (link, _) in links.items()}
         self.replicas = {s: tuple(rs) for s, (_, rs) in links.items()}
+        self._names = {s: frozenset(r.name for r in rs) for s, rs in self.replicas.items()}
         self._by_address = {r.address: r.name for rs in self.replicas.values() for r in rs}
         self._address = {r.name: r.address for rs in self.replicas.values() for r in rs}
         names = sorted({r.name for rs in self.replicas.values() for r in rs})
@@ -110,8 +111,7 @@ class UpstreamMonitor:
         self.choices: dict[str, Choice] = {}
         self.failed_seen: set[str] = set()
         for link in self.links.values():
-            link_choose = self._chooser(link.stream)
-            link._choose = link_choose  # the link asks us on every reconnect
+            link.choose = self._chooser(link.stream)  # the link asks us on every reconnect
 
     # ------------------------------------------------------------------ choosing
     def current(self, stream: str) -> str | None:
@@ -121,8 +121,8 @@ class UpstreamMonitor:
     def _choice(self, stream: str, exclude: str | None = None) -> Choice | None:
         if self.tracker is None:
             return None
-        view = {n: v for n, v in self.tracker.view(stream).items()
-                if n in {r.name for r in self.replicas[stream]}}
+        names = self._names[stream]  # the tracker watches every upstream node's replicas
+        view = {n: v for n, v in self.tracker.view(stream).items() if n in names}
         if exclude is not None and exclude in view:
             view[exclude] = ReplicaView(False, view[exclude].state)
         link = self.links[stream]
@@ -130,7 +130,7 @@ class UpstreamMonitor:
         return choose_upstream(stream, current, view,
                                holding_tentative=link.last_tentative_id > link.last_stable_id)
 
-    def _chooser(self, stream: str) -> Any:
+    def _chooser(self, stream: str) -> Callable[[tuple[str, int] | None], tuple[str, int] | None]:
         def choose(failed: tuple[str, int] | None) -> tuple[str, int] | None:
             exclude = None if failed is None else self._by_address.get(failed)
             choice = self._choice(stream, exclude)

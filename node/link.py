@@ -106,7 +106,7 @@ class InputLink:
         self._ack_interval = ack_interval
         self._retry_interval = retry_interval
         self._log = log
-        self._choose = choose
+        self.choose = choose  # the HA monitor's opinion on the next producer, if any
         self.tmax = TmaxFilter()
         self.current: tuple[str, int] | None = None  # the producer in use or being tried
         self.switches = 0  # switch_to calls that moved the link
@@ -163,7 +163,7 @@ class InputLink:
         name = f"{self.subscriber} <- {self.stream}"
         failed: tuple[str, int] | None = None
         while True:
-            choice = self._choose(failed) if self._choose is not None and not self._switching else None
+            choice = self.choose(failed) if self.choose is not None and not self._switching else None
             if choice is not None and choice in self.producers:
                 self._next = self.producers.index(choice)
             host, port = self.producers[self._next % len(self.producers)]

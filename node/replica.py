@@ -126,7 +126,7 @@ class Replica:
             self.me.name, self.config.control_host, self.me.control_port, self.config.token,
             self.status,
             {"checkpoint": self._checkpoint_action, "shutdown": self._shutdown_action(stop),
-             "fault": self._fault_action},
+             "fault": self._fault_action, "digest": self._digest_action},
         )
         await control.start()
         log.info("replica %s of node %s serving data on %s:%d, control on %s:%d",
@@ -241,6 +241,10 @@ class Replica:
             self.manager.on_signals(result.signals, now)
 
     # ------------------------------------------------------------------ status
+    async def _digest_action(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Operator state digests on request (snapshotting is not for every /status poll)."""
+        return {"state": self.state, "state_hashes": self.state_hashes()}
+
     def state_hashes(self) -> dict[str, str]:
         """A digest of each operator's state (SUnion's buffers hold arrival times: left out);
         replicas that processed the same stable input have the same digests."""
@@ -261,7 +265,6 @@ class Replica:
             "state": self.state,
             "time_in_state_s": round((now - m.since) / 1e6, 3),
             "uptime_s": round((now - self.started) / 1e6, 3),
-            "state_hashes": self.state_hashes(),
             "consistency": {
                 "policy": f"{m.policy.up_failure.value}/{m.policy.stabilization.value}, "
                           f"{m.policy.method.value}/redo, rank {m.policy.rank}",

@@ -166,8 +166,9 @@ def run_demo(seed: int = 7, method: str = "checkpoint", cluster_seconds: float =
     from node.runlog import RunDir
 
     from .check import run_check
-    from .fault import cut, heal, replica_status
-    from .launch import start_cluster, stop_cluster
+    from .fault import cut, heal
+    from .launch import progress, start_cluster, stop_cluster
+    from .status import fetch_status
 
     rd = RunDir(Path("runs") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}").ensure()
     text = (EXAMPLES / "basic.toml").read_text()
@@ -183,21 +184,11 @@ def run_demo(seed: int = 7, method: str = "checkpoint", cluster_seconds: float =
     def show(seconds: float, until: Any = None) -> None:
         end = time.monotonic() + seconds
         while time.monotonic() < end and not (until is not None and until()):
-            time.sleep(0.5)
-            parts = []
-            for r in replicas:
-                st = replica_status(config, r)
-                if st is None:
-                    parts.append(f"{r}=unreachable")
-                    continue
-                c = st["counters"]
-                parts.append(f"{r}={st['state']:<13} tentative={sum(c['tentative_out'].values()):<6}"
-                             f" undo={sum(c['undo_out'].values())} reconciled={c['reconciliations']}")
-            print(f"  t={time.monotonic() - t0:5.1f}s  " + "  ".join(parts)
-                  + f"  | c1 received {rd.count_lines(rd.client_log('c1'))}", flush=True)
+            time.sleep(0.5)  # the pace of the live lines
+            progress(config, rd, time.monotonic() - t0)
 
     def all_stable() -> bool:
-        return all((st := replica_status(config, r)) is not None and st["state"] == "STABLE"
+        return all((st := fetch_status(config, r)) is not None and st["state"] == "STABLE"
                    for r in replicas)
 
     try:

@@ -22,7 +22,7 @@ from typing import Any
 
 from node.config import ClusterConfig
 
-__all__ = ["FaultError", "cut", "heal", "heal_all", "post_action", "replica_status"]
+__all__ = ["FaultError", "cut", "heal", "heal_all", "post_action"]
 
 
 class FaultError(RuntimeError):
@@ -49,16 +49,6 @@ def post_action(config: ClusterConfig, replica: str, action: str, body: dict[str
         raise FaultError(f"{replica} /{action} {body}: HTTP {exc.code}: {reason}") from None
     except OSError as exc:
         raise FaultError(f"{replica} /{action}: control plane unreachable: {exc}") from None
-
-
-def replica_status(config: ClusterConfig, replica: str) -> dict[str, Any] | None:
-    r = config.replica(replica)
-    try:
-        with urllib.request.urlopen(f"http://{config.control_host}:{r.control_port}/status", timeout=2) as resp:
-            data: dict[str, Any] = json.load(resp)
-            return data
-    except OSError:
-        return None
 
 
 def cut(config: ClusterConfig, replica: str, peers: Sequence[str]) -> dict[str, Any]:

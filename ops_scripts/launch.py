@@ -22,16 +22,17 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from node.config import ClusterConfig
 from node.runlog import RunDir
 
-__all__ = ["Launched", "launch", "start_cluster", "stop_cluster"]
+from .status import fetch_status
+
+__all__ = ["Launched", "launch", "progress", "start_cluster", "stop_cluster"]
 
 READY_TIMEOUT = 30.0
 DRAIN_TIMEOUT = 60.0
@@ -105,28 +106,20 @@ def start_cluster(config: ClusterConfig, rd: RunDir, out: TextIO = sys.stdout,
     return procs
 
 
-def _status(config: ClusterConfig, replica: str) -> dict[str, Any] | None:
-    r = config.replica(replica)
-    try:
-        with urllib.request.urlopen(f"http://{config.control_host}:{r.control_port}/status", timeout=1) as resp:
-            data: dict[str, Any] = json.load(resp)
-            return data
-    except OSError:
-        return None
-
-
-def _progress(config: ClusterConfig, procs: list[Launched], rd: RunDir, elapsed: float, out: TextIO) -> None:
+def progress(config: ClusterConfig, rd: RunDir, elapsed: float, out: TextIO = sys.stdout) -> None:
+    """One progress line: each replica's state, output, tentative / UNDO counts and
+    reconciliations (from its /status), and what each client received."""
     parts = []
-    for p in procs:
-        if p.kind != "replica":
-            continue
-        st = _status(config, p.name)
-        if st is None:
-            parts.append(f"{p.name}=unreachable")
-            continue
-        n_out = sum(st["counters"]["tuples_out"].values())
-        n_tent = sum(st["counters"]["tentative_out"].values())
-        parts.append(f"{p.name}={st['state']} out={n_out}" + (f" tent={n_tent}" if n_tent else ""))
+    for node in config.nodes.values():
+        for r in node.replicas:
+            st = fetch_status(config, r.name)
+            if st is None:
+                parts.append(f"{r.name}=unreachable")
+                continue
+            c = st["counters"]
+            parts.append(f"{r.name}={st['state']:<13} out={sum(c['tuples_out'].values()):<7} "
+                         f"tentative={sum(c['tentative_out'].values()):<6} "
+                         f"undo={sum(c['undo_out'].values())} reconciled={c['reconciliations']}")
     received = {c: rd.count_lines(rd.client_log(c)) for c in config.clients}
     clients = " ".join(f"{c}={n}" for c, n in received.items())
     print(f"  t={elapsed:5.1f}s  {'  '.join(parts)}  | clients: {clients}", file=out, flush=True)
@@ -184,7 +177,7 @@ def launch(config_path: Path, duration: float | None, run_dir: Path | None, out:
                 for p in dead:
                     print(f"  {p.kind} {p.name} died (exit {p.proc.poll()}):\n{_tail(rd, p.name)}", file=out)
                 break
-            _progress(config, procs, rd, time.monotonic() - start, out)
+            progress(config, rd, time.monotonic() - start, out)
     except KeyboardInterrupt:
         print("  interrupted: stopping", file=out)
     print("  stopping: draining sources", file=out, flush=True)

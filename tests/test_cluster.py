@@ -231,8 +231,8 @@ def test_demo_shows_a_failure_and_its_correction_on_real_processes(tmp_path: Pat
                        check=False, cwd=tmp_path)
     out = r.stdout
     assert r.returncode == 0, out + r.stderr
-    assert re.search(r"n1a=UP_FAILURE\s+tentative=[1-9]", out), out  # live states
-    assert re.search(r"n1a=STABLE\s+tentative=[1-9]\d*\s+undo=1 reconciled=1", out), out
+    assert re.search(r"n1a=UP_FAILURE\s+out=\d+\s+tentative=[1-9]", out), out  # live states
+    assert re.search(r"n1a=STABLE\s+out=\d+\s+tentative=[1-9]\d*\s+undo=1 reconciled=1", out), out
     avail = re.search(r"availability: c1 received \d+, tentative (\d+), undos (\d+)", out)
     assert avail and int(avail.group(1)) > 0 and int(avail.group(2)) >= 1, out
     assert "eventual-consistency  client c1 (n1.out)    valid" in out and "-> PASS" in out

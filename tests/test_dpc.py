@@ -31,8 +31,9 @@ from node.ports import free_port
 from node.runlog import RunDir, read_jsonl_tuples
 from ops_scripts.availability import assess
 from ops_scripts.check import run_check
-from ops_scripts.fault import FaultError, cut, heal, post_action, replica_status
+from ops_scripts.fault import FaultError, cut, heal, post_action
 from ops_scripts.launch import Launched, start_cluster, stop_cluster
+from ops_scripts.status import fetch_status
 from protocol.tuples import Kind
 from tests.test_cluster import wait_for
 
@@ -82,7 +83,7 @@ class Cluster:
         return self.rd.count_lines(self.rd.client_log(client))
 
     def status(self, replica: str) -> dict[str, Any]:
-        st = replica_status(self.config, replica)
+        st = fetch_status(self.config, replica, timeout=5)
         assert st is not None, f"{replica} does not answer /status"
         return st
 
@@ -110,7 +111,8 @@ class Cluster:
         wait_for(lambda: all(self.rd.is_done(c) for c in self.config.clients), 60, "the drain")
         wait_for(lambda: all(self.status(r)["state"] == "STABLE" for r in self.replicas),
                  30, "every replica STABLE")
-        final = {r: self.status(r) for r in self.replicas}
+        final = {r: {**self.status(r), **post_action(self.config, r, "digest", {})}
+                 for r in self.replicas}
         assert stop_cluster(self.procs, self.rd, drain=False)
         return final
 
