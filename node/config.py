@@ -54,6 +54,7 @@ class NodeSettings:
     reconciliation: str  # "checkpoint" | "undo"
     up_failure: str  # "delay" | "process"
     stabilization: str  # "suspend" | "delay" | "process"
+    replay_step: int = 10  # SUnion buckets re-released per event-loop turn when reconciling
 
     @property
     def wait(self) -> int:

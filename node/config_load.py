@@ -24,6 +24,7 @@ The format (``examples/README.md`` has the long version)::
     reconciliation = "checkpoint"  # "checkpoint" | "undo"
     up_failure = "process"         # "delay" | "process"
     stabilization = "process"      # "suspend" | "delay" | "process"
+    replay_step = 10           # buckets re-released per event-loop turn while reconciling
 
     [sources.s1]
     schema = ["key", "value"]  # non-empty, distinct names
@@ -203,6 +204,7 @@ def _settings(t: Table, base: NodeSettings) -> NodeSettings:
         stabilization=t.string(
             "stabilization", base.stabilization, choices=("suspend", "delay", "process")
         ),
+        replay_step=t.integer("replay_step", base.replay_step, lo=1),
     )
 
 

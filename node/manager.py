@@ -13,11 +13,15 @@ replay releases buckets, which may signal a new failure); those become events qu
 the current step, never nested in it: the machine's contract is that the actions of one step
 run in order with no other event in between.
 
-*Reconciliation is synchronous.* ``Reconcile`` rewinds the network to the last checkpoint
-and replays SUnion's kept input (checkpoint/redo), or pushes UNDO_START into every SUnion
-(undo/redo), in one call: no new input is processed meanwhile, which is the paper's "a node
-suspends processing new input tuples while reconciling". The progress event that ends
-STABILIZATION follows in the same turn when every SOutput is past its duplicates.
+*Reconciliation replays in steps.* ``Reconcile`` rewinds the network to the last
+checkpoint (checkpoint/redo) or pushes UNDO_START into every SUnion (undo/redo); SUnion then
+re-releases its kept buckets ``replay_step`` buckets per event-loop turn (the replay task),
+so the replica keeps answering heartbeats and partners while it reconciles, and ``/status``
+shows the replay's progress. No new input and no timer reaches the network until the replay
+is over (``input_open`` is clear): the paper's "a node suspends processing new input tuples
+while reconciling". Then the progress event that ends STABILIZATION is fed (caught up once
+every SOutput is past its duplicates). ``replay_gate`` is a fault hook: clear, it stalls the
+replay between steps (a slow reconciliation, so tests can start a failure during one).
 
 *Permission.* ``AskPermission`` sends ``ReconcileRequest`` to every partner (the other
 replicas of the node) over a connection kept per partner; an answer to the current request
@@ -29,7 +33,9 @@ Invariants
 ----------
 * The network is only touched from the event loop's thread, inside ``feed`` or the
   replica's data path, never concurrently (asyncio, one thread).
-* ``input_open`` is clear only between ``SuspendNewInput`` and ``ResumeNewInput``.
+* ``input_open`` is clear only between ``SuspendNewInput`` and ``ResumeNewInput``, and
+  while a replay runs.
+* At most one replay task; it is the only code that touches the network while it runs.
 """
 
 from __future__ import annotations
@@ -96,12 +102,15 @@ class Manager:
         *,
         log: logging.Logger,
         self_grant_after: int = 3,
+        replay_step: int | None = None,
     ) -> None:
         self.owner = owner
         self.node = node
         self.network = network
         self.sunions = [op for op in network.operators if isinstance(op, SUnion)]
         self.soutputs = [op for op in network.operators if isinstance(op, SOutput)]
+        for s in self.sunions:
+            s.replay_step = replay_step
         self.partners = list(partners)
         self.transport = transport
         self._emit = emit
@@ -114,8 +123,12 @@ class Manager:
         self._busy = False
         self._reply: Any = None
         self._answers: dict[str, bool] = {}  # partner -> granted, for our current request
-        self.input_open = asyncio.Event()  # cleared while SUSPEND holds new input
+        self.input_open = asyncio.Event()  # cleared while SUSPEND or a replay holds new input
         self.input_open.set()
+        self._suspended = False
+        self._replay: asyncio.Task[None] | None = None
+        self.replay_gate = asyncio.Event()  # fault hook: cleared, the replay stalls
+        self.replay_gate.set()
         self.changed = asyncio.Event()  # the machine moved: the tick loop re-reads its deadline
         self.stats: dict[str, Any] = {
             "reconciliations": 0, "last_reconciliation": None, "self_grants": 0,
@@ -169,8 +182,26 @@ class Manager:
             raise RuntimeError(f"{self.owner}: no answer to {req!r}")
         return reply  # type: ignore[no-any-return]
 
+    @property
+    def replaying(self) -> bool:
+        return self._replay is not None
+
+    def replay_progress(self) -> dict[str, Any]:
+        """The current (or last) replay: input tuples re-released and to re-release."""
+        done = sum(s.replay_progress[0] for s in self.sunions)
+        total = sum(s.replay_progress[1] for s in self.sunions)
+        return {"in_progress": self.replaying, "replayed": done, "to_replay": total,
+                "stalled": not self.replay_gate.is_set()}
+
     async def run(self) -> None:
         """Feed Tick at the machine's deadlines, forever (until cancelled)."""
+        try:
+            await self._tick_loop()
+        finally:
+            if self._replay is not None:
+                self._replay.cancel()
+
+    async def _tick_loop(self) -> None:
         while True:
             self.changed.clear()
             deadline = cm.next_deadline(self.machine)
@@ -214,9 +245,11 @@ class Manager:
                 if done:
                     self._emit(self.network.inject(op.name, done, now), now)
         elif isinstance(a, cm.SuspendNewInput):
-            self.input_open.clear()
+            self._suspended = True
+            self._gate_input()
         elif isinstance(a, cm.ResumeNewInput):
-            self.input_open.set()
+            self._suspended = False
+            self._gate_input()
         elif isinstance(a, cm.Log):
             self._log.info("%s: %s", self.owner, a.message)
 
@@ -230,8 +263,13 @@ class Manager:
             s.truncate()  # buckets released before this checkpoint are never replayed
         return seq
 
+    def _gate_input(self) -> None:
+        if self._suspended or self._replay is not None:
+            self.input_open.clear()
+        else:
+            self.input_open.set()
+
     def _reconcile(self, method: cm.Method, now: int) -> None:
-        to_replay = sum(s.buffered for s in self.sunions)
         started = self._now()
         if method is cm.Method.CHECKPOINT:
             snap = self.checkpoints.latest().parts
@@ -245,16 +283,32 @@ class Manager:
                 for name, tuples in part.outputs.items():
                     out.outputs.setdefault(name, []).extend(tuples)
                 out.signals.extend(part.signals)
-        replayed = sum(len(t) for t in out.outputs.values())
-        self._emit(out, now)
+        self._replay = asyncio.get_running_loop().create_task(
+            self._replay_rest(method, started), name="replay")
+        self._gate_input()
+        self._emit(out, now)  # the first step (its signals are fed after this step)
+
+    async def _replay_rest(self, method: cm.Method, started: int) -> None:
+        """The replay's further steps, one per loop turn, then the progress event."""
+        steps = 1
+        while any(s.replaying for s in self.sunions):
+            await asyncio.sleep(0)  # let heartbeats, partners and the control plane in
+            await self.replay_gate.wait()
+            now = self._now()
+            self._emit(self.network.replay(now), now)
+            steps += 1
+        self._replay = None
+        self._gate_input()
+        now = self._now()
+        replayed, to_replay = (sum(s.replay_progress[i] for s in self.sunions) for i in (0, 1))
+        ms = (now - started) / 1000
         self.stats["reconciliations"] += 1
         self.stats["last_reconciliation"] = {
-            "method": method.value, "at_us": now, "input_tuples_to_replay": to_replay,
-            "output_tuples": replayed, "duration_ms": round((self._now() - started) / 1000, 3),
+            "method": method.value, "at_us": started, "input_tuples_to_replay": to_replay,
+            "input_tuples_replayed": replayed, "steps": steps, "duration_ms": round(ms, 3),
         }
-        self._log.warning("%s: reconciled by %s/redo: %d buffered input tuples, %d output "
-                          "tuples, %.1f ms", self.owner, method.value, to_replay, replayed,
-                          (self._now() - started) / 1000)
+        self._log.warning("%s: reconciled by %s/redo: %d input tuples replayed in %d steps, "
+                          "%.1f ms", self.owner, method.value, replayed, steps, ms)
         self._progress(now)
 
     def _input_of(self, sunion: SUnion) -> str:
@@ -263,7 +317,8 @@ class Manager:
         return spec.inputs[0]  # SUnions read node inputs only (checked when the network is built)
 
     def _progress(self, now: int) -> None:
-        caught_up = all(op.mode is not SOutputMode.DROP_DUPLICATES for op in self.soutputs)
+        caught_up = self._replay is None and all(
+            op.mode is not SOutputMode.DROP_DUPLICATES for op in self.soutputs)
         self.feed(cm.ReconciliationProgress(now, caught_up, 0))
 
     # ------------------------------------------------------------------ permission

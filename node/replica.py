@@ -101,7 +101,7 @@ class Replica:
         partners = [Partner(r.name, r.host, r.data_port) for r in self.node.replicas if r.name != name]
         self.manager = Manager(
             name, self.node.name, policy_of(self.node, name), self.network, partners,
-            transport, self._emit, now_us, log=log,
+            transport, self._emit, now_us, log=log, replay_step=self.node.settings.replay_step,
         )
         self.started = now_us()
         self.counters: dict[str, Any] = {
@@ -164,7 +164,7 @@ class Replica:
 
     async def _on_batch(self, stream: str, tuples: list[Tuple] | Any) -> None:
         await self.publisher.wait_for_room()
-        await self.manager.input_open.wait()  # SUSPEND: hold new input while reconciling
+        await self.manager.input_open.wait()  # SUSPEND or a replay: hold new input
         now = now_us()
         self.counters["tuples_in"][stream] += len(tuples)
         self._emit(self.network.push(stream, tuples, now), now)
@@ -188,6 +188,7 @@ class Replica:
                 except TimeoutError:
                     pass
                 continue
+            await self.manager.input_open.wait()  # a replay owns the network meanwhile
             now = now_us()
             self._emit(self.network.on_timer(now), now)
 
@@ -198,11 +199,23 @@ class Replica:
 
     async def _fault_action(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """``{"cut": [names]}`` cuts this replica off from those processes (both ways);
-        ``{"heal": [names]}`` or ``{"heal": "all"}`` heals."""
+        ``{"heal": [names]}`` or ``{"heal": "all"}`` heals (``"all"`` also ends a stall);
+        ``{"stall": "replay"}`` stalls this replica's reconciliations between two replay
+        steps until ``{"heal": "all"}`` or ``{"unstall": "replay"}``."""
         known = set(self.config.addresses().values()) - {self.me.name}
+        if set(body) in ({"stall"}, {"unstall"}):
+            if next(iter(body.values())) != "replay":
+                raise ActionError('send {"stall": "replay"} or {"unstall": "replay"}')
+            if "stall" in body:
+                self.manager.replay_gate.clear()
+            else:
+                self.manager.replay_gate.set()
+            log.warning("%s: replay %s", self.me.name, "stalled" if "stall" in body else "resumed")
+            return {"replay": self.manager.replay_progress()}
         cut, heal = body.get("cut"), body.get("heal")
         if (cut is None) == (heal is None) or set(body) - {"cut", "heal"}:
-            raise ActionError('send {"cut": [names]} or {"heal": [names] | "all"}')
+            raise ActionError('send {"cut": [names]}, {"heal": [names] | "all"} or '
+                              '{"stall": "replay"} / {"unstall": "replay"}')
         names = cut if cut is not None else (None if heal == "all" else heal)
         if names is not None:
             if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
@@ -213,6 +226,8 @@ class Replica:
         if cut is not None:
             self.faults.cut(cut)
             return {"cut": self.faults.cut_peers}
+        if names is None:
+            self.manager.replay_gate.set()
         return {"healed": self.faults.heal(names), "cut": self.faults.cut_peers}
 
     def _shutdown_action(self, stop: asyncio.Event) -> Any:
@@ -258,6 +273,7 @@ class Replica:
         m = self.manager.machine
         names = self.config.addresses()
         ha = self.monitor.status()
+        replay = self.manager.replay_progress()
         return {
             "name": self.me.name,
             "kind": "replica",
@@ -270,9 +286,10 @@ class Replica:
                           f"{m.policy.method.value}/redo, rank {m.policy.rank}",
                 "permission": m.permission.value,
                 "sunion_mode": m.sunion_mode.value,
+                "replay": replay,
                 "last_reconciliation": self.manager.stats["last_reconciliation"],
             },
-            "faults": self.faults.status(),
+            "faults": {**self.faults.status(), "replay_stalled": not self.manager.replay_gate.is_set()},
             "inputs": {
                 link.stream: {
                     "upstream": names.get(link.current) if link.current else None,
@@ -297,6 +314,12 @@ class Replica:
                 "buffer_tuples": {s: st.get("buffered", 0) for s, st in self.publisher.stats().items()},
                 "sunion_buffered": sum(s.buffered for s in self.sunions),
                 "in_failure": int(any(s.in_failure for s in self.sunions)),
+                # The state as its wire code (0 STABLE, 1 UP_FAILURE, 2 STABILIZATION).
+                "consistency_state": ConsistencyState[self.state].value,
+                "time_in_state_seconds": round((now - m.since) / 1e6, 3),
+                "replaying": int(replay["in_progress"]),
+                "replay_replayed_tuples": replay["replayed"],
+                "replay_to_replay_tuples": replay["to_replay"],
                 # Tuples behind a boundary their upstream had already promised: bad input.
                 "late_dropped": sum(s.late_dropped for s in self.sunions),
             },

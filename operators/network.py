@@ -163,11 +163,21 @@ class QueryNetwork:
             immediate = rewind(snap[op.name])
             if immediate:
                 self._emit(idx, list(immediate))
+        self._replay(now)
+        return self._finish()
+
+    def replay(self, now: int) -> NetworkOutput:
+        """One more step of a reconciliation's replay (SUnion's ``replay_step``): every
+        operator that replays re-releases what it may this call."""
+        self._begin(now)
+        self._replay(now)
+        return self._finish()
+
+    def _replay(self, now: int) -> None:
         for idx, op in enumerate(self.operators):
             replay = getattr(op, "replay", None)
             if replay is not None:
                 self._emit(idx, replay(now))
-        return self._finish()
 
     def _check_parts(self, snap: Mapping[str, Plain]) -> None:
         names = {op.name for op in self.operators}

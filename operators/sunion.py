@@ -51,6 +51,15 @@ id counter and the episode flags but keeps the buffered (corrected) input; the r
 happens in :meth:`SUnion.replay` (or any later ``process``/``on_timer``), reproducing the
 pre-failure ids so that SOutput can drop those duplicates. Both end the episode.
 
+*Replay in steps.* A reconciliation re-releases every bucket from its start up to the
+*horizon* (the release pointer before rewinding). With ``replay_step`` set (the runtime sets
+it; None = all at once), one call (``replay``, ``on_timer``, ``process``) re-releases at most
+that many buckets while the horizon is not reached, and releases nothing else: the node
+keeps answering its peers between steps, and ``replay_progress`` tells how far it is. Past
+the horizon the operator is back to normal in the same call (so a bucket that expired while
+the replay ran goes out TENTATIVE right after the replayed ones: a new failure that began
+during the reconciliation appears after it).
+
 This module is over 400 lines because the release loop, the episode bookkeeping and both
 reconciliation paths share one set of invariants that only make sense read together.
 """
@@ -147,6 +156,13 @@ class SUnion(Operator):
         self._late_dropped = 0
         self._mfn: int | None = None  # cached min first_now over pending buckets
         self._mfn_ok = True
+        #: Buckets re-released per call during a replay (None: all at once). Runtime
+        #: setting, not state: kept across ``clear``.
+        self.replay_step: int | None = getattr(self, "replay_step", None)
+        self._replay_to: int | None = None  # the replay's horizon while one is under way
+        self._budget = 0  # buckets this call may still re-release
+        self._replay_total = 0  # tuples to re-release in the current replay
+        self._replay_done = 0
 
     # ------------------------------------------------------------------ read-only views
     @property
@@ -173,6 +189,16 @@ class SUnion(Operator):
         return self._late_dropped
 
     @property
+    def replaying(self) -> bool:
+        """True while a reconciliation's replay has not reached its horizon."""
+        return self._replay_to is not None and self._next < self._replay_to
+
+    @property
+    def replay_progress(self) -> tuple[int, int]:
+        """(tuples re-released, tuples to re-release) of the current or last replay."""
+        return self._replay_done, self._replay_total
+
+    @property
     def buffered(self) -> int:
         """Tuples held in pending and kept buckets."""
         return sum(len(p) for bk in self._buckets.values() for p in bk.ports)
@@ -182,6 +208,7 @@ class SUnion(Operator):
         if not 0 <= port < self._n_ports:
             raise OperatorError(f"{self.describe()}: no input port {port}")
         self.now = now
+        self._budget = self.replay_step or 0
         out: list[Tuple] = []
         # What expired before this batch arrived goes first, as if on_timer had fired.
         if self._due():
@@ -197,6 +224,7 @@ class SUnion(Operator):
 
     def on_timer(self, now: int) -> list[Tuple]:
         self.now = now
+        self._budget = self.replay_step or 0
         out: list[Tuple] = []
         self._drain(out)
         return out
@@ -240,7 +268,7 @@ class SUnion(Operator):
         self._undo_id = st["undo_id"]
         self._undo_boundary = st["undo_boundary"]
         self._rec_requested = st["rec_requested"]
-        self._rewind_to(start)
+        self._rewind_to(start, replay=True)
 
     # ------------------------------------------------------------------ data path
     def on_data(self, port: int, tuples: Sequence[Tuple], out: list[Tuple]) -> None:
@@ -383,11 +411,19 @@ class SUnion(Operator):
         self._boundary_out = self._undo_boundary
         self._ftb = None
         self._rec_requested = False
-        self._rewind_to(start)
+        self._rewind_to(start, replay=True)
+        self._budget = self.replay_step or 0
         self._drain(out)
 
-    def _rewind_to(self, start: int) -> None:
-        """Make every held bucket from ``start`` on pending again."""
+    def _rewind_to(self, start: int, *, replay: bool = False) -> None:
+        """Make every held bucket from ``start`` on pending again; ``replay``: they are a
+        reconciliation's replay, up to the current release pointer (the horizon)."""
+        if replay:
+            self._replay_to = self._next
+            self._replay_done = 0
+            self._replay_total = sum(
+                len(p) for b, bk in self._buckets.items() if start <= b < self._next for p in bk.ports
+            )
         self._next = start
         self._heap = sorted(b for b in self._buckets if b >= start)  # sorted = a heap
         self._rel_tent = sum(bk.n_tent for b, bk in self._buckets.items() if b < start)
@@ -420,7 +456,7 @@ class SUnion(Operator):
         """Release everything releasable at ``self.now``, then check for REC_REQUEST."""
         while True:
             self._release_ready(out)
-            if not self._expire(out):
+            if self._held() or not self._expire(out):
                 break
         self._flush_boundary(out)
         # (No tentative tuple left is implied by the watermark while tentative inputs'
@@ -436,7 +472,7 @@ class SUnion(Operator):
 
     def _release_ready(self, out: list[Tuple]) -> None:
         complete = self.watermark // self.width  # buckets below this index are complete
-        while self._next < complete:
+        while self._next < complete and not self._held():
             nb = self._next
             head = self._head()
             if head is None or head > nb:  # a run of empty complete buckets: jump it
@@ -466,9 +502,19 @@ class SUnion(Operator):
             self._undo_boundary = self._boundary_out
             self._rec_requested = False
             self.signals.append(make_tuple(Kind.UP_FAILURE, 0, self.now, self.now, ()))
-        while (head := self._head()) is not None and head <= target:
+        while not self._held() and (head := self._head()) is not None and head <= target:
             self._release(head, bs[head], TENTATIVE, out)
         return True
+
+    def _held(self) -> bool:
+        """True while a stepped replay used up this call's budget (see the docstring)."""
+        to = self._replay_to
+        if to is None:
+            return False
+        if self._next >= to:
+            self._replay_to = None  # the horizon is reached: back to normal
+            return False
+        return self.replay_step is not None and self._budget <= 0
 
     def _release(self, b: int, bk: _Bucket, kind: Kind, out: list[Tuple]) -> None:
         items: list[Tuple] = []
@@ -478,6 +524,9 @@ class SUnion(Operator):
         i = self.last_id
         out += [_new(Tuple, (kind, j, t[2], t[3], t[4])) for j, t in enumerate(items, i + 1)]
         self.last_id = i + len(items)
+        if self._replay_to is not None and b < self._replay_to:
+            self._replay_done += len(items)
+            self._budget -= 1
         self._next = b + 1
         end = (b + 1) * self.width
         if end > self._boundary_out:
@@ -532,4 +581,5 @@ class SUnion(Operator):
             bk = self._buckets[b] = _Bucket(self._n_ports, first_now)
             bk.ports = [[tuple_from_plain(p) for p in lst] for lst in ports]
             bk.n_tent = sum(1 for lst in bk.ports for t in lst if t[0] is TENTATIVE)
+        self._replay_to = None
         self._rewind_to(state["next"])

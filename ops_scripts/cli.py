@@ -55,7 +55,8 @@ def _parser() -> argparse.ArgumentParser:
     fault = sub.add_parser("fault", help="cut a replica off from named processes, or heal (POST /fault)")
     fault.add_argument("config", type=Path, metavar="CLUSTER.toml")
     fault.add_argument("replica", help="the replica where the cut is made")
-    fault.add_argument("action", choices=("cut", "heal"))
+    fault.add_argument("action", choices=("cut", "heal", "stall", "unstall"),
+                       help="stall / unstall: hold this replica's reconciliations mid-replay")
     fault.add_argument("peers", nargs="*", help="process names (heal without names: heal all)")
 
     check = sub.add_parser("check", help="verify a run's logs against a reference evaluation")
@@ -112,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "fault":
             from node.config_load import load_config
 
-            from .fault import FaultError, cut, heal
+            from .fault import FaultError, cut, heal, stall, unstall
 
             config = load_config(args.config)
             replicas = [r.name for n in config.nodes.values() for r in n.replicas]
@@ -126,8 +127,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             try:
                 if args.action == "cut":
                     print(cut(config, args.replica, args.peers))
-                else:
+                elif args.action == "heal":
                     print(heal(config, args.replica, args.peers or None))
+                elif args.action == "stall":
+                    print(stall(config, args.replica))
+                else:
+                    print(unstall(config, args.replica))
             except FaultError as e:
                 print(f"dpc: error: {e}", file=sys.stderr)
                 return 2

@@ -7,7 +7,9 @@ in a cluster has a replica at one end, so cutting at the replica covers them all
 * cut a source from one replica: ``cut(config, "n1a", ["s3"])``; from all: once per replica;
 * cut the link between two processes: at the replica end (either replica, for two);
 * kill / restart a replica: ``kill_replica`` (SIGKILL by pid) / ``launch.start_cluster``;
-* heal everything: ``heal_all(config)``.
+* stall a replica's reconciliations mid-replay (a slow reconciliation, so that a new
+  failure can start during STABILIZATION): ``stall(config, "n1a")`` / ``unstall``;
+* heal everything: ``heal_all(config)`` (also ends stalls).
 
 These are the hooks the fault-schedule harness grows from (issue 5).
 """
@@ -22,7 +24,7 @@ from typing import Any
 
 from node.config import ClusterConfig
 
-__all__ = ["FaultError", "cut", "heal", "heal_all", "post_action"]
+__all__ = ["FaultError", "cut", "heal", "heal_all", "post_action", "stall", "unstall"]
 
 
 class FaultError(RuntimeError):
@@ -57,6 +59,14 @@ def cut(config: ClusterConfig, replica: str, peers: Sequence[str]) -> dict[str, 
 
 def heal(config: ClusterConfig, replica: str, peers: Sequence[str] | None = None) -> dict[str, Any]:
     return post_action(config, replica, "fault", {"heal": "all" if peers is None else list(peers)})
+
+
+def stall(config: ClusterConfig, replica: str) -> dict[str, Any]:
+    return post_action(config, replica, "fault", {"stall": "replay"})
+
+
+def unstall(config: ClusterConfig, replica: str) -> dict[str, Any]:
+    return post_action(config, replica, "fault", {"unstall": "replay"})
 
 
 def heal_all(config: ClusterConfig, skip: Sequence[str] = ()) -> None:

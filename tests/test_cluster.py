@@ -178,6 +178,10 @@ def test_control_plane_status_metrics_and_token(cluster: Callable[..., tuple[Clu
     assert all(i["connected"] for i in status["inputs"].values())
     families = {f.name: f for f in text_string_to_metric_families(_http(base + "/metrics")[1].decode())}
     assert "dpc_tuples_in" in families and "dpc_checkpoints" in families
+    # The "visible" list: state, time in state, tentative, undo, replay progress.
+    for name in ("dpc_consistency_state", "dpc_time_in_state_seconds", "dpc_tentative_out",
+                 "dpc_undo_out", "dpc_replay_replayed_tuples", "dpc_replay_to_replay_tuples"):
+        assert name in families, sorted(families)
     # Mutating requests need the token.
     assert _http(base + "/checkpoint", "POST")[0] == 401
     assert _http(base + "/checkpoint", "POST", token="wrong")[0] == 403

@@ -285,6 +285,7 @@ def test_overlapping_failures_on_two_inputs(cluster: Any, tmp_path: Path) -> Non
         ({"cut": "s3"}, "must be a list of process names"),
         ({}, 'send {"cut": [names]}'),
         ({"cut": ["n1a"]}, "unknown process(es) ['n1a']"),
+        ({"stall": "everything"}, 'send {"stall": "replay"}'),
     ]
     for body, why in bad:
         with pytest.raises(FaultError) as info:  # bad requests: a 400 naming the problem
@@ -304,3 +305,51 @@ def test_overlapping_failures_on_two_inputs(cluster: Any, tmp_path: Path) -> Non
     hashes = c.drain()
     c.check()
     assert_converged(hashes)
+
+
+@pytest.mark.parametrize("method", ["checkpoint", "undo"])
+def test_a_failure_that_starts_during_stabilization(cluster: Any, tmp_path: Path,
+                                                    method: str) -> None:
+    # One bucket per replay step, and the replay stalled (a fault hook) so that the second
+    # failure surely starts while a replica is in STABILIZATION.
+    c = cluster(dpc_config(tmp_path, reconciliation=method, replay_step=1))
+    for r in c.replicas:
+        post_action(c.config, r, "fault", {"stall": "replay"})
+    n = c.client_lines()
+    wait_for(lambda: c.client_lines() > n + 50, what="the client to receive data")
+    c.cut(["s3"])
+    wait_for(lambda: tentative_everywhere(["n1"])(c), 60, "tentative output everywhere")
+    for r in c.replicas:
+        heal(c.config, r, ["s3"])  # not "all": that would end the stall too
+
+    def stalled() -> str | None:
+        for r in c.replicas:
+            st = c.status(r)
+            if st["state"] == "STABILIZATION" and st["consistency"]["replay"]["stalled"]:
+                return r
+        return None
+
+    wait_for(lambda: stalled() is not None, 30, "a replica to reconcile (stalled mid-replay)")
+    reconciling = stalled()
+    assert reconciling is not None
+    replay = c.status(reconciling)["consistency"]["replay"]
+    assert replay["in_progress"] and 0 < replay["replayed"] < replay["to_replay"], replay
+    c.cut(["s2"])  # the new failure, while `reconciling` is stalled in STABILIZATION
+    # Hold the replay longer than alpha*X, so that buckets held since it began expire.
+    wait_for(lambda: c.status(reconciling)["time_in_state_s"] > ALPHA * X + 0.2, 10,
+             "the stalled reconciliation to outlast alpha*X")
+    other = next(r for r in c.replicas if r != reconciling)
+    assert c.status(other)["state"] == "UP_FAILURE", "a partner never reconciles meanwhile"
+    post_action(c.config, reconciling, "fault", {"unstall": "replay"})
+    wait_for(lambda: c.status(reconciling)["state"] == "UP_FAILURE"
+             and c.status(reconciling)["counters"]["reconciliations"] >= 1, 30,
+             "the reconciliation to end into the new failure")
+    c.heal()
+    hashes = c.drain()
+    c.check()  # eventual consistency; no stable tuple undone or duplicated
+    assert_converged(hashes)
+    # At the replica: after its UNDO, REC_DONE comes before the new failure's first tentative.
+    kinds = [t.kind for _, t in read_jsonl_tuples(c.rd.replica_output(reconciling, "n1.out"))]
+    after = kinds[kinds.index(Kind.UNDO):]
+    assert Kind.TENTATIVE in after, "the new failure appears after the reconciliation"
+    assert after.index(Kind.REC_DONE) < after.index(Kind.TENTATIVE)

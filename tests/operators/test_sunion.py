@@ -279,6 +279,60 @@ def test_checkpoint_redo_via_rewind_reproduces_ids() -> None:
     assert not u.in_failure
 
 
+def _checkpoint_then_failure(u: SUnion) -> Any:
+    """The run of the test above, up to the point the node rewinds: the checkpoint."""
+    u.process(0, [d(0, 1, 3), boundary(10)], 0)
+    u.process(1, [d(1, 1, 4), boundary(10)], 0)
+    snap = orjson.loads(orjson.dumps(u.snapshot()))
+    u.truncate()
+    u.process(0, [d(0, 2, 12), boundary(20)], 10)
+    u.process(1, [d(1, 2, 15), boundary(20)], 10)
+    u.process(0, [d(0, 3, 21), boundary(30)], 20)
+    u.on_timer(120)
+    u.process(1, [d(1, 3, 22), boundary(30)], 130)
+    return snap
+
+
+def test_a_stepped_replay_releases_the_same_stream_one_bucket_per_call() -> None:
+    whole, stepped = sunion(2), sunion(2)
+    stepped.replay_step = 1
+    snaps = [_checkpoint_then_failure(u) for u in (whole, stepped)]
+    whole.rewind(snaps[0])
+    expected = whole.replay(140)
+    stepped.rewind(snaps[1])
+    assert stepped.replaying and stepped.replay_progress == (0, 4)
+    first = stepped.replay(140)
+    assert first == [o(S, 3, 0, 2, 12), o(S, 4, 1, 2, 15), boundary(20)]  # one bucket
+    assert stepped.replaying and stepped.replay_progress == (2, 4)
+    assert stepped.on_timer(150) == expected[3:]  # any call is a step
+    assert not stepped.replaying and stepped.replay_progress == (4, 4)
+
+
+def test_undo_redo_replays_in_steps_too() -> None:
+    whole, stepped = sunion(2, recovery="undo"), sunion(2, recovery="undo")
+    stepped.replay_step = 1
+    for u in (whole, stepped):
+        _failure_then_corrections(u)
+    expected = whole.process(1, [undo_start()], 160)
+    out = stepped.process(1, [undo_start()], 160)
+    assert out == expected[:4] and stepped.replaying  # UNDO, then one bucket
+    out += stepped.replay(161)
+    assert out == expected and not stepped.replaying
+
+
+def test_a_bucket_that_expired_during_a_stepped_replay_goes_out_after_it() -> None:
+    u = sunion(2)
+    u.replay_step = 1
+    u.rewind(_checkpoint_then_failure(u))
+    # New input (the runtime holds it during a replay; here it comes in): the call is a
+    # step, bucket 1 only.
+    assert u.process(0, [d(0, 4, 31)], 135)[-1] == boundary(20)
+    assert u.signals == [up_failure(120), rec_request(130)]
+    out = u.replay(300)  # step 2: bucket 2, the horizon; then bucket 3 is long due
+    assert data_of(out) == [o(S, 5, 0, 3, 21), o(S, 6, 1, 3, 22), o(T, 7, 0, 4, 31)]
+    assert u.signals[-1] == up_failure(300)  # the new failure, after the corrections
+
+
 def test_rewind_refuses_truncated_history() -> None:
     u = sunion(1, recovery="undo")
     snap = u.snapshot()
