@@ -5,6 +5,7 @@ RUN_DIR/logs/<NAME>.log (and stderr), runs on uvloop (installed here, at the ent
 only), freezes its start-up heap out of the cyclic GC (DESIGN.md section 7), and stops
 cleanly on SIGINT or SIGTERM: links closed, logs flushed, exit 0. A source also takes
 SIGUSR1: end your stream (publish the end-of-stream boundary) and keep serving replays.
+A replica restarted after a crash takes ``--recover`` (node/recovery.py).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from .tcp import TcpTransport
 __all__ = ["run_process"]
 
 
-def _component(config: ClusterConfig, name: str, run_dir: RunDir):  # type: ignore[no-untyped-def]
+def _component(config: ClusterConfig, name: str, run_dir: RunDir, recover: bool):  # type: ignore[no-untyped-def]
     transport = TcpTransport()
     if name in config.sources:
         from .source import Source
@@ -42,7 +43,7 @@ def _component(config: ClusterConfig, name: str, run_dir: RunDir):  # type: igno
         raise NodeError(f"{config.path}: no process named {name!r}; known: {', '.join(known)}") from None
     from .replica import Replica
 
-    return Replica(config, name, run_dir, transport)
+    return Replica(config, name, run_dir, transport, recover=recover)
 
 
 def _setup_logging(run_dir: RunDir, name: str) -> None:
@@ -69,14 +70,16 @@ async def _main(component: object) -> None:
     await component.run(stop)  # type: ignore[attr-defined]
 
 
-def run_process(config_path: Path, name: str, run_dir: Path) -> int:
+def run_process(config_path: Path, name: str, run_dir: Path, *, recover: bool = False) -> int:
     from .config_load import load_config
 
     config = load_config(config_path)
     rd = RunDir(run_dir)
     rd.ensure()
     _setup_logging(rd, name)
-    component = _component(config, name, rd)
+    if recover and name not in {r.name for n in config.nodes.values() for r in n.replicas}:
+        raise NodeError(f"{name!r}: only a node replica can --recover")
+    component = _component(config, name, rd, recover)
     try:
         import uvloop
 

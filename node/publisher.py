@@ -29,6 +29,9 @@ Invariants:
   logged with the peer's name and closes that connection only (STYLE.md 9).
 * Acks go to ``buffer.ack`` for subscribers that are consumers of the buffer (which its
   owner sets with ``set_consumers``); acks of others trim nothing and are ignored.
+* While ``refusing`` is set (a replica recovering, node/recovery.py) every Subscribe is
+  refused with that reason and the connection closed; the responder may then return None
+  to a heartbeat (no answer: the replica counts as down).
 * Requests (``HeartbeatRequest``, ``ReconcileRequest``) go to the owner's ``responder``,
   whose answer is sent on the same connection ahead of any pending batch (a replica under
   load still answers its heartbeats promptly). A publisher without a responder (a source)
@@ -121,7 +124,7 @@ class Publisher:
         high_water: int = 50_000,
         max_batch: int = 100,
         hello_timeout: float = 5.0,
-        responder: Callable[[Message], Message] | None = None,
+        responder: Callable[[Message], Message | None] | None = None,
         log: logging.Logger,
     ) -> None:
         if high_water < 1 or max_batch < 1:
@@ -136,6 +139,8 @@ class Publisher:
         self._hello_timeout = hello_timeout
         self._responder = responder
         self._log = log
+        #: Why every Subscribe is refused now (a recovering replica), or None.
+        self.refusing: str | None = None
         # stream -> subscriber -> its live subscription
         self._live: dict[str, dict[str, _Subscription]] = {s: {} for s in buffers}
         self._room = asyncio.Event()
@@ -281,8 +286,10 @@ class Publisher:
                 self._unlink(sub)
             return None
         if self._responder is not None and isinstance(msg, HeartbeatRequest | ReconcileRequest):
-            session.replies.append(self._responder(msg))
-            session.wakeup.set()
+            reply = self._responder(msg)
+            if reply is not None:  # None: the owner stays silent (it is still recovering)
+                session.replies.append(reply)
+                session.wakeup.set()
             return None
         if isinstance(msg, Batch):
             return (
@@ -296,6 +303,8 @@ class Publisher:
         buffer = self._buffers.get(stream)
         if buffer is None:
             return f"subscribed {name!r} to unknown stream {stream!r} ({self._streams()})"
+        if self.refusing is not None:
+            return f"subscribed {name!r} to {stream!r}, refused: this replica is {self.refusing}"
         try:
             catchup = buffer.replay(msg.last_stable_id, msg.last_tentative_id)
         except ReplayAheadError as exc:

@@ -20,6 +20,10 @@ slowly, which slows its upstream. Nothing is dropped.
 
 The consistency state (STABLE / UP_FAILURE / STABILIZATION) is the manager's machine's,
 driven by SUnion's signals; every output stream reports it in heartbeat answers.
+
+Started with ``recover=True`` (``dpc node ... --recover``, after a crash), the replica is
+RECOVERING first: it rebuilds its state from a partner's and the upstream buffers, refusing
+subscribers and heartbeats until it caught up (node/recovery.py), then rejoins.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from .ha import UpstreamMonitor, upstream_links
 from .link import InputLink
 from .manager import Manager, Partner, policy_of
 from .publisher import Publisher
+from .recovery import archive_output_logs, fetch_partner_state, record_recovery
 from .runlog import JsonlTupleWriter, RunDir
 from .transport import Transport
 
@@ -70,7 +75,8 @@ def now_us() -> int:
 class Replica:
     """A node replica process's state and tasks. ``run(stop)`` until ``stop`` is set."""
 
-    def __init__(self, config: ClusterConfig, name: str, run_dir: RunDir, transport: Transport) -> None:
+    def __init__(self, config: ClusterConfig, name: str, run_dir: RunDir, transport: Transport,
+                 *, recover: bool = False) -> None:
         self.config = config
         self.me = config.replica(name)
         self.node = config.nodes[self.me.node]
@@ -87,7 +93,12 @@ class Replica:
             buf = OutputBuffer(stream)
             buf.set_consumers(config.consumers_of(stream))
             buffers[stream] = buf
+        self.buffers = buffers
         self.publisher = Publisher(name, buffers, responder=self._respond, log=log)
+        #: While recovering: what it is waiting for (status), else None.
+        self.recovering: str | None = "waiting for a partner's state" if recover else None
+        self.recovery: dict[str, Any] | None = None  # the last recovery, for status
+        self.publisher.refusing = self.recovering
         self.links = [
             InputLink(transport, stream, name, self._producers(stream), self._on_batch, log=log)
             for stream in self.node.inputs
@@ -97,6 +108,8 @@ class Replica:
             interval=self.node.settings.heartbeat_interval,
             misses=self.node.settings.heartbeat_misses, log=log,
         )
+        if recover:  # the crashed incarnation's logs stay, beside the new ones
+            archive_output_logs(run_dir, name, list(self.node.outputs))
         self.output_logs = {s: JsonlTupleWriter(run_dir.replica_output(name, s)) for s in self.node.outputs}
         partners = [Partner(r.name, r.host, r.data_port) for r in self.node.replicas if r.name != name]
         self.manager = Manager(
@@ -126,7 +139,8 @@ class Replica:
             self.me.name, self.config.control_host, self.me.control_port, self.config.token,
             self.status,
             {"checkpoint": self._checkpoint_action, "shutdown": self._shutdown_action(stop),
-             "fault": self._fault_action, "digest": self._digest_action},
+             "fault": self._fault_action, "digest": self._digest_action,
+             "state": self._state_action},
         )
         await control.start()
         log.info("replica %s of node %s serving data on %s:%d, control on %s:%d",
@@ -135,10 +149,19 @@ class Replica:
         self.run_dir.mark_ready(self.me.name)
         try:
             async with asyncio.TaskGroup() as tg:
-                tasks = [tg.create_task(link.run(), name=f"link {link.stream}") for link in self.links]
-                tasks.append(tg.create_task(self._timer_loop(), name="timer"))
-                tasks.append(tg.create_task(self.manager.run(), name="consistency manager"))
-                tasks.append(tg.create_task(self.monitor.run(), name="ha monitor"))
+                tasks: list[asyncio.Task[None]] = []
+
+                async def start() -> None:
+                    if self.recovering:
+                        await self._recover()
+                        tasks.append(tg.create_task(self._rejoin_when_caught_up(), name="rejoin"))
+                    tasks.extend(tg.create_task(link.run(), name=f"link {link.stream}")
+                                 for link in self.links)
+                    tasks.append(tg.create_task(self._timer_loop(), name="timer"))
+                    tasks.append(tg.create_task(self.manager.run(), name="consistency manager"))
+                    tasks.append(tg.create_task(self.monitor.run(), name="ha monitor"))
+
+                tasks.append(tg.create_task(start(), name="start"))
                 await stop.wait()
                 for t in tasks:
                     t.cancel()
@@ -151,12 +174,68 @@ class Replica:
 
     @property
     def state(self) -> str:
-        return self.manager.state.value
+        return "RECOVERING" if self.recovering else self.manager.state.value
 
-    def _respond(self, msg: Message) -> Message:
-        """The data port's answers: heartbeats (each output stream's state: the node's),
-        and partners' permission requests (the consistency manager decides)."""
+    # ------------------------------------------------------------------ recovery
+    async def _recover(self) -> None:
+        """Rebuild from a partner's state (node/recovery.py, steps 2-3)."""
+        partners = [r for r in self.node.replicas if r.name != self.me.name]
+        partner, st = await fetch_partner_state(self.config, partners, log, self.me.name)
+        self.network.restore(st["network"])
+        for link in self.links:
+            link.last_stable_id, link.last_tentative_id = st["inputs"][link.stream]
+        for stream, buf in self.buffers.items():
+            buf.start_after(st["outputs"][stream])
+        now = now_us()
+        self.manager.take_checkpoint(now)
+        self.recovering = self.publisher.refusing = "catching up with its inputs"
+        self.recovery = {"from": partner, "restored_at_us": now, "outputs": st["outputs"],
+                         "inputs": st["inputs"], "rejoined_at_us": None}
+        record_recovery(self.run_dir, self.me.name, {"replica": self.me.name, **self.recovery})
+        log.warning("%s: recovering: restored %s's state (outputs after %s, inputs from %s); "
+                    "catching up from the upstream buffers", self.me.name, partner,
+                    st["outputs"], st["inputs"])
+
+    async def _rejoin_when_caught_up(self) -> None:
+        """Step 4: refuse subscribers until every input link brought a batch from upstream
+        and every SUnion releases within the catch-up slack (plus a bucket) of now, or the
+        node is in a failure of its own."""
+        slack = self.manager.machine.policy.catch_up_slack + self.node.settings.bucket
+        while self.manager.state.value == "STABLE":
+            fed = all(link.batches_in > 0 for link in self.links)
+            behind = now_us() - min((s.next_bucket * s.width for s in self.sunions), default=0)
+            if fed and behind < slack:
+                break
+            await asyncio.sleep(0.05)
+        self.recovering = self.publisher.refusing = None
+        assert self.recovery is not None
+        self.recovery["rejoined_at_us"] = now = now_us()
+        log.warning("%s: recovered: caught up %.2f s after the restore; accepting subscribers",
+                    self.me.name, (now - self.recovery["restored_at_us"]) / 1e6)
+
+    async def _state_action(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """A recovering partner asks for this replica's state (node/recovery.py, step 2)."""
+        if self.state != "STABLE":
+            raise ActionError(f"{self.me.name} is {self.state}, not STABLE: ask again later")
+        tentative = sorted(s for s, b in self.buffers.items() if b.last_id != b.last_stable_id)
+        if tentative:
+            raise ActionError(f"{self.me.name} has tentative output in force on {tentative}")
+        log.warning("%s: giving its state to %s", self.me.name, body.get("for", "?"))
+        return {
+            "replica": self.me.name,
+            "network": self.network.snapshot(),
+            "inputs": {link.stream: [link.last_stable_id, link.last_tentative_id]
+                       for link in self.links},
+            "outputs": {s: b.last_id for s, b in self.buffers.items()},
+        }
+
+    def _respond(self, msg: Message) -> Message | None:
+        """The data port's answers: heartbeats (each output stream's state: the node's;
+        none while recovering), and partners' permission requests (the consistency manager
+        decides)."""
         if isinstance(msg, HeartbeatRequest):
+            if self.recovering:
+                return None
             state = ConsistencyState[self.state]
             return HeartbeatResponse(self.me.name, msg.seq, state, dict.fromkeys(self.node.outputs, state))
         assert isinstance(msg, ReconcileRequest)
@@ -289,6 +368,7 @@ class Replica:
                 "replay": replay,
                 "last_reconciliation": self.manager.stats["last_reconciliation"],
             },
+            "recovery": {"recovering": self.recovering, "last": self.recovery},
             "faults": {**self.faults.status(), "replay_stalled": not self.manager.replay_gate.is_set()},
             "inputs": {
                 link.stream: {
@@ -315,7 +395,8 @@ class Replica:
                 "sunion_buffered": sum(s.buffered for s in self.sunions),
                 "in_failure": int(any(s.in_failure for s in self.sunions)),
                 # The state as its wire code (0 STABLE, 1 UP_FAILURE, 2 STABILIZATION).
-                "consistency_state": ConsistencyState[self.state].value,
+                "consistency_state": ConsistencyState[self.manager.state.value].value,
+                "recovering": int(self.recovering is not None),
                 "time_in_state_seconds": round((now - m.since) / 1e6, 3),
                 "replaying": int(replay["in_progress"]),
                 "replay_replayed_tuples": replay["replayed"],

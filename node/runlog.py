@@ -129,6 +129,15 @@ class RunDir:
             self.replicas / _safe_name("replica", replica) / f"{_safe_name('stream', stream)}.jsonl"
         )
 
+    def replica_output_before(self, replica: str, stream: str, incarnation: int) -> Path:
+        """The output log of an earlier incarnation (``1``: the first) of a replica that was
+        restarted with ``--recover``; the current one is :meth:`replica_output`."""
+        return self.replica_output(replica, stream).with_suffix(f".incarnation-{incarnation}.jsonl")
+
+    def replica_recoveries(self, replica: str) -> Path:
+        """JSONL: one line per recovery of ``replica`` (node/recovery.py)."""
+        return self.replicas / _safe_name("replica", replica) / "recoveries.jsonl"
+
     def ensure(self) -> RunDir:
         """Create the directory and its ``logs``, ``status``, ``sources``, ``clients`` and
         ``replicas`` subdirectories (existing ones are kept). Returns ``self``."""
@@ -143,6 +152,10 @@ class RunDir:
     def mark_ready(self, process: str) -> None:
         self.status.mkdir(parents=True, exist_ok=True)
         self._marker(process, "ready").touch()
+
+    def clear_ready(self, process: str) -> None:
+        """Forget ``process`` was ready (before restarting it)."""
+        self._marker(process, "ready").unlink(missing_ok=True)
 
     def is_ready(self, process: str) -> bool:
         return self._marker(process, "ready").exists()

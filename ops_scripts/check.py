@@ -16,6 +16,11 @@ returning a :class:`Verdict`: ``valid``, ``invalid`` or ``unknown``.
   itself, with the line of the log as evidence.
 * **replica-convergence** (per replica and output stream, property 3): the same check on
   what the replica emitted, so every replica ends with the same stream as the reference.
+  A replica that crashed and recovered (node/recovery.py, ``recoveries.jsonl``) is judged
+  in parts: each earlier incarnation's log, cut short by the crash, must be a correct
+  prefix (checked UNDOs, stable tuples equal to the reference's first ones; a tentative tail
+  is allowed: its correction is the new incarnation's business), and the current log must
+  continue the reference after the stable id it restored from.
 
 After the verdicts, an **availability** report (``ops_scripts/availability.py``): per client,
 tuples received, tentative tuples, UNDOs and Delay_new against the bound k*X, printed and
@@ -244,6 +249,36 @@ def check_replica(
     return check_stream("replica-convergence", subject, emitted, reference[stream], "replica")
 
 
+def check_recovered_replica(
+    replica: str, stream: str, emitted: Sequence[Tuple], restored_after: int,
+    earlier: Sequence[Sequence[Tuple]], reference: Mapping[str, Sequence[Tuple]],
+) -> Verdict:
+    """A replica that recovered from a partner's state after output id ``restored_after``:
+    every earlier incarnation's log is a correct prefix, and the current log continues the
+    reference after ``restored_after`` (judged as the reference's tuples through that id
+    followed by the log, so that an UNDO reaching into the restored prefix is caught)."""
+    if stream not in reference:
+        raise CheckError(f"no reference for stream {stream!r}")
+    ref = reference[stream]
+    subject = _replica_subject(replica, stream)
+    for k, log in enumerate(earlier, start=1):
+        kept, violation = apply_undos_checked(log)
+        stable = [(line, t) for line, t in kept if t.kind is Kind.STABLE]
+        if violation is None:
+            violation = _difference(f"incarnation {k}", stable, ref[: len(stable)])
+        if violation is not None:
+            return Verdict("replica-convergence", Status.INVALID,
+                           f"incarnation {k} (before a crash): {violation}", subject)
+    prefix = [t for t in ref if t.id <= restored_after]
+    if restored_after and (not prefix or prefix[-1].id != restored_after):
+        why = f"recovered after id {restored_after}, which is not a tuple of the reference"
+        return Verdict("replica-convergence", Status.INVALID, why, subject)
+    v = check_stream("replica-convergence", subject, [*prefix, *emitted], ref, "replica")
+    note = (f"recovered after id {restored_after}; {len(earlier)} earlier incarnation(s) "
+            "a correct prefix; ")
+    return dataclasses.replace(v, evidence=note + v.evidence)
+
+
 def guarded(name: str, subject: str, checker: Callable[..., Verdict], *args: Any) -> Verdict:
     """Run a checker; if it raises (or returns something else), the verdict is unknown."""
     try:
@@ -272,6 +307,10 @@ class History:
     sources: dict[str, list[Tuple]] = field(default_factory=dict)
     clients: dict[str, list[Tuple]] = field(default_factory=dict)
     replicas: dict[tuple[str, str], list[Tuple]] = field(default_factory=dict)
+    #: (replica, stream) -> the output logs of its earlier incarnations, oldest first.
+    earlier: dict[tuple[str, str], list[list[Tuple]]] = field(default_factory=dict)
+    #: (replica, stream) -> the id after which its current log begins (its last recovery).
+    restored_after: dict[tuple[str, str], int] = field(default_factory=dict)
     problems: dict[str, str] = field(default_factory=dict)
 
 
@@ -314,7 +353,29 @@ def load_history(rd: RunDir, config: ClusterConfig) -> History:
                 subject = _replica_subject(r.name, stream)
                 if (got := read(subject, path, _jsonl_data, path)) is not None:
                     h.replicas[(r.name, stream)] = got
+                _read_recoveries(h, rd, r.name, stream, subject)
     return h
+
+
+def _read_recoveries(h: History, rd: RunDir, replica: str, stream: str, subject: str) -> None:
+    path = rd.replica_recoveries(replica)
+    if not path.exists():
+        return
+    try:
+        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        h.restored_after[(replica, stream)] = int(records[-1]["outputs"][stream])
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
+        h.problems[subject] = f"unreadable recovery log {path}: {e!r}"
+        return
+    logs, k = [], 1
+    while (p := rd.replica_output_before(replica, stream, k)).exists():
+        try:
+            logs.append(_jsonl_data(p))
+        except Exception as e:
+            h.problems[subject] = f"unreadable log {p}: {e}"
+            return
+        k += 1
+    h.earlier[(replica, stream)] = logs
 
 
 def check_history(config: ClusterConfig, h: History) -> list[Verdict]:
@@ -342,6 +403,11 @@ def check_history(config: ClusterConfig, h: History) -> list[Verdict]:
         for r in node.replicas:
             for s in node.outputs:
                 got = h.replicas.get((r.name, s))
+                if (r.name, s) in h.restored_after:
+                    judge("replica-convergence", _replica_subject(r.name, s),
+                          check_recovered_replica, r.name, s, got, h.restored_after[(r.name, s)],
+                          h.earlier.get((r.name, s), []))
+                    continue
                 judge(
                     "replica-convergence",
                     _replica_subject(r.name, s),

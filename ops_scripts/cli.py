@@ -47,6 +47,8 @@ def _parser() -> argparse.ArgumentParser:
     node.add_argument("config", type=Path, metavar="CLUSTER.toml")
     node.add_argument("name", metavar="NAME")
     node.add_argument("--run-dir", type=Path, default=Path("runs/manual"), help="where logs go")
+    node.add_argument("--recover", action="store_true",
+                      help="a replica restarted after a crash: rebuild from a partner, then rejoin")
 
     status = sub.add_parser("status", help="each replica's state and streams, from the control planes")
     status.add_argument("target", type=Path, nargs="?", default=None, metavar="CLUSTER.toml|RUN_DIR",
@@ -103,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "node":
             from node.process import run_process
 
-            return run_process(args.config, args.name, args.run_dir)
+            return run_process(args.config, args.name, args.run_dir, recover=args.recover)
         if args.command == "status":
             from node.config_load import load_config
 

@@ -6,7 +6,8 @@ in a cluster has a replica at one end, so cutting at the replica covers them all
 
 * cut a source from one replica: ``cut(config, "n1a", ["s3"])``; from all: once per replica;
 * cut the link between two processes: at the replica end (either replica, for two);
-* kill / restart a replica: ``kill_replica`` (SIGKILL by pid) / ``launch.start_cluster``;
+* kill a replica: SIGKILL by its pid (``Launched.proc``); restart it, recovering from a
+  partner (node/recovery.py): ``launch.restart_replica(config, rd, name)``;
 * stall a replica's reconciliations mid-replay (a slow reconciliation, so that a new
   failure can start during STABILIZATION): ``stall(config, "n1a")`` / ``unstall``;
 * heal everything: ``heal_all(config)`` (also ends stalls).

@@ -46,11 +46,11 @@ class Launched:
     proc: subprocess.Popen[bytes]
 
 
-def _start(config_path: Path, name: str, kind: str, rd: RunDir) -> Launched:
-    out = open(rd.path / "logs" / f"{name}.out", "wb")  # noqa: SIM115 (owned by the child)
+def _start(config_path: Path, name: str, kind: str, rd: RunDir, *, recover: bool = False) -> Launched:
+    out = open(rd.path / "logs" / f"{name}.out", "ab")  # noqa: SIM115 (owned by the child)
+    argv = [sys.executable, "-m", "ops_scripts.cli", "node", str(config_path), name, "--run-dir", str(rd.path)]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ops_scripts.cli", "node", str(config_path), name, "--run-dir", str(rd.path)],
-        stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        argv + ["--recover"] * recover, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
     )
     out.close()
     return Launched(name, kind, proc)
@@ -104,6 +104,18 @@ def start_cluster(config: ClusterConfig, rd: RunDir, out: TextIO = sys.stdout,
         if started:
             print(f"  ready: {', '.join(p.name for p in started)}", file=out, flush=True)
     return procs
+
+
+def restart_replica(config: ClusterConfig, rd: RunDir, name: str,
+                    out: TextIO = sys.stdout) -> Launched:
+    """Start replica ``name`` again after a crash, with ``--recover`` (node/recovery.py);
+    returns once its control plane serves (it then rebuilds and rejoins on its own)."""
+    rd.clear_ready(name)
+    p = _start(config.path, name, "replica", rd, recover=True)
+    print(f"  restarted replica {name:<12} pid {p.proc.pid} (recovering)", file=out, flush=True)
+    if not _wait(lambda: rd.is_ready(name), READY_TIMEOUT, [p]):
+        raise RuntimeError(f"replica {name} did not restart (exit {p.proc.poll()}):\n{_tail(rd, name)}")
+    return p
 
 
 def progress(config: ClusterConfig, rd: RunDir, elapsed: float, out: TextIO = sys.stdout) -> None:

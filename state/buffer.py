@@ -211,6 +211,14 @@ class OutputBuffer:
                 return items[pt:]
         return [undo(s), *items[self._cut(s) :]]
 
+    def start_after(self, last_id: int) -> None:
+        """An empty buffer whose stream begins after data tuple ``last_id``, all stable (a
+        replica that recovered from a partner's state there): replays from before it raise
+        :class:`ReplayError`, as if that prefix were trimmed."""
+        if self._items or self._last_id:
+            raise StateError(f"stream {self.stream!r}: start_after on a buffer in use")
+        self._last_id = self._last_stable_id = self._trimmed_up_to = last_id
+
     def set_consumers(self, names: Iterable[str]) -> None:
         """The consumers whose acks trim the buffer. Acks of consumers that stay are kept; a
         new consumer holds trimming back until it acks."""

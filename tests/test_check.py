@@ -31,6 +31,7 @@ from ops_scripts.check import (
     apply_undos_checked,
     check_client,
     check_history,
+    check_recovered_replica,
     check_replica,
     guarded,
     reference_outputs,
@@ -456,3 +457,24 @@ def test_run_check_unusable_run_dir(tmp_path: Path) -> None:
     out = io.StringIO()
     assert run_check(rd.path, out=out) == 2 and "cannot load" in out.getvalue()
     assert not rd.check_json.exists()
+
+
+# ---------------------------------------------------------------- a crashed replica
+def test_a_recovered_replica_is_judged_by_its_parts(world: World) -> None:
+    _, _, ref = world
+    refs = {"n1.out": ref}
+    k = len(ref) // 2
+    cut_short = [*ref[:10], ref[10]._replace(kind=Kind.TENTATIVE)]  # killed mid-failure
+    after = ref[k - 1].id  # the partner's last id when the replica restored its state
+    v = check_recovered_replica("n1a", "n1.out", ref[k:], after, [cut_short], refs)
+    assert v.status is Status.VALID and "recovered after id" in v.evidence, v
+    wrong = [*ref[:10], ref[11]]  # a stable tuple the reference does not have there
+    v = check_recovered_replica("n1a", "n1.out", ref[k:], after, [wrong], refs)
+    assert v.status is Status.INVALID and "incarnation 1" in v.evidence, v
+    assert desc(ref[11]) in v.evidence
+    gap = ref[k + 1 :]  # the new incarnation skipped a tuple after the restore point
+    v = check_recovered_replica("n1a", "n1.out", gap, after, [], refs)
+    assert v.status is Status.INVALID and "missing" in v.evidence, v
+    undo_into_prefix = [undo(ref[0].id), *ref[k:]]  # takes back restored stable tuples
+    v = check_recovered_replica("n1a", "n1.out", undo_into_prefix, after, [], refs)
+    assert v.status is Status.INVALID and "never undone" in v.evidence, v

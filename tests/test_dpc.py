@@ -18,6 +18,7 @@ import json
 import re
 import shutil
 import signal
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,8 +33,10 @@ from node.runlog import RunDir, read_jsonl_tuples
 from ops_scripts.availability import assess
 from ops_scripts.check import run_check
 from ops_scripts.fault import FaultError, cut, heal, post_action
-from ops_scripts.launch import Launched, start_cluster, stop_cluster
+from ops_scripts.launch import Launched, restart_replica, start_cluster, stop_cluster
 from ops_scripts.status import fetch_status
+from protocol.codec import encode
+from protocol.messages import Subscribe
 from protocol.tuples import Kind
 from tests.test_cluster import wait_for
 
@@ -101,6 +104,17 @@ class Cluster:
 
     def proc(self, name: str) -> Launched:
         return next(p for p in self.procs if p.name == name)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL a replica by pid (a crash: no clean-up of any kind)."""
+        p = self.proc(name)
+        p.proc.send_signal(signal.SIGKILL)
+        p.proc.wait(10)
+        self.procs.remove(p)
+
+    def restart(self, name: str) -> None:
+        """Start a killed replica again, recovering (node/recovery.py)."""
+        self.procs.append(restart_replica(self.config, self.rd, name))
 
     def drain(self) -> dict[str, dict[str, Any]]:
         """End the sources' streams, wait until every client saw the end and every replica
@@ -353,3 +367,45 @@ def test_a_failure_that_starts_during_stabilization(cluster: Any, tmp_path: Path
     after = kinds[kinds.index(Kind.UNDO):]
     assert Kind.TENTATIVE in after, "the new failure appears after the reconciliation"
     assert after.index(Kind.REC_DONE) < after.index(Kind.TENTATIVE)
+
+
+def _subscribe_is_refused(c: Cluster, replica: str) -> None:
+    """Subscribe to ``replica``'s output like a downstream would: the connection is closed."""
+    r = c.config.replica(replica)
+    with socket.create_connection((r.host, r.data_port), timeout=10) as sock:
+        sock.sendall(encode(Subscribe("n1.out", "c1", 0, 0)))
+        while sock.recv(4096):  # no Batch: the replica closes the connection
+            pass
+
+
+def test_a_killed_replica_restarts_recovers_and_rejoins(cluster: Any, tmp_path: Path) -> None:
+    c = cluster(dpc_config(tmp_path))
+    n = c.client_lines()
+    wait_for(lambda: c.client_lines() > n + 50, what="the client to receive data")
+    c.kill("n1a")
+    cut(c.config, "n1b", ["s3"])  # the partner is in a failure: no state to give yet
+    wait_for(lambda: c.status("n1b")["state"] == "UP_FAILURE", 30, "n1b in UP_FAILURE")
+    c.restart("n1a")
+    st = c.status("n1a")
+    assert st["state"] == "RECOVERING", st["state"]
+    assert st["recovery"]["recovering"] == "waiting for a partner's state"
+    _subscribe_is_refused(c, "n1a")
+    wait_for(lambda: "refused: this replica is waiting for a partner's state"
+             in c.rd.process_log("n1a").read_text(), 10, "the refusal in n1a's log")
+    heal(c.config, "n1b")  # n1b reconciles, is STABLE again, and gives n1a its state
+    wait_for(lambda: c.status("n1a")["recovery"]["recovering"] is None, 60, "n1a to rejoin")
+    rec = c.status("n1a")["recovery"]["last"]
+    assert rec["from"] == "n1b" and rec["rejoined_at_us"] >= rec["restored_at_us"], rec
+    # n1a serves again: kill n1b, and the client goes on with stable data from n1a.
+    killed = now_us()
+    c.kill("n1b")
+    wait_for(lambda: any(t.tmax > killed for _, t in read_jsonl_tuples(c.rd.client_log("c1"))
+                         if t.kind is Kind.STABLE), 30, "stable data from the recovered n1a")
+    c.restart("n1b")  # and back, so that both replicas can be compared at the end
+    wait_for(lambda: c.status("n1b")["recovery"]["recovering"] is None, 60, "n1b to rejoin")
+    hashes = c.drain()
+    report = c.check()  # the crashed incarnations' logs are correct prefixes
+    assert_converged(hashes)
+    evidence = {v["subject"]: v["evidence"] for v in report["verdicts"]}
+    assert "recovered after id" in evidence["replica n1a (n1.out)"], evidence
+    assert (c.rd.replica_output_before("n1a", "n1.out", 1)).exists()

@@ -242,3 +242,15 @@ def test_long_stream_with_compaction() -> None:
     assert b.replay(n, 0) == [B(10 * n + 5), S(n + 1)]
     assert b.replay(n, n + 7) == [U(n), B(10 * n + 5), S(n + 1)]
     assert (b.last_id, b.last_stable_id, len(b)) == (n + 1, n + 1, 2)
+
+
+def test_a_buffer_started_after_an_id_refuses_replays_from_before_it() -> None:
+    b = OutputBuffer("out1")
+    b.start_after(5)  # a recovered replica: its stream begins after the partner's id 5
+    assert (b.last_id, b.last_stable_id, b.trimmed_up_to) == (5, 5, 5)
+    with pytest.raises(ReplayError, match="trimmed up to id 5"):
+        b.replay(4, 0)
+    b.append([S(6), T(7)])
+    assert b.replay(5, 0) == [S(6), T(7)]
+    with pytest.raises(StateError, match="in use"):
+        b.start_after(9)
