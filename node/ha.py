@@ -16,12 +16,25 @@ use: ``Resume.IDS`` is a plain resubscription, ``Resume.TMAX`` also arms the lin
 filter. A link whose connection broke asks :meth:`choose` for its next producer, with the
 failed one excluded at once (no need to wait for missed heartbeats after a crash).
 
+Corrections source (paper section 4). When the choice names one (a STABILIZATION replica,
+while the data source is not STABLE), :meth:`~UpstreamMonitor.evaluate` has the link read
+it in the background (``InputLink.correct_from``), and stops that reader when the choice
+names none, or names the link's own data source (one producer is never read twice). The
+chooser gets the corrections source in use (``corrections=``), so it sticks to it until
+its REC_DONE. On that REC_DONE the link moves to it by itself, before the heartbeats stop
+reporting STABILIZATION; ``link.reconciled`` says so, and the chooser
+(``current_reconciled=``) then keeps it as the data source instead of moving the link
+back to an UP_FAILURE replica. ``status()`` reports what the link reads: its data source,
+its corrections source, how many tuples the reader holds and how many corrections
+connections were adopted.
+
 A replica that cannot be connected to, or does not answer, misses its heartbeats: after more
 than ``misses`` in a row it is declared failed (the tracker's rule) and never chosen.
 
 Invariants
 ----------
-* A link is moved only to a producer the chooser picked from answered, alive replicas.
+* A link is moved only to a producer the chooser picked from answered, alive replicas, and
+  reads corrections only from one it picked too (or from none).
 * Probe connections are owned by :meth:`run`'s TaskGroup: cancelling it closes them.
 """
 
@@ -115,7 +128,13 @@ class UpstreamMonitor:
 
     # ------------------------------------------------------------------ choosing
     def current(self, stream: str) -> str | None:
+        """The replica the link of ``stream`` reads its data from (None: none, or unknown)."""
         addr = self.links[stream].current
+        return None if addr is None else self._by_address.get(addr)
+
+    def corrections(self, stream: str) -> str | None:
+        """The replica the link of ``stream`` reads corrections from (None: none)."""
+        addr = self.links[stream].corrections
         return None if addr is None else self._by_address.get(addr)
 
     def _choice(self, stream: str, exclude: str | None = None) -> Choice | None:
@@ -127,8 +146,14 @@ class UpstreamMonitor:
             view[exclude] = ReplicaView(False, view[exclude].state)
         link = self.links[stream]
         current = None if exclude is not None else self.current(stream)
-        return choose_upstream(stream, current, view,
-                               holding_tentative=link.last_tentative_id > link.last_stable_id)
+        return choose_upstream(
+            stream,
+            current,
+            view,
+            corrections=self.corrections(stream),
+            holding_tentative=link.last_tentative_id > link.last_stable_id,
+            current_reconciled=link.reconciled,
+        )
 
     def _chooser(self, stream: str) -> Callable[[tuple[str, int] | None], tuple[str, int] | None]:
         def choose(failed: tuple[str, int] | None) -> tuple[str, int] | None:
@@ -142,7 +167,8 @@ class UpstreamMonitor:
         return choose
 
     def evaluate(self) -> None:
-        """Move every monitored link whose best producer changed."""
+        """Move every monitored link whose best producer changed, and start or stop its
+        corrections reader to follow the choice."""
         if self.tracker is not None:
             dead = set(self.tracker.failed())
             for name in dead - self.failed_seen:
@@ -158,13 +184,32 @@ class UpstreamMonitor:
                 self._log.warning("%s: input %s: switching from %s to %s (%s)", self.owner,
                                   stream, self.current(stream), choice.data, choice.resume.value)
                 link.switch_to(self._address[choice.data], tmax=choice.resume is Resume.TMAX)
+            self._follow_corrections(stream, link, choice)
+
+    def _follow_corrections(self, stream: str, link: InputLink, choice: Choice) -> None:
+        wanted = None if choice.corrections is None else self._address[choice.corrections]
+        if wanted == link.current:
+            wanted = None  # the data source itself: the main session reads its corrections
+        if wanted == link.corrections:
+            return
+        before = self.corrections(stream)
+        link.correct_from(wanted)
+        self._log.info(
+            "%s: input %s: corrections source %s -> %s",
+            self.owner,
+            stream,
+            before,
+            self.corrections(stream),
+        )
 
     def status(self) -> dict[str, Any]:
         t = self.tracker
         return {
             stream: {
                 "data_source": self.current(stream),
-                "corrections_source": c.corrections if (c := self.choices.get(stream)) else None,
+                "corrections_source": self.corrections(stream),
+                "corrections_buffered": self.links[stream].corrections_buffered,
+                "corrections_applied": self.links[stream].corrections_applied,
                 "replicas": {
                     r.name: {
                         "alive": t.alive(r.name) if t else None,

@@ -38,7 +38,7 @@ node tends to choose alike:
 ====  =============================================  ======================================
 rank  candidate                                      why
 ====  =============================================  ======================================
-1     the current source, if STABLE                  no switch at all
+1     the current source, if STABLE (or reconciled)  no switch at all
 2     the corrections source, if it became STABLE    already subscribed; its stream is ours
 3     any STABLE replica (smallest name)             stable data, property 1
 4     the current source, if UP_FAILURE              no switch; tentative beats nothing
@@ -52,6 +52,12 @@ corrections source (the one already in use, else the current source, else the sm
 name), read in parallel with an UP_FAILURE data source until REC_DONE arrives on the
 corrections stream; the caller then passes ``corrections=None``. A STABLE data source
 needs no corrections source: its own replay stabilizes the stream.
+
+On that REC_DONE the input link moves to the corrections source by itself (node/link.py),
+before its heartbeats stop reporting STABILIZATION. The caller says so with
+``current_reconciled`` (the current source sent its REC_DONE, and no tentative tuple since):
+such a current source counts as STABLE, so it is kept (rank 1) and needs no corrections
+source, instead of being left for an UP_FAILURE replica as case 4 would have it.
 
 The four switching cases of property 2 (no duplicates; only tentative tuples may be lost):
 
@@ -68,7 +74,9 @@ The four switching cases of property 2 (no duplicates; only tentative tuples may
    A replica whose stable prefix is shorter than ours refuses the replay
    (``ReplayAheadError``): the link must wait or try the next choice.
 4. An upstream in STABILIZATION: its stream is redundant corrections, read in the
-   background (``Choice.corrections``) beside an UP_FAILURE data source, as above.
+   background (``Choice.corrections``) beside an UP_FAILURE data source, as above. On its
+   REC_DONE the link moves there: ``UNDO(s)`` then its buffered corrections after ``s``
+   (the equivalent of case 2's replay), and ``current_reconciled`` keeps it there.
 """
 
 from __future__ import annotations
@@ -266,16 +274,21 @@ def choose_upstream(
     *,
     corrections: str | None = None,
     holding_tentative: bool = False,
+    current_reconciled: bool = False,
 ) -> Choice:
     """Choose the data and corrections sources of ``stream`` (table in the module docstring).
 
     ``current`` is the data source in use (None: none yet), ``corrections`` the corrections
     source in use until its REC_DONE (None: none), ``holding_tentative`` whether the link
-    holds tentative tuples in force (``last_tentative_id > last_stable_id``). A name absent
-    from ``view`` counts as dead. The result depends on the view's contents only, never on
-    its iteration order.
+    holds tentative tuples in force (``last_tentative_id > last_stable_id``),
+    ``current_reconciled`` whether the link received the current source's REC_DONE and no
+    tentative tuple since (it then counts as STABLE, whatever its heartbeats still say). A
+    name absent from ``view`` counts as dead. The result depends on the view's contents
+    only, never on its iteration order.
     """
     usable = {n: v.state for n, v in view.items() if v.alive and v.state is not None}
+    if current_reconciled and current is not None and usable.get(current) is STABILIZATION:
+        usable[current] = STABLE  # its REC_DONE is in: the heartbeats lag behind the stream
     by_state: dict[ConsistencyState, list[str]] = {s: [] for s in ConsistencyState}
     for name in sorted(usable):  # sorted: the tie-break, and independence of dict order
         by_state[usable[name]].append(name)

@@ -367,6 +367,9 @@ def test_a_failure_that_starts_during_stabilization(cluster: Any, tmp_path: Path
     after = kinds[kinds.index(Kind.UNDO):]
     assert Kind.TENTATIVE in after, "the new failure appears after the reconciliation"
     assert after.index(Kind.REC_DONE) < after.index(Kind.TENTATIVE)
+    # Meanwhile the client read the stalled replica as its corrections source, beside fresh
+    # data from the other one, and moved to it on its REC_DONE (node/link.py).
+    assert "REC_DONE from corrections source" in c.rd.process_log("c1").read_text()
 
 
 def _subscribe_is_refused(c: Cluster, replica: str) -> None:

@@ -1,6 +1,7 @@
 """The input link against real publishers, over every transport: resume ids, reconnects
 without duplicates or losses, UNDO forwarding and the three replay cases, level-1 acks,
-failover between producers, switching, and misbehaving producers."""
+failover between producers, switching, misbehaving producers, and the corrections reader
+(buffered until REC_DONE, then adopted as the data source; with the HA monitor too)."""
 
 from __future__ import annotations
 
@@ -11,14 +12,16 @@ from collections.abc import AsyncIterator
 import pytest
 
 from node.errors import NodeError
+from node.ha import UpstreamMonitor, UpstreamReplica
 from node.link import InputLink
 from node.transport import Connection
-from protocol.messages import Batch, HeartbeatRequest
-from protocol.tuples import Kind, Tuple, boundary, rec_done, undo
+from protocol.messages import Batch, ConsistencyState, HeartbeatRequest
+from protocol.tuples import Kind, Tuple, boundary, make_tuple, rec_done, undo
 from tests.node.test_publisher import (
     LOG,
     Producer,
     S,
+    Sink,
     T,
     make_link,
     running,
@@ -269,3 +272,269 @@ async def test_an_on_batch_failure_ends_run(net: Net) -> None:
 def test_a_link_needs_a_producer() -> None:
     with pytest.raises(NodeError, match="no producer"):
         make_link(make_net("memory"), [])
+
+
+# ---------------------------------------------------------------------------- corrections
+def TB(i: int) -> Tuple:
+    """A tentative tuple of replica b: b's own, never the same as a's ``T(i)``."""
+    return make_tuple(Kind.TENTATIVE, i, 10 * i, 10 * i, (i, "b"))
+
+
+def from_b(tuples: list[Tuple]) -> list[Tuple]:
+    """What in ``tuples`` can only have come from b (its tentatives, corrections, REC_DONE)."""
+    return [
+        t
+        for t in tuples
+        if t == undo(10)
+        or t in (TB(11), TB(12), TB(13))
+        or t.kind is Kind.REC_DONE
+        or (t.kind is Kind.STABLE and t.id > 10)
+    ]
+
+
+def stable_ids(tuples: list[Tuple]) -> list[int]:
+    return [t.id for t in tuples if t.kind is Kind.STABLE]
+
+
+async def a_fails_b_reconciles(net: Net) -> tuple[Producer, Producer, InputLink, Sink]:
+    """Both replicas stable through 10; then a goes UP_FAILURE (tentatives 11, 12, which the
+    link reads) and b has its own tentatives 11-13 and is about to stabilize."""
+    a, b = await Producer(net, name="a").start(), await Producer(net, name="b").start()
+    for p in (a, b):
+        await p.publish(stable(1, 10))
+    await b.publish([TB(11), TB(12), TB(13)])
+    link, sink = make_link(net, [a.address, b.address])
+    return a, b, link, sink
+
+
+async def test_corrections_are_buffered_until_rec_done_then_their_source_feeds_the_link(
+    net: Net,
+) -> None:
+    a, b, link, sink = await a_fails_b_reconciles(net)
+    b.buffers["s"].set_consumers(["c1"])  # so that acks show which producer the link acks
+    gate = asyncio.Event()
+    gate.set()
+    sink.gate = gate
+    async with running(link.run()):
+        await wait_until(lambda: link.last_stable_id == 10)
+        await a.publish([T(11), T(12)])
+        await wait_until(lambda: link.last_tentative_id == 12)
+        link.correct_from(b.address)
+        assert link.corrections == b.address
+        await wait_until(lambda: link.corrections_buffered == 3)  # b's replay after 10
+        await b.publish([undo(10), S(11), S(12)])  # b stabilizes: 3 undone, 2 corrected
+        await wait_until(lambda: link.corrections_buffered == 2)
+        await a.publish([T(13), T(14)])  # fresh data still flows from a meanwhile
+        await wait_until(lambda: link.last_tentative_id == 14)
+        before = list(sink.raw)
+        assert from_b(before) == [] and link.current == a.address
+        assert b.buffers["s"].trimmed_up_to == 0  # the reader never acks
+
+        # REC_DONE arrives while on_batch holds a batch of a: it is not interrupted.
+        gate.clear()
+        await a.publish([T(15)])
+        async with asyncio.timeout(GUARD):
+            await sink.holding.wait()
+        await b.publish([S(13), rec_done(135), S(14)])
+        await b.publish(stable(15, 17))  # queued on the corrections connection: no gap
+        await wait_until(lambda: link.current == b.address and link.corrections is None)
+        assert link.corrections_applied == 0 and from_b(sink.raw) == []
+        gate.set()
+        await wait_until(lambda: link.corrections_applied == 1 and link.last_stable_id == 17)
+        assert link.producer == f"{net.host}:{b.port}" and link.reconciled
+        await a.publish([T(16)])  # a is left: never delivered
+        await b.publish(stable(18, 20))
+        await wait_until(lambda: link.last_stable_id == 20)
+        await wait_until(lambda: b.buffers["s"].trimmed_up_to == 20)  # acked to b now
+        await wait_until(lambda: not a.subscribers())
+        assert link.connects == 1  # the corrections connection was adopted, not replaced
+        assert link.corrections_buffered == 0 and link.last_tentative_id <= 20
+    after = sink.raw[len(before) :]
+    assert after[:2] == [T(15), undo(10)]  # a's held batch went through whole, then the
+    assert T(16) not in sink.raw  # UNDO of every tentative of a; a is left for good
+    assert sink.in_force() == [*stable(1, 13), rec_done(135), *stable(14, 20)]
+    assert stable_ids(sink.raw) == list(range(1, 21))  # every stable id exactly once
+    assert TB(11) not in sink.raw  # b's undone tentatives never reached the consumer
+    for p in (a, b):
+        await p.stop()
+
+
+async def test_a_lost_corrections_connection_delivers_nothing_and_is_retried() -> None:
+    net = make_net("memory")
+    a, b, link, sink = await a_fails_b_reconciles(net)
+    async with running(link.run()):
+        await wait_until(lambda: link.last_stable_id == 10)
+        await a.publish([T(11), T(12)])
+        await wait_until(lambda: link.last_tentative_id == 12)
+        link.correct_from(b.address)
+        await b.publish([undo(10), S(11), S(12)])
+        await wait_until(lambda: link.corrections_buffered == 2)
+        await b.stop()  # the corrections connection breaks before REC_DONE
+        await wait_until(lambda: link.corrections_buffered == 0)
+        await a.publish([T(13)])
+        await wait_until(lambda: link.last_tentative_id == 13)
+        assert from_b(sink.raw) == [] and link.current == a.address
+        assert link.corrections == b.address  # still wanted: retried
+        await b.publish([S(13), rec_done(135)])
+        await b.start()
+        await wait_until(lambda: link.corrections_applied == 1 and link.last_stable_id == 13)
+        assert link.current == b.address
+    assert sink.in_force() == [*stable(1, 13), rec_done(135)]
+    assert stable_ids(sink.raw) == list(range(1, 14))
+    for p in (a, b):
+        await p.stop()
+
+
+async def test_correct_from_none_drops_the_buffer() -> None:
+    net = make_net("memory")
+    a, b, link, sink = await a_fails_b_reconciles(net)
+    with pytest.raises(NodeError):
+        link.correct_from(("elsewhere", 1))
+    async with running(link.run()):
+        await wait_until(lambda: link.last_stable_id == 10 and link.current == a.address)
+        link.correct_from(a.address)  # the data source itself: never read twice
+        assert link.corrections is None
+        link.correct_from(b.address)
+        await wait_until(lambda: link.corrections_buffered == 3)
+        link.correct_from(None)
+        await wait_until(lambda: link.corrections_buffered == 0 and not b.subscribers())
+        await b.publish([undo(10), S(11), rec_done(115)])  # nobody reads it now
+        await a.publish([T(11)])
+        await wait_until(lambda: link.last_tentative_id == 11)
+        assert link.corrections_applied == 0 and link.current == a.address
+    assert from_b(sink.raw) == [] and sink.in_force() == [*stable(1, 10), T(11)]
+    for p in (a, b):
+        await p.stop()
+
+
+async def test_switching_to_the_corrections_source_resubscribes_there_by_ids(net: Net) -> None:
+    # The monitor moves the link to b (b turned STABLE before its REC_DONE reached the
+    # reader): the reader leaves b first, then the main session subscribes there alone.
+    a, b, link, sink = await a_fails_b_reconciles(net)
+    async with running(link.run()):
+        await wait_until(lambda: link.last_stable_id == 10)
+        await a.publish([T(11), T(12)])
+        await wait_until(lambda: link.last_tentative_id == 12)
+        link.correct_from(b.address)
+        await b.publish([undo(10), S(11), S(12)])
+        await wait_until(lambda: link.corrections_buffered == 2)
+        link.switch_to(b.address)
+        await wait_until(
+            lambda: (
+                link.last_stable_id == 12
+                and link.producer is not None
+                and link.producer.endswith(f":{b.port}")
+            )
+        )
+        assert link.corrections is None and link.corrections_applied == 0
+        await b.publish([S(13), rec_done(135), S(14)])
+        await wait_until(lambda: link.last_stable_id == 14)
+        assert list(b.subscribers()) == ["c1"] and link.connects == 2
+    assert sink.in_force() == [*stable(1, 13), rec_done(135), S(14)]
+    assert stable_ids(sink.raw) == list(range(1, 15))
+    for p in (a, b):
+        await p.stop()
+
+
+async def test_stable_tuples_the_link_got_meanwhile_are_not_delivered_again(net: Net) -> None:
+    # The reader subscribed at b after 10; then a still delivered stable 11 (in flight when
+    # it failed) and tentative 12. b's corrections repeat 11: it is dropped, not repeated.
+    a, b, link, sink = await a_fails_b_reconciles(net)
+    async with running(link.run()):
+        await wait_until(lambda: link.last_stable_id == 10)
+        link.correct_from(b.address)
+        await wait_until(lambda: link.corrections_buffered == 3)
+        await a.publish([S(11), T(12)])
+        await wait_until(lambda: link.last_tentative_id == 12)
+        await b.publish([undo(10), S(11), S(12), S(13), rec_done(135)])
+        await wait_until(lambda: link.corrections_applied == 1 and link.last_stable_id == 13)
+        await b.publish([S(14)])
+        await wait_until(lambda: link.last_stable_id == 14)
+    assert sink.raw[-5:] == [undo(11), S(12), S(13), rec_done(135), S(14)]
+    assert sink.in_force() == [*stable(1, 13), rec_done(135), S(14)]
+    assert stable_ids(sink.raw) == list(range(1, 15))
+    for p in (a, b):
+        await p.stop()
+
+
+async def test_a_corrections_source_behind_the_link_is_not_adopted() -> None:
+    # The link got stable tuples 11-12 from a after the reader subscribed at b with 10;
+    # b's REC_DONE comes with stable 11 only: adopting it would lose nothing but could not
+    # continue the ids held, so the link resubscribes by ids, and b refuses (ahead).
+    net = make_net("memory")
+    a, b, link, sink = await a_fails_b_reconciles(net)
+    async with running(link.run()):
+        await wait_until(lambda: link.last_stable_id == 10)
+        link.correct_from(b.address)
+        await wait_until(lambda: link.corrections_buffered == 3)
+        await a.publish([S(11), S(12)])
+        await wait_until(lambda: link.last_stable_id == 12)
+        await b.publish([undo(10), S(11), rec_done(115)])
+        await wait_until(
+            lambda: (
+                link.failures + link.reconnects >= 1
+                and link.connected
+                and link.current == a.address
+            )
+        )
+        await a.publish([S(13)])
+        await wait_until(lambda: link.last_stable_id == 13)
+        assert link.corrections_applied == 0
+    assert sink.raw == stable(1, 13)  # all from a: nothing of b, not even its REC_DONE
+    for p in (a, b):
+        await p.stop()
+
+
+async def test_the_monitor_reads_corrections_beside_fresh_data_and_keeps_the_new_source() -> None:
+    net = make_net("memory")
+    a, b, link, sink = await a_fails_b_reconciles(net)
+    monitor = UpstreamMonitor(
+        "c1",
+        net.transport("c1"),
+        {"s": (link, [UpstreamReplica("a", *a.address), UpstreamReplica("b", *b.address)])},
+        interval=1000,
+        misses=3,
+        log=LOG,
+    )
+    assert monitor.tracker is not None
+    tracker, seq = monitor.tracker, 0
+
+    def beat(**states: ConsistencyState) -> None:
+        nonlocal seq
+        for name, state in states.items():
+            seq += 1
+            tracker.sent(name, seq, seq)
+            assert tracker.answered(name, seq, state, {"s": state}, seq)
+        monitor.evaluate()
+
+    stable_, up_failure, stabilization = (
+        ConsistencyState.STABLE,
+        ConsistencyState.UP_FAILURE,
+        ConsistencyState.STABILIZATION,
+    )
+    async with running(link.run()):
+        await wait_until(lambda: link.last_stable_id == 10)
+        beat(a=stable_, b=stable_)
+        assert monitor.current("s") == "a" and link.corrections is None
+        await a.publish([T(11), T(12)])
+        await wait_until(lambda: link.last_tentative_id == 12)
+        beat(a=up_failure, b=stabilization)
+        status = monitor.status()["s"]
+        assert (status["data_source"], status["corrections_source"]) == ("a", "b")
+        await wait_until(lambda: monitor.status()["s"]["corrections_buffered"] == 3)
+        switches = link.switches
+        await b.publish([undo(10), S(11), S(12), rec_done(125)])
+        await wait_until(lambda: link.corrections_applied == 1 and link.last_stable_id == 12)
+        for _ in range(2):  # b's heartbeats lag behind its REC_DONE: it is kept all the same
+            beat(a=up_failure, b=stabilization)
+            status = monitor.status()["s"]
+            assert (status["data_source"], status["corrections_source"]) == ("b", None)
+            assert status["corrections_applied"] == 1 and link.switches == switches
+        beat(a=up_failure, b=stable_)
+        await b.publish(stable(13, 15))
+        await wait_until(lambda: link.last_stable_id == 15)
+        assert monitor.current("s") == "b" and link.switches == switches and link.connects == 1
+    assert sink.in_force() == [*stable(1, 12), rec_done(125), *stable(13, 15)]
+    assert stable_ids(sink.raw) == list(range(1, 16))
+    for p in (a, b):
+        await p.stop()

@@ -1,6 +1,7 @@
 """node.upstream: heartbeat liveness and deadlines, the upstream preference table, the four
-switching cases of property 2, and the tmax filter; with property tests for the chooser
-(against a small reference ranking) and the filter."""
+switching cases of property 2 (with the corrections source and a reconciled current source),
+and the tmax filter; with property tests for the chooser (against a small reference ranking)
+and the filter."""
 
 from __future__ import annotations
 
@@ -182,9 +183,15 @@ def choose(
     view: dict[str, ReplicaView],
     corrections: str | None = None,
     holding_tentative: bool = False,
+    reconciled: bool = False,
 ) -> Choice:
     return choose_upstream(
-        "out", current, view, corrections=corrections, holding_tentative=holding_tentative
+        "out",
+        current,
+        view,
+        corrections=corrections,
+        holding_tentative=holding_tentative,
+        current_reconciled=reconciled,
     )
 
 
@@ -272,6 +279,38 @@ def test_case4_stabilization_is_a_corrections_source_only() -> None:
     assert (c.data, c.corrections) == ("b", None)
 
 
+def test_a_reconciled_current_source_is_kept_while_its_heartbeats_lag() -> None:
+    # The link moved to corrections source "b" on its REC_DONE; b still reports
+    # STABILIZATION for a beat or two. Not moved back to the UP_FAILURE replica, and no
+    # corrections source (b's stream is stable now), even with tentatives held.
+    view = {"a": up(True, U), "b": up(True, Z), "c": up(True, Z)}
+    c = choose("b", view, holding_tentative=True, reconciled=True)
+    assert c == Choice("out", "b", None, Resume.KEEP)
+    # Without the REC_DONE it is case 4: fresh data from "a", corrections from "b".
+    c = choose("b", view, holding_tentative=True)
+    assert (c.data, c.corrections, c.resume) == ("a", "b", Resume.TMAX)
+    # No other replica usable at all: still kept, never Resume.NONE.
+    assert choose("b", {"b": up(True, Z)}, reconciled=True).resume is Resume.KEEP
+    # Kept over another STABLE replica too: its stream is the stable stream already.
+    c = choose("b", {"a": up(True, S), "b": up(True, Z)}, reconciled=True)
+    assert (c.data, c.resume) == ("b", Resume.KEEP)
+
+
+def test_reconciled_only_vouches_for_a_live_stabilizing_current_source() -> None:
+    # Dead: its REC_DONE does not make it reachable.
+    c = choose("b", {"a": up(True, U), "b": dead(Z)}, reconciled=True)
+    assert (c.data, c.resume) == ("a", Resume.IDS)
+    # UP_FAILURE again (a new failure): ordinary rank 4, and a STABLE replica wins.
+    assert choose("b", {"a": up(True, S), "b": up(True, U)}, reconciled=True).data == "a"
+    # Another replica's STABILIZATION is not vouched for: it stays a corrections source.
+    c = choose("a", {"a": up(True, U), "b": up(True, Z)}, reconciled=True)
+    assert (c.data, c.corrections, c.resume) == ("a", "b", Resume.KEEP)
+    # No current source: nothing to vouch for.
+    assert choose(None, {"b": up(True, Z)}, reconciled=True) == Choice(
+        "out", None, "b", Resume.NONE
+    )
+
+
 # ---------------------------------------------------------------------- chooser properties
 NAMES = ["r1", "r2", "r3", "r4"]
 STATES = [S, U, Z, None]
@@ -283,8 +322,11 @@ def reference(
     view: dict[str, ReplicaView],
     corrections: str | None,
     holding: bool,
+    reconciled: bool = False,
 ) -> tuple[str | None, str | None, Resume]:
     """The preference table as one ranking key (an independent formulation)."""
+    if reconciled and current in view and view[current].alive and view[current].state is Z:
+        view = {**view, current: ReplicaView(True, S)}  # its REC_DONE is in: as good as STABLE
     ok = {n: v.state for n, v in view.items() if v.alive and v.state in RANK}
     data = min(
         ok,
@@ -313,29 +355,41 @@ maybe_name = st.one_of(st.none(), st.sampled_from([*NAMES, "ghost"]))
 
 
 @settings(max_examples=400, deadline=None)
-@given(views, maybe_name, maybe_name, st.booleans(), st.randoms(use_true_random=False))
+@given(
+    views,
+    maybe_name,
+    maybe_name,
+    st.booleans(),
+    st.booleans(),
+    st.randoms(use_true_random=False),
+)
 def test_choice_properties(
     view: dict[str, ReplicaView],
     current: str | None,
     corrections: str | None,
     holding: bool,
+    reconciled: bool,
     rnd: random.Random,
 ) -> None:
-    c = choose(current, view, corrections=corrections, holding_tentative=holding)
+    c = choose(current, view, corrections, holding, reconciled)
+    # A STABILIZATION replica is the data source only as the reconciled current source.
+    vouched = reconciled and current is not None and current in view
     if c.data is not None:
         v = view[c.data]
-        assert v.alive and v.state in (S, U)  # never a failed or STABILIZATION replica
+        assert v.alive and (v.state in (S, U) or (v.state is Z and vouched and c.data == current))
     if c.corrections is not None:
         v = view[c.corrections]
         assert v.alive and v.state is Z
+        assert not (vouched and c.corrections == current)  # never read twice
     if any(v.alive and v.state is S for v in view.values()):
-        assert c.data is not None and view[c.data].state is S
+        assert c.data is not None and (view[c.data].state is S or c.data == current)
         assert c.corrections is None
     # Deterministic, whatever the dict order.
     items = list(view.items())
     rnd.shuffle(items)
-    assert choose(current, dict(items), corrections=corrections, holding_tentative=holding) == c
-    assert (c.data, c.corrections, c.resume) == reference(current, view, corrections, holding)
+    assert choose(current, dict(items), corrections, holding, reconciled) == c
+    expected = reference(current, view, corrections, holding, reconciled)
+    assert (c.data, c.corrections, c.resume) == expected
 
 
 # ------------------------------------------------------------------------------ tmax filter
