@@ -300,7 +300,8 @@ class Manager:
         self._replay = None
         self._gate_input()
         now = self._now()
-        replayed, to_replay = (sum(s.replay_progress[i] for s in self.sunions) for i in (0, 1))
+        progress = self.replay_progress()
+        replayed, to_replay = progress["replayed"], progress["to_replay"]
         ms = (now - started) / 1000
         self.stats["reconciliations"] += 1
         self.stats["last_reconciliation"] = {

@@ -46,6 +46,16 @@ def _component(config: ClusterConfig, name: str, run_dir: RunDir, recover: bool)
     return Replica(config, name, run_dir, transport, recover=recover)
 
 
+def _check_recoverable(config: ClusterConfig, name: str) -> None:
+    """``--recover`` rebuilds from another replica of the node (node/recovery.py)."""
+    node = next((n for n in config.nodes.values() if name in {r.name for r in n.replicas}), None)
+    if node is None:
+        raise NodeError(f"{name!r}: only a node replica can --recover")
+    if len(node.replicas) < 2:
+        raise NodeError(f"{name!r}: cannot --recover: node {node.name!r} has no other replica "
+                        "to rebuild from (start it without --recover for a fresh start)")
+
+
 def _setup_logging(run_dir: RunDir, name: str) -> None:
     fmt = logging.Formatter(f"%(asctime)s {name} %(levelname)s %(name)s: %(message)s")
     root = logging.getLogger()
@@ -77,8 +87,8 @@ def run_process(config_path: Path, name: str, run_dir: Path, *, recover: bool = 
     rd = RunDir(run_dir)
     rd.ensure()
     _setup_logging(rd, name)
-    if recover and name not in {r.name for n in config.nodes.values() for r in n.replicas}:
-        raise NodeError(f"{name!r}: only a node replica can --recover")
+    if recover:
+        _check_recoverable(config, name)
     component = _component(config, name, rd, recover)
     try:
         import uvloop

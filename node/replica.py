@@ -96,9 +96,10 @@ class Replica:
         self.buffers = buffers
         self.publisher = Publisher(name, buffers, responder=self._respond, log=log)
         #: While recovering: what it is waiting for (status), else None.
-        self.recovering: str | None = "waiting for a partner's state" if recover else None
+        self.recovering: str | None = None
         self.recovery: dict[str, Any] | None = None  # the last recovery, for status
-        self.publisher.refusing = self.recovering
+        if recover:
+            self._set_recovering("waiting for a partner's state")
         self.links = [
             InputLink(transport, stream, name, self._producers(stream), self._on_batch, log=log)
             for stream in self.node.inputs
@@ -177,6 +178,10 @@ class Replica:
         return "RECOVERING" if self.recovering else self.manager.state.value
 
     # ------------------------------------------------------------------ recovery
+    def _set_recovering(self, why: str | None) -> None:
+        """While ``why`` is set, status says RECOVERING and every Subscribe is refused."""
+        self.recovering = self.publisher.refusing = why
+
     async def _recover(self) -> None:
         """Rebuild from a partner's state (node/recovery.py, steps 2-3)."""
         partners = [r for r in self.node.replicas if r.name != self.me.name]
@@ -188,7 +193,7 @@ class Replica:
             buf.start_after(st["outputs"][stream])
         now = now_us()
         self.manager.take_checkpoint(now)
-        self.recovering = self.publisher.refusing = "catching up with its inputs"
+        self._set_recovering("catching up with its inputs")
         self.recovery = {"from": partner, "restored_at_us": now, "outputs": st["outputs"],
                          "inputs": st["inputs"], "rejoined_at_us": None}
         record_recovery(self.run_dir, self.me.name, {"replica": self.me.name, **self.recovery})
@@ -207,7 +212,7 @@ class Replica:
             if fed and behind < slack:
                 break
             await asyncio.sleep(0.05)
-        self.recovering = self.publisher.refusing = None
+        self._set_recovering(None)
         assert self.recovery is not None
         self.recovery["rejoined_at_us"] = now = now_us()
         log.warning("%s: recovered: caught up %.2f s after the restore; accepting subscribers",

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
 DPC = shutil.which("dpc", path=str(Path(sys.executable).parent)) or "dpc"
 
 
@@ -62,3 +64,16 @@ def test_fault_names_a_wrong_replica_and_an_unreachable_control_plane(tmp_path: 
     assert r.returncode == 2 and "cut needs at least one process name" in r.stderr
     r = dpc("fault", example, "n1a", "heal")  # nothing runs: its control plane is not there
     assert r.returncode == 2 and "control plane unreachable" in r.stderr, r.stderr
+
+
+def test_recover_refuses_what_it_cannot_rebuild(tmp_path: Path) -> None:
+    one = tmp_path / "one.toml"  # basic.toml with n1's second replica left out
+    text = (EXAMPLES / "basic.toml").read_text()
+    start = text.index("[[nodes.n1.replicas]]", text.index("[[nodes.n1.replicas]]") + 1)
+    end = text.index("\n[", start + 1)
+    one.write_text(text[:start] + text[end:])
+    r = dpc("node", str(one), "n1a", "--run-dir", str(tmp_path / "run"), "--recover", timeout=60)
+    assert r.returncode == 2 and "node 'n1' has no other replica to rebuild from" in r.stderr, r
+    r = dpc("node", str(EXAMPLES / "basic.toml"), "s1", "--run-dir", str(tmp_path / "run"),
+            "--recover", timeout=60)
+    assert r.returncode == 2 and "only a node replica can --recover" in r.stderr, r
