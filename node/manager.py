@@ -103,6 +103,7 @@ class Manager:
         log: logging.Logger,
         self_grant_after: int = 3,
         replay_step: int | None = None,
+        on_state: Callable[[cm.State, int], None] | None = None,
     ) -> None:
         self.owner = owner
         self.node = node
@@ -117,6 +118,7 @@ class Manager:
         self._now = now
         self._log = log
         self._self_grant_after = self_grant_after
+        self._on_state = on_state  # told of every state change (the run's history)
         self.checkpoints = CheckpointStore()
         self.machine, actions = cm.start(policy, now())
         self._events: deque[cm.Event] = deque()
@@ -149,7 +151,10 @@ class Manager:
         self._busy = True
         try:
             while self._events:
+                before = self.machine.state
                 self.machine, actions = cm.step(self.machine, self._events.popleft())
+                if self.machine.state is not before and self._on_state is not None:
+                    self._on_state(self.machine.state, self.machine.since)
                 self._do_all(actions)
                 if not self._events:
                     # A deadline already due (the checkpoint on entering STABLE) is served

@@ -116,6 +116,7 @@ class Replica:
         self.manager = Manager(
             name, self.node.name, policy_of(self.node, name), self.network, partners,
             transport, self._emit, now_us, log=log, replay_step=self.node.settings.replay_step,
+            on_state=lambda state, at: self._record_state(state.value, at),
         )
         self.started = now_us()
         self.counters: dict[str, Any] = {
@@ -148,6 +149,7 @@ class Replica:
                  self.me.name, self.node.name, self.me.host, self.me.data_port,
                  self.config.control_host, self.me.control_port)
         self.run_dir.mark_ready(self.me.name)
+        self._record_state(self.state, now_us())
         try:
             async with asyncio.TaskGroup() as tg:
                 tasks: list[asyncio.Task[None]] = []
@@ -180,7 +182,15 @@ class Replica:
     # ------------------------------------------------------------------ recovery
     def _set_recovering(self, why: str | None) -> None:
         """While ``why`` is set, status says RECOVERING and every Subscribe is refused."""
+        was = self.state if hasattr(self, "manager") else None
         self.recovering = self.publisher.refusing = why
+        if was is not None and self.state != was:
+            self._record_state(self.state, now_us())
+
+    def _record_state(self, state: str, at: int) -> None:
+        """Append a state change to this replica's states log (merged into the history)."""
+        with open(self.run_dir.replica_states(self.me.name), "ab") as f:
+            f.write(orjson.dumps({"t": at, "state": state}) + b"\n")
 
     async def _recover(self) -> None:
         """Rebuild from a partner's state (node/recovery.py, steps 2-3)."""

@@ -138,6 +138,17 @@ class RunDir:
         """JSONL: one line per recovery of ``replica`` (node/recovery.py)."""
         return self.replicas / _safe_name("replica", replica) / "recoveries.jsonl"
 
+    def replica_states(self, replica: str) -> Path:
+        """JSONL: one line per consistency-state change of ``replica``, ``{"t", "state"}``
+        (``t`` in microseconds of the cluster's clock); the run's history merges them."""
+        return self.replicas / _safe_name("replica", replica) / "states.jsonl"
+
+    @property
+    def history(self) -> Path:
+        """JSONL: the run's history (``ops_scripts/history.py``): faults, heals, state
+        changes, final digests."""
+        return self.path / "history.jsonl"
+
     def ensure(self) -> RunDir:
         """Create the directory and its ``logs``, ``status``, ``sources``, ``clients`` and
         ``replicas`` subdirectories (existing ones are kept). Returns ``self``."""
