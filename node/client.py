@@ -16,10 +16,10 @@ from typing import Any
 
 from protocol.tuples import Kind, Tuple
 
+from .clock import now_us
 from .config import ClusterConfig
 from .ha import UpstreamMonitor, upstream_links
 from .link import InputLink
-from .replica import now_us
 from .runlog import JsonlTupleWriter, RunDir, write_client_parquet
 from .source import END_OF_STREAM
 from .transport import Transport

@@ -44,13 +44,13 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from protocol.messages import HeartbeatRequest, HeartbeatResponse
 
+from .clock import now_us
 from .config import ClusterConfig, NodeConfig
 from .link import InputLink
 from .transport import Connection, Transport
@@ -59,9 +59,7 @@ from .upstream import Choice, HeartbeatTracker, ReplicaView, Resume, choose_upst
 __all__ = ["UpstreamMonitor", "UpstreamReplica", "upstream_links"]
 
 
-def _now() -> int:
-    return time.time_ns() // 1000
-
+_now = now_us
 
 @dataclass(frozen=True, slots=True)
 class UpstreamReplica:

@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
@@ -41,7 +41,14 @@ import orjson
 from .config import ClusterConfig, ReplicaConfig
 from .runlog import RunDir
 
-__all__ = ["RECOVERY_RETRY", "archive_output_logs", "fetch_partner_state", "record_recovery"]
+__all__ = [
+    "RECOVERY_RETRY",
+    "StateAsk",
+    "archive_output_logs",
+    "fetch_partner_state",
+    "http_state_ask",
+    "record_recovery",
+]
 
 #: Seconds between two rounds of asking the partners for their state.
 RECOVERY_RETRY = 0.2
@@ -69,38 +76,55 @@ def record_recovery(rd: RunDir, replica: str, record: Mapping[str, Any]) -> None
         f.write(orjson.dumps(record) + b"\n")
 
 
+#: Ask one partner for its state: the state, or why it cannot give it now.
+StateAsk = Callable[[ReplicaConfig], Awaitable["dict[str, Any] | str"]]
+
+
+@asynccontextmanager
+async def http_state_ask(config: ClusterConfig, owner: str) -> AsyncIterator[StateAsk]:
+    """A :data:`StateAsk` over the partners' control planes (``POST /state``)."""
+    headers = {"Authorization": f"Bearer {config.token}"}
+    timeout = aiohttp.ClientTimeout(total=30)
+    async with aiohttp.ClientSession(timeout=timeout, headers=headers) as http:
+
+        async def ask(p: ReplicaConfig) -> dict[str, Any] | str:
+            url = f"http://{config.control_host}:{p.control_port}/state"
+            try:
+                async with http.post(url, json={"for": owner}) as resp:
+                    body = await resp.read()
+                    answer = orjson.loads(body) if body else {}
+                    if resp.status == 200 and isinstance(answer.get("network"), dict):
+                        return dict(answer)
+                    return str(answer.get("error", f"HTTP {resp.status}"))
+            except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as exc:
+                return f"unreachable ({type(exc).__name__})"
+
+        yield ask
+
+
 async def fetch_partner_state(
-    config: ClusterConfig, partners: Sequence[ReplicaConfig], log: logging.Logger, owner: str
+    partners: Sequence[ReplicaConfig], ask: StateAsk, log: logging.Logger, owner: str
 ) -> tuple[str, dict[str, Any]]:
-    """Ask each partner in turn for its state until one gives it; (partner, state).
+    """Ask each partner in turn (``ask``) for its state until one gives it; (partner, state).
 
     Logs why each partner said no, once per reason, and a progress line every 5 s."""
     if not partners:
         raise RuntimeError(f"{owner}: cannot recover: its node has no other replica to "
                            "rebuild from (start it without --recover for a fresh start)")
-    headers = {"Authorization": f"Bearer {config.token}"}
     said: dict[str, str] = {}
-    started = last_note = time.monotonic()
-    timeout = aiohttp.ClientTimeout(total=30)
-    async with aiohttp.ClientSession(timeout=timeout, headers=headers) as http:
-        while True:
-            for p in partners:
-                url = f"http://{config.control_host}:{p.control_port}/state"
-                try:
-                    async with http.post(url, json={"for": owner}) as resp:
-                        body = await resp.read()
-                        answer = orjson.loads(body) if body else {}
-                        if resp.status == 200 and isinstance(answer.get("network"), dict):
-                            return p.name, answer
-                        why = str(answer.get("error", f"HTTP {resp.status}"))
-                except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as exc:
-                    why = f"unreachable ({type(exc).__name__})"
-                if said.get(p.name) != why:
-                    said[p.name] = why
-                    log.warning("%s: recovering: partner %s cannot give its state yet: %s",
-                                owner, p.name, why)
-            if time.monotonic() - last_note > 5:
-                last_note = time.monotonic()
-                log.warning("%s: still recovering after %.0f s: waiting for a STABLE partner",
-                            owner, last_note - started)
-            await asyncio.sleep(RECOVERY_RETRY)
+    loop = asyncio.get_running_loop()  # its clock: virtual in the simulation
+    started = last_note = loop.time()
+    while True:
+        for p in partners:
+            answer = await ask(p)
+            if isinstance(answer, dict):
+                return p.name, answer
+            if said.get(p.name) != answer:
+                said[p.name] = answer
+                log.warning("%s: recovering: partner %s cannot give its state yet: %s",
+                            owner, p.name, answer)
+        if loop.time() - last_note > 5:
+            last_note = loop.time()
+            log.warning("%s: still recovering after %.0f s: waiting for a STABLE partner",
+                        owner, last_note - started)
+        await asyncio.sleep(RECOVERY_RETRY)

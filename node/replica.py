@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import time
+import os
 from collections.abc import Mapping
 from operator import countOf, itemgetter
 from typing import Any
@@ -39,6 +39,7 @@ from typing import Any
 import orjson
 
 from operators import NetworkOutput, QueryNetwork
+from operators.soutput import SOutput
 from operators.sunion import SUnion
 from protocol.messages import (
     ConsistencyState,
@@ -50,6 +51,7 @@ from protocol.messages import (
 from protocol.tuples import Kind, Tuple
 from state.buffer import OutputBuffer
 
+from .clock import now_us
 from .config import ClusterConfig
 from .control import ActionError, ControlPlane
 from .faults import Faults, FaultyTransport
@@ -57,27 +59,38 @@ from .ha import UpstreamMonitor, upstream_links
 from .link import InputLink
 from .manager import Manager, Partner, policy_of
 from .publisher import Publisher
-from .recovery import archive_output_logs, fetch_partner_state, record_recovery
+from .recovery import (
+    StateAsk,
+    archive_output_logs,
+    fetch_partner_state,
+    http_state_ask,
+    record_recovery,
+)
 from .runlog import JsonlTupleWriter, RunDir
 from .transport import Transport
 
-__all__ = ["Replica", "now_us"]
+__all__ = ["MUTATION_DUPLICATES", "Replica"]
+
+#: ``DPC_TEST_MUTATION`` value that switches off SOutput's duplicate elimination in every
+#: replica started with it: a deliberately broken build for the harness's mutation check.
+MUTATION_DUPLICATES = "soutput-keeps-duplicates"
 
 log = logging.getLogger("dpc.replica")
 _KIND = itemgetter(0)
-
-
-def now_us() -> int:
-    """Wall-clock microseconds: the unit of tuple time, arrival and SUnion deadlines."""
-    return time.time_ns() // 1000
 
 
 class Replica:
     """A node replica process's state and tasks. ``run(stop)`` until ``stop`` is set."""
 
     def __init__(self, config: ClusterConfig, name: str, run_dir: RunDir, transport: Transport,
-                 *, recover: bool = False) -> None:
+                 *, recover: bool = False, control: bool = True,
+                 ask_state: StateAsk | None = None) -> None:
+        """``control=False`` runs without the HTTP control plane (the simulation drives the
+        replica's methods directly); ``ask_state`` replaces the HTTP request for a
+        partner's state during recovery (node/recovery.py)."""
         self.config = config
+        self._control = control
+        self._ask_state = ask_state
         self.me = config.replica(name)
         self.node = config.nodes[self.me.node]
         self.faults = Faults(name, log=log)
@@ -85,6 +98,12 @@ class Replica:
         self.transport = transport
         self.run_dir = run_dir
         self.network = QueryNetwork(self.node.network)
+        if os.environ.get("DPC_TEST_MUTATION") == MUTATION_DUPLICATES:
+            log.error("%s: TEST MUTATION %s: SOutput's duplicate elimination is OFF", name,
+                      MUTATION_DUPLICATES)
+            for op in self.network.operators:
+                if isinstance(op, SOutput):
+                    op.drop_duplicates = False
         self.sunions = [op for op in self.network.operators if isinstance(op, SUnion)]
         # SOutput operator name -> global stream name
         self.stream_of = {op: stream for stream, op in self.node.outputs.items()}
@@ -137,14 +156,16 @@ class Replica:
     # ------------------------------------------------------------------ running
     async def run(self, stop: asyncio.Event) -> None:
         server = await self.transport.serve(self.me.host, self.me.data_port, self.publisher.handle)
-        control = ControlPlane(
-            self.me.name, self.config.control_host, self.me.control_port, self.config.token,
-            self.status,
-            {"checkpoint": self._checkpoint_action, "shutdown": self._shutdown_action(stop),
-             "fault": self._fault_action, "digest": self._digest_action,
-             "state": self._state_action},
-        )
-        await control.start()
+        control = None
+        if self._control:
+            control = ControlPlane(
+                self.me.name, self.config.control_host, self.me.control_port, self.config.token,
+                self.status,
+                {"checkpoint": self._checkpoint_action, "shutdown": self._shutdown_action(stop),
+                 "fault": self._fault_action, "digest": self._digest_action,
+                 "state": self.state_for_partner},
+            )
+            await control.start()
         log.info("replica %s of node %s serving data on %s:%d, control on %s:%d",
                  self.me.name, self.node.name, self.me.host, self.me.data_port,
                  self.config.control_host, self.me.control_port)
@@ -170,7 +191,8 @@ class Replica:
                     t.cancel()
         finally:
             await server.close()
-            await control.stop()
+            if control is not None:
+                await control.stop()
             for w in self.output_logs.values():
                 w.close()
             log.info("replica %s stopped", self.me.name)
@@ -195,7 +217,11 @@ class Replica:
     async def _recover(self) -> None:
         """Rebuild from a partner's state (node/recovery.py, steps 2-3)."""
         partners = [r for r in self.node.replicas if r.name != self.me.name]
-        partner, st = await fetch_partner_state(self.config, partners, log, self.me.name)
+        if self._ask_state is not None:
+            partner, st = await fetch_partner_state(partners, self._ask_state, log, self.me.name)
+        else:
+            async with http_state_ask(self.config, self.me.name) as ask:
+                partner, st = await fetch_partner_state(partners, ask, log, self.me.name)
         self.network.restore(st["network"])
         for link in self.links:
             link.last_stable_id, link.last_tentative_id = st["inputs"][link.stream]
@@ -228,8 +254,10 @@ class Replica:
         log.warning("%s: recovered: caught up %.2f s after the restore; accepting subscribers",
                     self.me.name, (now - self.recovery["restored_at_us"]) / 1e6)
 
-    async def _state_action(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        """A recovering partner asks for this replica's state (node/recovery.py, step 2)."""
+    async def state_for_partner(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """A recovering partner asks for this replica's state (node/recovery.py, step 2):
+        ``POST /state``, or a direct call in the simulation. Raises ActionError unless STABLE
+        with nothing tentative in force."""
         if self.state != "STABLE":
             raise ActionError(f"{self.me.name} is {self.state}, not STABLE: ask again later")
         tentative = sorted(s for s, b in self.buffers.items() if b.last_id != b.last_stable_id)

@@ -41,13 +41,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from node.clock import now_us
 from node.config import ClusterConfig, NodeConfig, SourceConfig
 from node.config_load import load_config
 from node.generators import make_generator
 from node.link import InputLink
 from node.ports import free_port
 from node.publisher import Publisher
-from node.replica import now_us
 from node.tcp import TcpTransport
 from protocol.codec import FrameDecoder, encode
 from protocol.errors import DPCError

@@ -6,6 +6,7 @@ Only commands that work are registered; later issues add inject, sweep, reconcil
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -63,6 +64,22 @@ def _parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check", help="verify a run's logs against a reference evaluation")
     check.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+
+    sim = sub.add_parser(
+        "simulate",
+        help="random fault schedules on the whole cluster in one process, on virtual time",
+    )
+    sim.add_argument("--seed", type=int, default=1, help="the first run's seed (run i: seed+i)")
+    sim.add_argument("--runs", type=int, default=100, help="how many runs")
+    sim.add_argument("--cluster", type=Path, default=None, metavar="CLUSTER.toml",
+                     help="default: examples/sim.toml")
+    sim.add_argument("--faults", type=int, default=4, help="faults per run")
+    sim.add_argument("--duration", type=float, default=6.0,
+                     help="virtual seconds the faults start within")
+    sim.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
+    sim.add_argument("--run-dir", type=Path, default=None,
+                     help="where run dirs go (default: a temporary directory)")
+    sim.add_argument("--keep", action="store_true", help="keep the run dirs of valid runs too")
 
     bench = sub.add_parser("bench", help="benchmarks, reported against a baseline of the same run")
     which = bench.add_subparsers(dest="which", required=True, metavar="BENCH")
@@ -139,6 +156,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"dpc: error: {e}", file=sys.stderr)
                 return 2
             return 0
+        if args.command == "simulate":
+            from .simulate import DEFAULT_CLUSTER, SimOptions, run_simulate
+
+            if args.runs < 1 or args.faults < 0 or args.duration <= 0:
+                print("dpc: error: --runs must be >= 1, --faults >= 0, --duration > 0",
+                      file=sys.stderr)
+                return 2
+            opts = SimOptions(faults=args.faults, duration=args.duration)
+            return run_simulate(args.cluster or DEFAULT_CLUSTER, args.seed, args.runs,
+                                args.run_dir, jobs=args.jobs, opts=opts, keep=args.keep)
         if args.command == "check":
             from .check import run_check
 

@@ -55,10 +55,12 @@ __all__ = [
     "KINDS",
     "SHAPES",
     "Fault",
+    "LinkRule",
     "ScheduleError",
     "cut_pairs",
     "dump_faults",
     "impaired_pairs",
+    "link_rules",
     "parse_faults",
     "random_faults",
     "replica_rules",
@@ -139,6 +141,23 @@ def _processes(config: ClusterConfig) -> list[str]:
     return [*config.sources, *_replicas(config), *config.clients]
 
 
+def _links(config: ClusterConfig) -> list[tuple[str, str]]:
+    """Every ``(producer, consumer)`` pair that has a connection: data streams (a source or
+    a replica to a replica or client that reads it) and partners (replica to replica)."""
+    pairs: list[tuple[str, str]] = []
+    for node in config.nodes.values():
+        for stream in node.inputs:
+            producer = config.producer_of(stream)
+            writers = ([stream] if stream in config.sources
+                       else [r.name for r in producer.replicas])  # type: ignore[union-attr]
+            pairs += [(w, r.name) for w in writers for r in node.replicas]
+        names = [r.name for r in node.replicas]
+        pairs += [(a, b) for a in names for b in names if a < b]
+    for c in config.clients.values():
+        pairs += [(r.name, c.name) for r in config.producer_of(c.stream).replicas]  # type: ignore[union-attr]
+    return pairs
+
+
 def _node_of(config: ClusterConfig) -> dict[str, str]:
     return {r.name: n.name for n in config.nodes.values() for r in n.replicas}
 
@@ -202,6 +221,9 @@ def _parse_one(i: int, raw: Mapping[str, Any], config: ClusterConfig) -> Fault:
         pair = _names(i, "between", raw["between"], procs, "a process")
         if len(pair) != 2 or pair[0] == pair[1]:
             raise _err(i, f"between must name two different processes, got {list(pair)}")
+        if kind in ("delay", "bandwidth") and not set(pair) & set(replicas):
+            raise _err(i, f"between = {list(pair)}: one end must be a replica (the link is "
+                          "shaped at a replica)")
         p["between"] = pair
     if "one_way" in raw:
         if not isinstance(raw["one_way"], bool):
@@ -358,6 +380,65 @@ def replica_rules(pairs: Iterable[tuple[str, str]], config: ClusterConfig,
     return rules
 
 
+@dataclass(frozen=True, slots=True)
+class LinkRule:
+    """What one replica does to its traffic with one peer: a cut (``direction`` "both",
+    "in", "out"; ``None``: not cut) of ``kind``, and shaping (``delay`` s each way,
+    ``bandwidth`` bytes/s, ``slow`` s per message read from the peer)."""
+
+    direction: str | None = None
+    kind: str = "blackhole"
+    delay: float = 0.0
+    bandwidth: float | None = None
+    slow: float = 0.0
+
+    @property
+    def shaped(self) -> bool:
+        return bool(self.delay or self.bandwidth or self.slow)
+
+
+def _merge(a: LinkRule, b: LinkRule) -> LinkRule:
+    """Two faults on one link at once: the union of the cuts (a reset wins), the worst of
+    each shaping."""
+    ways = {a.direction, b.direction} - {None}
+    direction = None if not ways else ways.pop() if len(ways) == 1 else "both"
+    kind = "reset" if "reset" in (a.kind if a.direction else "", b.kind if b.direction else "") \
+        else "blackhole"
+    if kind == "reset":
+        direction = "both"
+    bandwidths = [x for x in (a.bandwidth, b.bandwidth) if x is not None]
+    return LinkRule(direction, kind, max(a.delay, b.delay),
+                    min(bandwidths) if bandwidths else None, max(a.slow, b.slow))
+
+
+def link_rules(active: Iterable[Fault], config: ClusterConfig) -> dict[str, dict[str, LinkRule]]:
+    """Per replica, per peer: the rule that the faults in force (``active``) call for.
+    Harnesses apply the difference with what is in place (and everything again at a
+    restarted replica, which lost its rules)."""
+    replicas = set(_replicas(config))
+    out: dict[str, dict[str, LinkRule]] = {}
+
+    def add(me: str, peer: str, rule: LinkRule) -> None:
+        mine = out.setdefault(me, {})
+        mine[peer] = _merge(mine[peer], rule) if peer in mine else rule
+
+    for f in active:
+        if f.kind == "partition":
+            for me, peers in replica_rules(cut_pairs(f, config), config).items():
+                for peer, way in peers.items():
+                    add(me, peer, LinkRule(way, f.params["cut"]))
+        elif f.kind in ("delay", "bandwidth"):
+            a, b = f.params["between"]
+            rule = (LinkRule(delay=f.params["seconds"]) if f.kind == "delay"
+                    else LinkRule(bandwidth=f.params["bytes_per_second"]))
+            for me, peer in ((a, b), (b, a)):
+                if me in replicas:
+                    add(me, peer, rule)
+        elif f.kind == "slow":
+            add(f.params["reader"], f.params["writer"], LinkRule(slow=f.params["seconds"]))
+    return out
+
+
 # ---------------------------------------------------------------- random schedules
 def random_faults(config: ClusterConfig, rng: random.Random, *, duration: float,
                   count: int, kinds: Sequence[str] = KINDS, max_fault: float | None = None,
@@ -367,7 +448,7 @@ def random_faults(config: ClusterConfig, rng: random.Random, *, duration: float,
     only. Lengths go up to ``max_fault`` (default: 3 X of the slowest node), so that some
     outlast alpha*X and reconcile, and some stalls make the next fault start during
     STABILIZATION. Retries a draw that ``parse_faults`` would refuse."""
-    procs, replicas = _processes(config), _replicas(config)
+    procs, replicas, links = _processes(config), _replicas(config), _links(config)
     x = max(n.settings.x for n in config.nodes.values()) / 1e6
     longest = max_fault if max_fault is not None else 3 * x
     faults: list[Fault] = []
@@ -377,22 +458,20 @@ def random_faults(config: ClusterConfig, rng: random.Random, *, duration: float,
         length = round(rng.uniform(0.2, longest), 3)
         raw: dict[str, Any] = {"at": at, "for": length, "fault": kind}
         if kind == "partition":
-            raw.update(_random_partition(config, rng, procs, replicas))
+            raw.update(_random_partition(config, rng, procs, replicas, links))
         elif kind in ("kill", "stall"):
             raw["process"] = rng.choice(replicas)
         elif kind == "pause":
             raw["process"] = rng.choice([*config.sources, *replicas])
         elif kind in ("delay", "bandwidth"):
-            a = rng.choice(replicas)
-            b = rng.choice([p for p in procs if p != a])
-            raw["between"] = [a, b]
+            raw["between"] = list(rng.choice(links))
             if kind == "delay":
                 raw["seconds"] = round(rng.uniform(0.01, 0.3), 3)
             else:
                 raw["bytes_per_second"] = float(rng.choice((20_000, 100_000, 500_000)))
-        else:  # slow
-            raw["reader"] = rng.choice(replicas)
-            raw["writer"] = rng.choice([p for p in procs if p != raw["reader"]])
+        else:  # slow: a replica that reads a stream, or a partner's answers
+            writer, reader = rng.choice([pair for pair in links if pair[1] in replicas])
+            raw["reader"], raw["writer"] = reader, writer
             raw["seconds"] = round(rng.uniform(0.001, 0.02), 4)
         try:
             faults = parse_faults([*(_raw(f) for f in faults), raw], config)
@@ -402,12 +481,11 @@ def random_faults(config: ClusterConfig, rng: random.Random, *, duration: float,
 
 
 def _random_partition(config: ClusterConfig, rng: random.Random, procs: list[str],
-                      replicas: list[str]) -> dict[str, Any]:
+                      replicas: list[str], links: list[tuple[str, str]]) -> dict[str, Any]:
     shape = rng.choice(SHAPES)
     out: dict[str, Any] = {"shape": shape, "cut": rng.choice(CUTS)}
     if shape == "link":
-        a = rng.choice(replicas)
-        out["between"] = [a, rng.choice([p for p in procs if p != a])]
+        out["between"] = list(rng.choice(links))
         if out["cut"] == "blackhole" and rng.random() < 0.5:
             out["one_way"] = True
             if rng.random() < 0.5:
