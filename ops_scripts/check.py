@@ -1,8 +1,9 @@
 """``dpc check RUN_DIR``: verify DESIGN.md section 6's properties on the logs of a run.
 
 Role: Jepsen's split (STYLE.md 12). A run writes a history into its run directory
-(``node/runlog.py``); :func:`load_history` reads it and pure checkers judge it, each
-returning a :class:`Verdict`: ``valid``, ``invalid`` or ``unknown``.
+(``node/runlog.py``); :func:`load_history` reads it and pure checkers
+(``ops_scripts/properties.py``) judge it, each returning a :class:`Verdict`: ``valid``,
+``invalid`` or ``unknown``.
 
 * The **reference** (:func:`reference_outputs`) is the failure-free run: every node's query
   network, fresh, fed each input stream whole from the logs (sources log every tuple before
@@ -39,18 +40,30 @@ import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, TextIO
 
-from node.config import ClientConfig, ClusterConfig
+from node.config import ClusterConfig
 from node.runlog import RunDir, read_client_parquet, read_jsonl_tuples, read_source_log
 from operators.network import QueryNetwork
 from operators.spec import NetworkSpec
-from protocol.errors import DPCError
 from protocol.tuples import Kind, Tuple, boundary
 
 from .availability import load_availability
+from .properties import (
+    CheckError,
+    Status,
+    Verdict,
+    apply_undos_checked,
+    check_client,
+    check_recovered_replica,
+    check_replica,
+    check_stream,
+    client_subject,
+    fmt_tuple,
+    guarded,
+    replica_subject,
+)
 
 __all__ = [
     "END_OF_STREAM",
@@ -61,6 +74,7 @@ __all__ = [
     "apply_undos_checked",
     "check_client",
     "check_history",
+    "check_recovered_replica",
     "check_replica",
     "check_stream",
     "guarded",
@@ -71,26 +85,6 @@ __all__ = [
 
 #: The final boundary that ends every stream of the reference run.
 END_OF_STREAM = 2**62
-
-
-class CheckError(DPCError):
-    """The reference run cannot be computed from the logs (the message says why)."""
-
-
-class Status(StrEnum):
-    VALID = "valid"
-    INVALID = "invalid"
-    UNKNOWN = "unknown"
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """One property judged on one subject (a client, a replica's output stream)."""
-
-    name: str  # the property, e.g. "eventual-consistency"
-    status: Status
-    evidence: str
-    subject: str = ""
 
 
 # ---------------------------------------------------------------- the reference run
@@ -118,7 +112,7 @@ def reference_outputs(
     for name, tuples in source_tuples.items():
         bad = next((t for t in tuples if t.kind is Kind.TENTATIVE), None)
         if bad is not None:
-            raise CheckError(f"source log {name!r} holds a tentative tuple: {_fmt(bad)}")
+            raise CheckError(f"source log {name!r} holds a tentative tuple: {fmt_tuple(bad)}")
         streams[name] = [t for t in tuples if t.kind is Kind.STABLE]
     outputs: dict[str, list[Tuple]] = {}
     for node in config.nodes.values():
@@ -138,167 +132,13 @@ def reference_outputs(
             bad = next((t for t in produced[op] if t.kind in (Kind.TENTATIVE, Kind.UNDO)), None)
             if bad is not None:
                 where = f"node {node.name!r}, stream {global_name!r}"
-                raise CheckError(f"{where}: the failure-free run emitted {_fmt(bad)}")
+                raise CheckError(f"{where}: the failure-free run emitted {fmt_tuple(bad)}")
             data = [t for t in produced[op] if t.kind is Kind.STABLE]
             outputs[global_name] = streams[global_name] = data
     return outputs
 
 
-# ---------------------------------------------------------------- checkers (pure)
-def _fmt(t: Tuple) -> str:
-    return f"{t.kind.name}(id={t.id}, time={t.time}, tmax={t.tmax}, values={list(t.values)})"
-
-
-def apply_undos_checked(
-    stream: Sequence[Tuple],
-) -> tuple[list[tuple[int, Tuple]], str | None]:
-    """Apply UNDOs as a client does, checking each step: returns the tuples in force as
-    ``(line, tuple)`` (line = 1-based position in ``stream``) and the first violation, if
-    any (then the tuples in force are those up to it). Violations: a data tuple whose id is
-    not above the id of the tuple in force before it (a duplicate, or out of order), and an
-    UNDO(u) while a STABLE tuple with id > u is in force (stable tuples are never undone)."""
-    kept: list[tuple[int, Tuple]] = []
-    for line, t in enumerate(stream, start=1):
-        if t.kind is Kind.UNDO:
-            cut = len(kept)
-            while cut and kept[cut - 1][1].id > t.id:
-                cut -= 1
-            taken = next((k for k in kept[cut:] if k[1].kind is Kind.STABLE), None)
-            if taken is not None:
-                return kept, (
-                    f"line {line}: UNDO({t.id}) takes back the stable tuple {_fmt(taken[1])} "
-                    f"(line {taken[0]}); stable tuples are never undone"
-                )
-            del kept[cut:]
-        elif t.kind in (Kind.STABLE, Kind.TENTATIVE):
-            if kept and t.id <= kept[-1][1].id:
-                prev_line, prev = kept[-1]
-                what = "a duplicate of" if t.id == prev.id else "out of order after"
-                return kept, (
-                    f"line {line}: {_fmt(t)} is {what} the tuple in force {_fmt(prev)} "
-                    f"(line {prev_line}); ids must increase"
-                )
-            kept.append((line, t))
-    return kept, None
-
-
-def _difference(who: str, got: list[tuple[int, Tuple]], ref: Sequence[Tuple]) -> str | None:
-    for i, ((line, g), r) in enumerate(zip(got, ref, strict=False)):
-        if g != r:
-            hint = ""
-            if i + 1 < len(ref) and g == ref[i + 1]:
-                hint = f"; the expected tuple is missing ({who} has the next one)"
-            elif i + 1 < len(got) and got[i + 1][1] == r:
-                hint = "; the received tuple is extra (the expected one follows it)"
-            return (
-                f"first difference at index {i} of the final stable stream: got {_fmt(g)} "
-                f"(line {line}), expected {_fmt(r)}{hint} ({len(got)} vs {len(ref)} tuples)"
-            )
-    n, m = len(got), len(ref)
-    if n < m:
-        return f"{who} received {n} of {m} tuples (first missing: {_fmt(ref[n])})"
-    if n > m:
-        extra = f"first extra: {_fmt(got[m][1])}, line {got[m][0]}"
-        return f"{who} has {n} stable tuples, the reference {m} ({extra})"
-    return None
-
-
-def check_stream(
-    name: str, subject: str, received: Sequence[Tuple], reference: Sequence[Tuple], who: str
-) -> Verdict:
-    """The final stable stream of ``received`` (UNDOs applied, checked) against ``reference``
-    (its data tuples, all STABLE). ``who`` names the logger in evidence ("client")."""
-    kept, violation = apply_undos_checked(received)
-    if violation is not None:
-        return Verdict(name, Status.INVALID, violation, subject)
-    tentative = [k for k in kept if k[1].kind is Kind.TENTATIVE]
-    if tentative:
-        line, first = tentative[0]
-        why = f"{len(tentative)} tentative tuple(s) still in force after applying UNDOs"
-        why += f" (first: {_fmt(first)}, line {line}): never corrected"
-        return Verdict(name, Status.INVALID, why, subject)
-    difference = _difference(who, kept, reference)
-    if difference is not None:
-        return Verdict(name, Status.INVALID, difference, subject)
-    n_tent = sum(1 for t in received if t.kind is Kind.TENTATIVE)
-    n_undo = sum(1 for t in received if t.kind is Kind.UNDO)
-    why = f"{len(kept)} stable tuples equal the reference; no tentative tuple remains"
-    why += f" ({n_tent} tentative received, {n_undo} UNDO(s) applied)"
-    return Verdict(name, Status.VALID, why, subject)
-
-
-def check_client(
-    client: ClientConfig, received: Sequence[Tuple], reference: Mapping[str, Sequence[Tuple]]
-) -> Verdict:
-    """Eventual consistency of one client's log against the reference of its stream."""
-    subject = _client_subject(client)
-    if client.stream not in reference:
-        raise CheckError(f"no reference for stream {client.stream!r}")
-    return check_stream(
-        "eventual-consistency", subject, received, reference[client.stream], "client"
-    )
-
-
-def check_replica(
-    replica: str, stream: str, emitted: Sequence[Tuple], reference: Mapping[str, Sequence[Tuple]]
-) -> Verdict:
-    """Convergence of what one replica emitted on ``stream`` to the reference."""
-    if stream not in reference:
-        raise CheckError(f"no reference for stream {stream!r}")
-    subject = _replica_subject(replica, stream)
-    return check_stream("replica-convergence", subject, emitted, reference[stream], "replica")
-
-
-def check_recovered_replica(
-    replica: str, stream: str, emitted: Sequence[Tuple], restored_after: int,
-    earlier: Sequence[Sequence[Tuple]], reference: Mapping[str, Sequence[Tuple]],
-) -> Verdict:
-    """A replica that recovered from a partner's state after output id ``restored_after``:
-    every earlier incarnation's log is a correct prefix, and the current log continues the
-    reference after ``restored_after`` (judged as the reference's tuples through that id
-    followed by the log, so that an UNDO reaching into the restored prefix is caught)."""
-    if stream not in reference:
-        raise CheckError(f"no reference for stream {stream!r}")
-    ref = reference[stream]
-    subject = _replica_subject(replica, stream)
-    for k, log in enumerate(earlier, start=1):
-        kept, violation = apply_undos_checked(log)
-        stable = [(line, t) for line, t in kept if t.kind is Kind.STABLE]
-        if violation is None:
-            violation = _difference(f"incarnation {k}", stable, ref[: len(stable)])
-        if violation is not None:
-            return Verdict("replica-convergence", Status.INVALID,
-                           f"incarnation {k} (before a crash): {violation}", subject)
-    prefix = [t for t in ref if t.id <= restored_after]
-    if restored_after and (not prefix or prefix[-1].id != restored_after):
-        why = f"recovered after id {restored_after}, which is not a tuple of the reference"
-        return Verdict("replica-convergence", Status.INVALID, why, subject)
-    v = check_stream("replica-convergence", subject, [*prefix, *emitted], ref, "replica")
-    note = (f"recovered after id {restored_after}; {len(earlier)} earlier incarnation(s) "
-            "a correct prefix; ")
-    return dataclasses.replace(v, evidence=note + v.evidence)
-
-
-def guarded(name: str, subject: str, checker: Callable[..., Verdict], *args: Any) -> Verdict:
-    """Run a checker; if it raises (or returns something else), the verdict is unknown."""
-    try:
-        verdict = checker(*args)
-        if not isinstance(verdict, Verdict):
-            raise TypeError(f"checker returned {verdict!r}, not a Verdict")
-        return dataclasses.replace(verdict, status=Status(verdict.status))
-    except Exception as e:
-        return Verdict(name, Status.UNKNOWN, f"checker crashed: {type(e).__name__}: {e}", subject)
-
-
 # ---------------------------------------------------------------- the history
-def _client_subject(c: ClientConfig) -> str:
-    return f"client {c.name} ({c.stream})"
-
-
-def _replica_subject(replica: str, stream: str) -> str:
-    return f"replica {replica} ({stream})"
-
-
 @dataclass
 class History:
     """What a run logged. ``problems``: subject ("source s1", "client c1 (n1.out)",
@@ -344,13 +184,13 @@ def load_history(rd: RunDir, config: ClusterConfig) -> History:
         path, reader = rd.client_log(c.name), _jsonl_data
         if not path.exists() and rd.client_parquet(c.name).exists():
             path, reader = rd.client_parquet(c.name), _parquet_data
-        if (got := read(_client_subject(c), path, reader, path)) is not None:
+        if (got := read(client_subject(c), path, reader, path)) is not None:
             h.clients[c.name] = got
     for node in config.nodes.values():
         for r in node.replicas:
             for stream in node.outputs:
                 path = rd.replica_output(r.name, stream)
-                subject = _replica_subject(r.name, stream)
+                subject = replica_subject(r.name, stream)
                 if (got := read(subject, path, _jsonl_data, path)) is not None:
                     h.replicas[(r.name, stream)] = got
                 _read_recoveries(h, rd, r.name, stream, subject)
@@ -398,19 +238,19 @@ def check_history(config: ClusterConfig, h: History) -> list[Verdict]:
             verdicts.append(guarded(name, subject, checker, *args, reference))
 
     for c in config.clients.values():
-        judge("eventual-consistency", _client_subject(c), check_client, c, h.clients.get(c.name))
+        judge("eventual-consistency", client_subject(c), check_client, c, h.clients.get(c.name))
     for node in config.nodes.values():
         for r in node.replicas:
             for s in node.outputs:
                 got = h.replicas.get((r.name, s))
                 if (r.name, s) in h.restored_after:
-                    judge("replica-convergence", _replica_subject(r.name, s),
+                    judge("replica-convergence", replica_subject(r.name, s),
                           check_recovered_replica, r.name, s, got, h.restored_after[(r.name, s)],
                           h.earlier.get((r.name, s), []))
                     continue
                 judge(
                     "replica-convergence",
-                    _replica_subject(r.name, s),
+                    replica_subject(r.name, s),
                     check_replica,
                     r.name,
                     s,

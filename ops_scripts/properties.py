@@ -1,0 +1,215 @@
+"""The properties of DESIGN.md section 6 as pure checkers, one :class:`Verdict` each.
+
+Role: Jepsen's checkers (STYLE.md 12). ``ops_scripts/check.py`` reads a run and composes
+these; each function here takes plain data (tuples, delays, digests) and returns a verdict
+``valid``, ``invalid`` or ``unknown`` with evidence that points at the log line, the tuple
+id or the operator.
+
+Invariants: no I/O, no clock; a checker that raises is turned into ``unknown`` by
+:func:`guarded`, never into ``valid``; line numbers in evidence are 1-based positions in the
+log the checker was given (``node/runlog.py``: line n of a file is element n-1 read back).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from node.config import ClientConfig
+from protocol.errors import DPCError
+from protocol.tuples import Kind, Tuple
+
+__all__ = [
+    "CheckError",
+    "Status",
+    "Verdict",
+    "apply_undos_checked",
+    "check_client",
+    "check_recovered_replica",
+    "check_replica",
+    "check_stream",
+    "client_subject",
+    "fmt_tuple",
+    "guarded",
+    "replica_subject",
+]
+
+
+class CheckError(DPCError):
+    """A property cannot be judged from what the run left (the message says why)."""
+
+
+class Status(StrEnum):
+    VALID = "valid"
+    INVALID = "invalid"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """One property judged on one subject (a client, a replica's output stream, a node)."""
+
+    name: str  # the property, e.g. "eventual-consistency"
+    status: Status
+    evidence: str
+    subject: str = ""
+
+
+def guarded(name: str, subject: str, checker: Callable[..., Verdict], *args: Any) -> Verdict:
+    """Run a checker; if it raises (or returns something else), the verdict is unknown."""
+    try:
+        verdict = checker(*args)
+        if not isinstance(verdict, Verdict):
+            raise TypeError(f"checker returned {verdict!r}, not a Verdict")
+        return dataclasses.replace(verdict, status=Status(verdict.status))
+    except Exception as e:
+        return Verdict(name, Status.UNKNOWN, f"checker crashed: {type(e).__name__}: {e}", subject)
+
+
+
+
+def client_subject(c: ClientConfig) -> str:
+    return f"client {c.name} ({c.stream})"
+
+
+def replica_subject(replica: str, stream: str) -> str:
+    return f"replica {replica} ({stream})"
+
+
+# ---------------------------------------------------------------- eventual consistency
+def fmt_tuple(t: Tuple) -> str:
+    """A tuple as evidence shows it: ``STABLE(id=7, time=.., tmax=.., values=[..])``."""
+    return f"{t.kind.name}(id={t.id}, time={t.time}, tmax={t.tmax}, values={list(t.values)})"
+
+
+def apply_undos_checked(
+    stream: Sequence[Tuple],
+) -> tuple[list[tuple[int, Tuple]], str | None]:
+    """Apply UNDOs as a client does, checking each step: returns the tuples in force as
+    ``(line, tuple)`` (line = 1-based position in ``stream``) and the first violation, if
+    any (then the tuples in force are those up to it). Violations: a data tuple whose id is
+    not above the id of the tuple in force before it (a duplicate, or out of order), and an
+    UNDO(u) while a STABLE tuple with id > u is in force (stable tuples are never undone)."""
+    kept: list[tuple[int, Tuple]] = []
+    for line, t in enumerate(stream, start=1):
+        if t.kind is Kind.UNDO:
+            cut = len(kept)
+            while cut and kept[cut - 1][1].id > t.id:
+                cut -= 1
+            taken = next((k for k in kept[cut:] if k[1].kind is Kind.STABLE), None)
+            if taken is not None:
+                return kept, (
+                    f"line {line}: UNDO({t.id}) takes back the stable tuple {fmt_tuple(taken[1])} "
+                    f"(line {taken[0]}); stable tuples are never undone"
+                )
+            del kept[cut:]
+        elif t.kind in (Kind.STABLE, Kind.TENTATIVE):
+            if kept and t.id <= kept[-1][1].id:
+                prev_line, prev = kept[-1]
+                what = "a duplicate of" if t.id == prev.id else "out of order after"
+                return kept, (
+                    f"line {line}: {fmt_tuple(t)} is {what} the tuple in force {fmt_tuple(prev)} "
+                    f"(line {prev_line}); ids must increase"
+                )
+            kept.append((line, t))
+    return kept, None
+
+
+def _difference(who: str, got: list[tuple[int, Tuple]], ref: Sequence[Tuple]) -> str | None:
+    for i, ((line, g), r) in enumerate(zip(got, ref, strict=False)):
+        if g != r:
+            hint = ""
+            if i + 1 < len(ref) and g == ref[i + 1]:
+                hint = f"; the expected tuple is missing ({who} has the next one)"
+            elif i + 1 < len(got) and got[i + 1][1] == r:
+                hint = "; the received tuple is extra (the expected one follows it)"
+            return (
+                f"first difference at index {i} of the final stable stream: got {fmt_tuple(g)} "
+                f"(line {line}), expected {fmt_tuple(r)}{hint} ({len(got)} vs {len(ref)} tuples)"
+            )
+    n, m = len(got), len(ref)
+    if n < m:
+        return f"{who} received {n} of {m} tuples (first missing: {fmt_tuple(ref[n])})"
+    if n > m:
+        extra = f"first extra: {fmt_tuple(got[m][1])}, line {got[m][0]}"
+        return f"{who} has {n} stable tuples, the reference {m} ({extra})"
+    return None
+
+
+def check_stream(
+    name: str, subject: str, received: Sequence[Tuple], reference: Sequence[Tuple], who: str
+) -> Verdict:
+    """The final stable stream of ``received`` (UNDOs applied, checked) against ``reference``
+    (its data tuples, all STABLE). ``who`` names the logger in evidence ("client")."""
+    kept, violation = apply_undos_checked(received)
+    if violation is not None:
+        return Verdict(name, Status.INVALID, violation, subject)
+    tentative = [k for k in kept if k[1].kind is Kind.TENTATIVE]
+    if tentative:
+        line, first = tentative[0]
+        why = f"{len(tentative)} tentative tuple(s) still in force after applying UNDOs"
+        why += f" (first: {fmt_tuple(first)}, line {line}): never corrected"
+        return Verdict(name, Status.INVALID, why, subject)
+    difference = _difference(who, kept, reference)
+    if difference is not None:
+        return Verdict(name, Status.INVALID, difference, subject)
+    n_tent = sum(1 for t in received if t.kind is Kind.TENTATIVE)
+    n_undo = sum(1 for t in received if t.kind is Kind.UNDO)
+    why = f"{len(kept)} stable tuples equal the reference; no tentative tuple remains"
+    why += f" ({n_tent} tentative received, {n_undo} UNDO(s) applied)"
+    return Verdict(name, Status.VALID, why, subject)
+
+
+def check_client(
+    client: ClientConfig, received: Sequence[Tuple], reference: Mapping[str, Sequence[Tuple]]
+) -> Verdict:
+    """Eventual consistency of one client's log against the reference of its stream."""
+    subject = client_subject(client)
+    if client.stream not in reference:
+        raise CheckError(f"no reference for stream {client.stream!r}")
+    return check_stream(
+        "eventual-consistency", subject, received, reference[client.stream], "client"
+    )
+
+
+def check_replica(
+    replica: str, stream: str, emitted: Sequence[Tuple], reference: Mapping[str, Sequence[Tuple]]
+) -> Verdict:
+    """Convergence of what one replica emitted on ``stream`` to the reference."""
+    if stream not in reference:
+        raise CheckError(f"no reference for stream {stream!r}")
+    subject = replica_subject(replica, stream)
+    return check_stream("replica-convergence", subject, emitted, reference[stream], "replica")
+
+
+def check_recovered_replica(
+    replica: str, stream: str, emitted: Sequence[Tuple], restored_after: int,
+    earlier: Sequence[Sequence[Tuple]], reference: Mapping[str, Sequence[Tuple]],
+) -> Verdict:
+    """A replica that recovered from a partner's state after output id ``restored_after``:
+    every earlier incarnation's log is a correct prefix, and the current log continues the
+    reference after ``restored_after`` (judged as the reference's tuples through that id
+    followed by the log, so that an UNDO reaching into the restored prefix is caught)."""
+    if stream not in reference:
+        raise CheckError(f"no reference for stream {stream!r}")
+    ref = reference[stream]
+    subject = replica_subject(replica, stream)
+    for k, log in enumerate(earlier, start=1):
+        kept, violation = apply_undos_checked(log)
+        stable = [(line, t) for line, t in kept if t.kind is Kind.STABLE]
+        if violation is None:
+            violation = _difference(f"incarnation {k}", stable, ref[: len(stable)])
+        if violation is not None:
+            return Verdict("replica-convergence", Status.INVALID,
+                           f"incarnation {k} (before a crash): {violation}", subject)
+    prefix = [t for t in ref if t.id <= restored_after]
+    if restored_after and (not prefix or prefix[-1].id != restored_after):
+        why = f"recovered after id {restored_after}, which is not a tuple of the reference"
+        return Verdict("replica-convergence", Status.INVALID, why, subject)
+    v = check_stream("replica-convergence", subject, [*prefix, *emitted], ref, "replica")
+    note = (f"recovered after id {restored_after}; {len(earlier)} earlier incarnation(s) "
+            "a correct prefix; ")
+    return dataclasses.replace(v, evidence=note + v.evidence)
