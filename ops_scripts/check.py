@@ -10,6 +10,9 @@ Role: Jepsen's split (STYLE.md 12). A run writes a history into its run director
   sending it) and then ``BOUNDARY(2**62)``, the end of the stream. SUnion orders its inputs
   on ``(time, input index, id)``, so the result does not depend on arrival interleaving.
   Every SUnion's ``wait`` is set to never expire: nothing is released tentatively.
+* **no-duplicates** (per client, property 2): the raw log's STABLE ids strictly increase.
+* **stable-never-undone** (per client, property 4): no UNDO arrives while a STABLE tuple
+  above its id is in force.
 * **eventual-consistency** (per client, properties 2-4): the client's stream with UNDOs
   applied holds no tentative tuple and its stable tuples equal the reference of its stream.
   Applying is checked, never forced: a data tuple whose id does not exceed the one in force
@@ -56,8 +59,10 @@ from .properties import (
     Verdict,
     apply_undos_checked,
     check_client,
+    check_no_duplicates,
     check_recovered_replica,
     check_replica,
+    check_stable_never_undone,
     check_stream,
     client_subject,
     fmt_tuple,
@@ -74,8 +79,10 @@ __all__ = [
     "apply_undos_checked",
     "check_client",
     "check_history",
+    "check_no_duplicates",
     "check_recovered_replica",
     "check_replica",
+    "check_stable_never_undone",
     "check_stream",
     "guarded",
     "load_history",
@@ -219,7 +226,9 @@ def _read_recoveries(h: History, rd: RunDir, replica: str, stream: str, subject:
 
 
 def check_history(config: ClusterConfig, h: History) -> list[Verdict]:
-    """Every verdict for one run (pure): the reference, then each client and replica."""
+    """Every verdict for one run (pure), in property order: each client's no-duplicates,
+    stable-never-undone and eventual-consistency (the last against the reference run), then
+    each replica's output streams' replica-convergence."""
     reference: dict[str, list[Tuple]] | None = None
     why = "; ".join(v for k, v in h.problems.items() if k.startswith("source "))
     if not why:
@@ -229,33 +238,35 @@ def check_history(config: ClusterConfig, h: History) -> list[Verdict]:
             why = f"{type(e).__name__}: {e}"
     verdicts: list[Verdict] = []
 
-    def judge(name: str, subject: str, checker: Callable[..., Verdict], *args: Any) -> None:
+    def judge(name: str, subject: str, checker: Callable[..., Verdict], *args: Any,
+              needs_reference: bool = True) -> None:
         if subject in h.problems:
             verdicts.append(Verdict(name, Status.UNKNOWN, h.problems[subject], subject))
+        elif not needs_reference:
+            verdicts.append(guarded(name, subject, checker, *args))
         elif reference is None:
             verdicts.append(Verdict(name, Status.UNKNOWN, f"no reference run: {why}", subject))
         else:
             verdicts.append(guarded(name, subject, checker, *args, reference))
 
-    for c in config.clients.values():
-        judge("eventual-consistency", client_subject(c), check_client, c, h.clients.get(c.name))
+    clients = [(c, client_subject(c), h.clients.get(c.name)) for c in config.clients.values()]
+    for _, subject, got in clients:
+        judge("no-duplicates", subject, check_no_duplicates, subject, got, needs_reference=False)
+    for _, subject, got in clients:
+        judge("stable-never-undone", subject, check_stable_never_undone, subject, got,
+              needs_reference=False)
+    for c, subject, got in clients:
+        judge("eventual-consistency", subject, check_client, c, got)
     for node in config.nodes.values():
         for r in node.replicas:
             for s in node.outputs:
                 got = h.replicas.get((r.name, s))
+                subject = replica_subject(r.name, s)
                 if (r.name, s) in h.restored_after:
-                    judge("replica-convergence", replica_subject(r.name, s),
-                          check_recovered_replica, r.name, s, got, h.restored_after[(r.name, s)],
-                          h.earlier.get((r.name, s), []))
-                    continue
-                judge(
-                    "replica-convergence",
-                    replica_subject(r.name, s),
-                    check_replica,
-                    r.name,
-                    s,
-                    got,
-                )
+                    judge("replica-convergence", subject, check_recovered_replica, r.name, s,
+                          got, h.restored_after[(r.name, s)], h.earlier.get((r.name, s), []))
+                else:
+                    judge("replica-convergence", subject, check_replica, r.name, s, got)
     if not verdicts:
         verdicts.append(Verdict("run", Status.UNKNOWN, "the config has no client and no node"))
     return verdicts

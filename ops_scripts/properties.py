@@ -28,8 +28,10 @@ __all__ = [
     "Verdict",
     "apply_undos_checked",
     "check_client",
+    "check_no_duplicates",
     "check_recovered_replica",
     "check_replica",
+    "check_stable_never_undone",
     "check_stream",
     "client_subject",
     "fmt_tuple",
@@ -77,6 +79,62 @@ def client_subject(c: ClientConfig) -> str:
 
 def replica_subject(replica: str, stream: str) -> str:
     return f"replica {replica} ({stream})"
+
+
+# ---------------------------------------------------------------- properties 2 and 4
+def check_no_duplicates(subject: str, received: Sequence[Tuple]) -> Verdict:
+    """Property 2, **no-duplicates**: no STABLE tuple reaches the client twice. In the raw
+    log (UNDOs not applied) the STABLE tuples' ids strictly increase: an UNDO only ever
+    takes back tentative tuples, so a stable id can never legitimately come again, whichever
+    replica the client switched to. Evidence: both lines."""
+    seen: dict[int, int] = {}  # stable id -> its first line
+    last: tuple[int, Tuple] | None = None
+    for line, t in enumerate(received, start=1):
+        if t.kind is not Kind.STABLE:
+            continue
+        if last is not None and t.id <= last[1].id:
+            if t.id in seen:
+                first = seen[t.id]
+                why = f"repeats the stable tuple of line {first}"
+            else:  # not a repeat of any id, but below one: out of order
+                first = last[0]
+                why = f"has an id not above the stable tuple of line {first}"
+            return Verdict("no-duplicates", Status.INVALID, (
+                f"line {line}: {fmt_tuple(t)} {why} ({fmt_tuple(received[first - 1])}); "
+                "stable ids must strictly increase"), subject)
+        seen.setdefault(t.id, line)
+        last = (line, t)
+    why = f"{len(seen)} stable tuples, ids strictly increasing: none received twice"
+    return Verdict("no-duplicates", Status.VALID, why, subject)
+
+
+def check_stable_never_undone(subject: str, received: Sequence[Tuple]) -> Verdict:
+    """Property 4, **stable-never-undone**: every UNDO(u) at the client targets a tentative
+    suffix: when it arrives, no STABLE tuple with id > u is in force (UNDOs before it applied
+    as the client applies them, from the end while the id exceeds u). Evidence: the UNDO's
+    line and the stable tuple it would take back (the one with the highest id)."""
+    # The stack in force; each entry carries the highest-id stable tuple at or below it,
+    # so that each UNDO is judged in O(1) however long the log.
+    kept: list[tuple[Tuple, tuple[int, Tuple] | None]] = []
+    undos = 0
+    for line, t in enumerate(received, start=1):
+        if t.kind is Kind.UNDO:
+            undos += 1
+            top = kept[-1][1] if kept else None
+            if top is not None and top[1].id > t.id:
+                return Verdict("stable-never-undone", Status.INVALID, (
+                    f"line {line}: UNDO({t.id}) would take back the stable tuple "
+                    f"{fmt_tuple(top[1])} (line {top[0]}); an UNDO takes back tentative tuples "
+                    "only"), subject)
+            while kept and kept[-1][0].id > t.id:
+                kept.pop()
+        elif t.kind in (Kind.STABLE, Kind.TENTATIVE):
+            best = kept[-1][1] if kept else None
+            if t.kind is Kind.STABLE and (best is None or t.id >= best[1].id):
+                best = (line, t)
+            kept.append((t, best))
+    why = f"{undos} UNDO(s), each taking back tentative tuples only"
+    return Verdict("stable-never-undone", Status.VALID, why, subject)
 
 
 # ---------------------------------------------------------------- eventual consistency

@@ -31,8 +31,10 @@ from ops_scripts.check import (
     apply_undos_checked,
     check_client,
     check_history,
+    check_no_duplicates,
     check_recovered_replica,
     check_replica,
+    check_stable_never_undone,
     guarded,
     reference_outputs,
     run_check,
@@ -44,6 +46,9 @@ from state.tuplelog import TupleLogWriter
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 BUCKET = 100_000
 SECOND = 1_000_000
+C1 = "client c1 (n1.out)"
+AV, ND, SU = "availability", "no-duplicates", "stable-never-undone"
+EC, RC = "eventual-consistency", "replica-convergence"
 
 
 # ---------------------------------------------------------------- factories
@@ -178,6 +183,13 @@ def world() -> World:
     return config, sources, reference_outputs(config, sources)["n1.out"]
 
 
+def keyed(verdicts: Sequence[Verdict]) -> dict[tuple[str, str], Verdict]:
+    """Verdicts by (property, subject): a client has several verdicts."""
+    out = {(v.name, v.subject): v for v in verdicts}
+    assert len(out) == len(verdicts), "two verdicts for one property and subject"
+    return out
+
+
 def client_verdict(world: World, history: list[Tuple]) -> Verdict:
     config, _, ref = world
     return check_client(config.clients["c1"], history, {"n1.out": ref})
@@ -296,6 +308,52 @@ def test_undone_stable_tuple_is_flagged_not_applied(world: World) -> None:
     assert desc(history[at - 1]) in v.evidence
 
 
+def test_no_duplicates_points_at_both_lines(world: World) -> None:
+    _, _, ref = world
+    assert check_no_duplicates(C1, corrected(ref)).status is Status.VALID
+    # Tentative ids come again after their UNDO (the corrections): not a duplicate.
+    ok = check_no_duplicates(C1, [*corrected(ref), undo(ref[-1].id)])
+    assert ok.status is Status.VALID and f"{len(ref)} stable tuples" in ok.evidence
+    history = corrected(ref)
+    i = stable_lines(history)[5]
+    history.insert(i + 3, history[i])  # the stable tuple of line i+1 again, at line i+4
+    v = check_no_duplicates(C1, history)
+    assert v.status is Status.INVALID and v.name == ND and v.subject == C1
+    assert f"line {i + 4}: STABLE({desc(history[i])}) repeats the stable tuple of line {i + 1}" \
+        in v.evidence
+    assert client_verdict(world, history).status is Status.INVALID  # and eventual consistency
+    swapped = corrected(ref)
+    swapped[i], swapped[i + 1] = swapped[i + 1], swapped[i]
+    v = check_no_duplicates(C1, swapped)
+    assert v.status is Status.INVALID
+    assert f"line {i + 2}: STABLE({desc(swapped[i + 1])}) has an id not above the stable tuple " \
+        f"of line {i + 1} (STABLE({desc(swapped[i])}))" in v.evidence
+
+
+def test_stable_never_undone_points_at_the_undo_and_the_stable_tuple(world: World) -> None:
+    _, _, ref = world
+    v = check_stable_never_undone(C1, corrected(ref))
+    assert v.status is Status.VALID and "1 UNDO(s)" in v.evidence
+    history = corrected(ref)
+    at = stable_lines(history)[10]
+    history[at + 1 : at + 1] = [undo(history[at - 2].id), history[at - 1], history[at]]
+    v = check_stable_never_undone(C1, history)
+    assert v.status is Status.INVALID and v.name == SU
+    assert (f"line {at + 2}: UNDO({history[at - 2].id}) would take back the stable tuple "
+            f"STABLE({desc(history[at])}) (line {at + 1})") in v.evidence
+    # The re-sent tuples are duplicates too: property 2 has its own evidence.
+    v = check_no_duplicates(C1, history)
+    assert v.status is Status.INVALID and f"line {at + 3}:" in v.evidence
+    assert f"repeats the stable tuple of line {at}" in v.evidence
+    # An UNDO that reaches below a tentative suffix into the stable prefix, before any
+    # stable tuple is re-sent: still caught (the stable tuple in force is named).
+    k = len(ref) // 2
+    cut = [*ref[:k], ref[k]._replace(kind=Kind.TENTATIVE), undo(ref[k - 3].id)]
+    v = check_stable_never_undone(C1, cut)
+    assert v.status is Status.INVALID and f"line {k + 2}: UNDO({ref[k - 3].id})" in v.evidence
+    assert f"STABLE({desc(ref[k - 1])}) (line {k})" in v.evidence
+
+
 def test_uncorrected_tentative_tuples_are_caught(world: World) -> None:
     _, _, ref = world
     k = len(ref) // 2
@@ -314,11 +372,11 @@ def test_replica_divergence_is_caught(world: World) -> None:
         clients={"c1": corrected(ref)},
         replicas={("n1a", "n1.out"): corrected(ref), ("n1b", "n1.out"): bad},
     )
-    verdicts = {v.subject: v for v in check_history(config, h)}
-    assert verdicts["client c1 (n1.out)"].status is Status.VALID
-    assert verdicts["replica n1a (n1.out)"].status is Status.VALID
-    assert verdicts["replica n1b (n1.out)"].status is Status.INVALID
-    assert "index 3" in verdicts["replica n1b (n1.out)"].evidence
+    verdicts = keyed(check_history(config, h))
+    assert verdicts[EC, C1].status is Status.VALID
+    assert verdicts[RC, "replica n1a (n1.out)"].status is Status.VALID
+    assert verdicts[RC, "replica n1b (n1.out)"].status is Status.INVALID
+    assert "index 3" in verdicts[RC, "replica n1b (n1.out)"].evidence
     assert check_replica("n1a", "n1.out", ref, {"n1.out": ref}).name == "replica-convergence"
 
 
@@ -338,9 +396,10 @@ def test_a_crashing_checker_is_unknown_never_valid(world: World) -> None:
         clients={"c1": [1, 2, 3]},  # type: ignore[list-item]
         replicas={("n1a", "n1.out"): ref, ("n1b", "n1.out"): ref},
     )
-    verdicts = {v.subject: v for v in check_history(config, h)}
-    assert verdicts["client c1 (n1.out)"].status is Status.UNKNOWN
-    assert "checker crashed" in verdicts["client c1 (n1.out)"].evidence
+    verdicts = keyed(check_history(config, h))
+    for name in (ND, SU, EC):  # every checker of the client crashes on ints
+        assert verdicts[name, C1].status is Status.UNKNOWN
+        assert "checker crashed" in verdicts[name, C1].evidence
 
 
 def test_missing_logs_are_unknown(world: World) -> None:
@@ -351,19 +410,20 @@ def test_missing_logs_are_unknown(world: World) -> None:
         replicas={("n1a", "n1.out"): ref},
         problems={"replica n1b (n1.out)": "missing log replicas/n1b/n1.out.jsonl"},
     )
-    verdicts = {v.subject: v for v in check_history(config, h)}
-    assert verdicts["replica n1b (n1.out)"].status is Status.UNKNOWN
-    assert "missing log replicas/n1b/n1.out.jsonl" in verdicts["replica n1b (n1.out)"].evidence
+    verdicts = keyed(check_history(config, h))
+    assert verdicts[RC, "replica n1b (n1.out)"].status is Status.UNKNOWN
+    assert "missing log replicas/n1b/n1.out.jsonl" in verdicts[RC, "replica n1b (n1.out)"].evidence
     no_source = History(
         sources={"s2": sources["s2"]},
         clients={"c1": ref},
         problems={"source s1": "missing log sources/s1.arrow"},
     )
-    verdicts = {v.subject: v for v in check_history(config, no_source)}
-    assert {v.status for v in verdicts.values()} == {Status.UNKNOWN}
-    assert (
-        "no reference run: missing log sources/s1.arrow" in verdicts["client c1 (n1.out)"].evidence
-    )
+    verdicts = keyed(check_history(config, no_source))
+    # Changed with the per-property verdicts: no-duplicates and stable-never-undone need no
+    # reference run, so they are still judged; the reference-based ones are unknown.
+    assert verdicts[ND, C1].status is verdicts[SU, C1].status is Status.VALID
+    assert {v.status for k, v in verdicts.items() if k[0] in (EC, RC)} == {Status.UNKNOWN}
+    assert "no reference run: missing log sources/s1.arrow" in verdicts[EC, C1].evidence
 
 
 # ---------------------------------------------------------------- run_check on a run dir
@@ -404,9 +464,12 @@ def test_run_check_passes_a_correct_run(tmp_path: Path) -> None:
     code, text, report = run(rd)
     assert code == 0, text
     assert "property" in text and "eventual-consistency" in text and "PASS" in text
-    assert report["summary"] == {"valid": 3, "invalid": 0, "unknown": 0, "total": 3, "ok": True}
-    subjects = {v["subject"] for v in report["verdicts"]}
-    assert subjects == {"client c1 (n1.out)", "replica n1a (n1.out)", "replica n1b (n1.out)"}
+    # Changed: three client verdicts (no-duplicates, stable-never-undone, eventual-
+    # consistency) where there was one; no history, so no availability verdict.
+    assert report["summary"] == {"valid": 5, "invalid": 0, "unknown": 0, "total": 5, "ok": True}
+    keys = {(v["property"], v["subject"]) for v in report["verdicts"]}
+    assert keys == {(ND, C1), (SU, C1), (EC, C1), (RC, "replica n1a (n1.out)"),
+                    (RC, "replica n1b (n1.out)")}
 
 
 def test_run_check_fails_a_corrupted_client_log(tmp_path: Path) -> None:
@@ -428,14 +491,15 @@ def test_run_check_missing_or_corrupt_log_is_unknown_and_fails(tmp_path: Path) -
     rd.client_log("c1").write_bytes(b"\n".join(lines))
     code, _, report = run(rd)
     assert code == 1
-    verdicts = {v["subject"]: v for v in report["verdicts"]}
-    assert verdicts["replica n1b (n1.out)"]["status"] == "unknown"
-    assert "n1b/n1.out.jsonl" in verdicts["replica n1b (n1.out)"]["evidence"]
-    assert verdicts["client c1 (n1.out)"]["status"] == "unknown"
-    assert "line 5" in verdicts["client c1 (n1.out)"]["evidence"]
+    verdicts = {(v["property"], v["subject"]): v for v in report["verdicts"]}
+    assert verdicts[RC, "replica n1b (n1.out)"]["status"] == "unknown"
+    assert "n1b/n1.out.jsonl" in verdicts[RC, "replica n1b (n1.out)"]["evidence"]
+    for name in (ND, SU, EC):
+        assert verdicts[name, C1]["status"] == "unknown"
+        assert "line 5" in verdicts[name, C1]["evidence"]
     rd.source_log("s2").unlink()
     code, _, report = run(rd)
-    assert code == 1 and report["summary"]["unknown"] == 3
+    assert code == 1 and report["summary"]["unknown"] == 5  # was 3: three client verdicts
 
 
 def test_run_check_reads_the_parquet_copy_when_the_jsonl_is_gone(tmp_path: Path) -> None:
