@@ -1,39 +1,40 @@
-"""``dpc check RUN_DIR``: verify DESIGN.md section 6's properties on the logs of a run.
+"""``dpc check RUN_DIR``: judge DESIGN.md section 6's properties on the logs of a run.
 
-Role: Jepsen's split (STYLE.md 12). A run writes a history into its run directory
-(``node/runlog.py``); :func:`load_history` reads it and pure checkers
-(``ops_scripts/properties.py``) judge it, each returning a :class:`Verdict`: ``valid``,
-``invalid`` or ``unknown``.
+Role: Jepsen's split (STYLE.md 12). A run leaves its logs (``node/runlog.py``) and, when a
+harness injected faults, its history (``history.jsonl``, ``ops_scripts/history.py``).
+:func:`load_history` reads the logs, :func:`load_events` the history; :func:`check_run`, a
+pure function of both, composes the checkers of ``ops_scripts/properties.py`` into a list of
+:class:`Verdict` (``valid``, ``invalid``, ``unknown``) and the :class:`Figures` harnesses
+print. The reference (``ops_scripts/reference.py``) is the failure-free run of the sources.
 
-* The **reference** (:func:`reference_outputs`) is the failure-free run: every node's query
-  network, fresh, fed each input stream whole from the logs (sources log every tuple before
-  sending it) and then ``BOUNDARY(2**62)``, the end of the stream. SUnion orders its inputs
-  on ``(time, input index, id)``, so the result does not depend on arrival interleaving.
-  Every SUnion's ``wait`` is set to never expire: nothing is released tentatively.
+* **availability** (per client, property 1): every new result whose input had a path to
+  the client arrived within k*X (``availability.judge_delays``, outages from
+  ``ops_scripts/paths.py``). Only with a history: without one (a plain ``dpc launch``, a
+  test that injected faults by hand) there is no knowing when paths existed, and the delays
+  are a report that never changes the exit code.
 * **no-duplicates** (per client, property 2): the raw log's STABLE ids strictly increase.
 * **stable-never-undone** (per client, property 4): no UNDO arrives while a STABLE tuple
   above its id is in force.
 * **eventual-consistency** (per client, properties 2-4): the client's stream with UNDOs
   applied holds no tentative tuple and its stable tuples equal the reference of its stream.
-  Applying is checked, never forced: a data tuple whose id does not exceed the one in force
-  before it (a duplicate) or an UNDO that would take back a stable tuple is invalid by
-  itself, with the line of the log as evidence.
-* **replica-convergence** (per replica and output stream, property 3): the same check on
-  what the replica emitted, so every replica ends with the same stream as the reference.
-  A replica that crashed and recovered (node/recovery.py, ``recoveries.jsonl``) is judged
-  in parts: each earlier incarnation's log, cut short by the crash, must be a correct
-  prefix (checked UNDOs, stable tuples equal to the reference's first ones; a tentative tail
-  is allowed: its correction is the new incarnation's business), and the current log must
-  continue the reference after the stable id it restored from.
+  Applying is checked, never forced: a duplicate or an UNDO that would take back a stable
+  tuple is invalid here too, with the line of the log as evidence.
+* **replica-convergence** (property 3), per replica and output stream: the same check on
+  what the replica emitted. A replica that crashed and recovered (node/recovery.py,
+  ``recoveries.jsonl``) is judged in parts: each earlier incarnation's log, cut short by the
+  crash, must be a correct prefix (a tentative tail is allowed: its correction is the new
+  incarnation's business), and the current log must continue the reference after the
+  stable id it restored from. Per node, when the history has ``digest`` events: all its
+  replicas report the same state hashes (one missing is excused only if it was down).
 
-After the verdicts, an **availability** report (``ops_scripts/availability.py``): per client,
-tuples received, tentative tuples, UNDOs and Delay_new against the bound k*X, printed and
-stored under ``"availability"`` in check.json. It is a report, not a verdict: it never
-changes the exit code.
+Output: a table (property, subject, status, evidence), each client's availability (counts,
+Delay_new, the distribution of the checked delays), ``dpc check: N valid, M invalid, K
+unknown -> PASS|FAIL``, and ``check.json``: ``verdicts``, ``summary``, ``availability``
+(per client) and ``figures`` (:data:`FIGURE_KEYS`).
 
 Invariants: a checker that raises yields ``unknown`` with the exception text, never
-``valid``; a missing or unreadable log yields ``unknown`` naming it; :func:`run_check`
-returns 0 only when every verdict is valid (and there is at least one).
+``valid``; a missing or unreadable log or history yields ``unknown`` naming it;
+:func:`run_check` returns 0 only when every verdict is valid (and there is at least one).
 """
 
 from __future__ import annotations
@@ -48,31 +49,38 @@ from typing import Any, TextIO
 
 from node.config import ClusterConfig
 from node.runlog import RunDir, read_client_parquet, read_jsonl_tuples, read_source_log
-from operators.network import QueryNetwork
-from operators.spec import NetworkSpec
-from protocol.tuples import Kind, Tuple, boundary
+from protocol.tuples import DATA_KINDS, Tuple
 
-from .availability import load_availability
+from .availability import ClientDelays, assess, bound_for, judge_delays
+from .history import count_events, final_digests, read_history
+from .paths import Outage, client_outages, down_at_end
 from .properties import (
     CheckError,
     Status,
     Verdict,
     apply_undos_checked,
+    check_availability,
     check_client,
+    check_digests,
     check_no_duplicates,
     check_recovered_replica,
     check_replica,
     check_stable_never_undone,
     check_stream,
     client_subject,
-    fmt_tuple,
+    describe_delays,
     guarded,
+    node_subject,
     replica_subject,
+    seconds,
 )
+from .reference import END_OF_STREAM, reference_outputs
 
 __all__ = [
     "END_OF_STREAM",
+    "FIGURE_KEYS",
     "CheckError",
+    "Figures",
     "History",
     "Status",
     "Verdict",
@@ -82,77 +90,30 @@ __all__ = [
     "check_no_duplicates",
     "check_recovered_replica",
     "check_replica",
+    "check_run",
     "check_stable_never_undone",
     "check_stream",
     "guarded",
+    "load_events",
     "load_history",
     "reference_outputs",
     "run_check",
 ]
 
-#: The final boundary that ends every stream of the reference run.
-END_OF_STREAM = 2**62
+Event = Mapping[str, Any]
 
 
-# ---------------------------------------------------------------- the reference run
-def _failure_free(spec: NetworkSpec) -> NetworkSpec:
-    ops = tuple(
-        dataclasses.replace(o, params={**o.params, "wait": END_OF_STREAM})
-        if o.type == "sunion"
-        else o
-        for o in spec.operators
-    )
-    return NetworkSpec(spec.inputs, ops, spec.outputs)  # every SUnion wait: never expires
-
-
-def reference_outputs(
-    config: ClusterConfig, source_tuples: Mapping[str, Sequence[Tuple]]
-) -> dict[str, list[Tuple]]:
-    """The data tuples of every node output stream in a failure-free run (pure).
-
-    Nodes run in config order (topological): each input stream is pushed whole, in the
-    network's input order, as its STABLE tuples (control tuples in a log are skipped) then
-    ``BOUNDARY(END_OF_STREAM)``. Raises :class:`CheckError` if an input has no tuples (no
-    log, no upstream node) or a source log holds a tentative tuple.
-    """
-    streams: dict[str, list[Tuple]] = {}
-    for name, tuples in source_tuples.items():
-        bad = next((t for t in tuples if t.kind is Kind.TENTATIVE), None)
-        if bad is not None:
-            raise CheckError(f"source log {name!r} holds a tentative tuple: {fmt_tuple(bad)}")
-        streams[name] = [t for t in tuples if t.kind is Kind.STABLE]
-    outputs: dict[str, list[Tuple]] = {}
-    for node in config.nodes.values():
-        net = QueryNetwork(_failure_free(node.network))
-        produced: dict[str, list[Tuple]] = {op: [] for op in node.outputs.values()}
-        for stream in node.network.inputs:
-            if stream not in streams:
-                raise CheckError(
-                    f"node {node.name!r}: no tuples for input stream {stream!r} (neither a "
-                    "logged source nor the output of an earlier node)"
-                )
-            result = net.push(stream, [*streams[stream], boundary(END_OF_STREAM)], 0)
-            for op, tuples in result.outputs.items():
-                if op in produced:
-                    produced[op].extend(tuples)
-        for global_name, op in node.outputs.items():
-            bad = next((t for t in produced[op] if t.kind in (Kind.TENTATIVE, Kind.UNDO)), None)
-            if bad is not None:
-                where = f"node {node.name!r}, stream {global_name!r}"
-                raise CheckError(f"{where}: the failure-free run emitted {fmt_tuple(bad)}")
-            data = [t for t in produced[op] if t.kind is Kind.STABLE]
-            outputs[global_name] = streams[global_name] = data
-    return outputs
-
-
-# ---------------------------------------------------------------- the history
+# ---------------------------------------------------------------- what a run logged
 @dataclass
 class History:
     """What a run logged. ``problems``: subject ("source s1", "client c1 (n1.out)",
-    "replica n1a (n1.out)") -> why its log is missing or unreadable."""
+    "replica n1a (n1.out)", or "history" for ``history.jsonl``) -> why it is missing or
+    unreadable."""
 
     sources: dict[str, list[Tuple]] = field(default_factory=dict)
     clients: dict[str, list[Tuple]] = field(default_factory=dict)
+    #: client -> the arrival time (µs) of each tuple of ``clients[client]``, line by line.
+    arrivals: dict[str, list[int]] = field(default_factory=dict)
     replicas: dict[tuple[str, str], list[Tuple]] = field(default_factory=dict)
     #: (replica, stream) -> the output logs of its earlier incarnations, oldest first.
     earlier: dict[tuple[str, str], list[list[Tuple]]] = field(default_factory=dict)
@@ -165,16 +126,12 @@ def _jsonl_data(path: Path) -> list[Tuple]:
     return [t for _, t in read_jsonl_tuples(path)]
 
 
-def _parquet_data(path: Path) -> list[Tuple]:
-    return [t for _, t in read_client_parquet(path)]
-
-
 def load_history(rd: RunDir, config: ClusterConfig) -> History:
     """Read every log the config implies; record what is missing or unreadable. A client
     whose JSONL log is gone but whose Parquet copy exists is read from the Parquet."""
     h = History()
 
-    def read(subject: str, path: Path, reader: Callable[..., list[Tuple]], *args: Any) -> Any:
+    def read(subject: str, path: Path, reader: Callable[..., Any], *args: Any) -> Any:
         if not path.exists():
             h.problems[subject] = f"missing log {path}"
             return None
@@ -188,11 +145,12 @@ def load_history(rd: RunDir, config: ClusterConfig) -> History:
         if (got := read(f"source {s}", rd.source_log(s), read_source_log, rd, s)) is not None:
             h.sources[s] = got
     for c in config.clients.values():
-        path, reader = rd.client_log(c.name), _jsonl_data
+        path, reader = rd.client_log(c.name), read_jsonl_tuples
         if not path.exists() and rd.client_parquet(c.name).exists():
-            path, reader = rd.client_parquet(c.name), _parquet_data
-        if (got := read(client_subject(c), path, reader, path)) is not None:
-            h.clients[c.name] = got
+            path, reader = rd.client_parquet(c.name), read_client_parquet
+        if (rows := read(client_subject(c), path, reader, path)) is not None:
+            h.clients[c.name] = [t for _, t in rows]
+            h.arrivals[c.name] = [arrival for arrival, _ in rows]
     for node in config.nodes.values():
         for r in node.replicas:
             for stream in node.outputs:
@@ -225,10 +183,53 @@ def _read_recoveries(h: History, rd: RunDir, replica: str, stream: str, subject:
     h.earlier[(replica, stream)] = logs
 
 
-def check_history(config: ClusterConfig, h: History) -> list[Verdict]:
-    """Every verdict for one run (pure), in property order: each client's no-duplicates,
-    stable-never-undone and eventual-consistency (the last against the reference run), then
-    each replica's output streams' replica-convergence."""
+def load_events(rd: RunDir, h: History) -> list[dict[str, Any]] | None:
+    """The run's history events; None if the run has no ``history.jsonl`` (availability is
+    then a report). An unreadable history is recorded in ``h.problems["history"]`` and
+    gives ``[]``: the verdicts that need it become unknown, never valid."""
+    if not rd.history.exists():
+        return None
+    try:
+        return read_history(rd.history)
+    except Exception as e:
+        h.problems["history"] = f"unreadable history {rd.history}: {e}"
+        return []
+
+
+# ---------------------------------------------------------------- the verdicts (pure)
+#: The keys of check.json's ``figures`` (what ``dpc run``, ``torture``, ``simulate`` print).
+FIGURE_KEYS = ("tuples_checked", "new_results_checked", "excused", "worst_delay_us",
+               "bound_us", "faults", "worst_client", "availability_judged")
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """The numbers of one check. ``tuples_checked``: data tuples received by all clients;
+    ``new_results_checked`` / ``excused``: new results judged against the bound / excused
+    by an outage, over all clients; ``worst_delay_us``, ``bound_us`` and ``worst_client``
+    belong together: the client whose worst checked delay (measured, without a history)
+    came closest to (or went furthest over) its bound (None if there is none); ``faults``:
+    fault events in the history;
+    ``availability_judged``: a history made availability a verdict. ``delays``: each
+    client's distribution (check.json's ``availability``, not its ``figures``)."""
+
+    tuples_checked: int = 0
+    new_results_checked: int = 0
+    excused: int = 0
+    worst_delay_us: int | None = None
+    bound_us: int | None = None
+    faults: int = 0
+    worst_client: str | None = None
+    availability_judged: bool = False
+    delays: tuple[ClientDelays, ...] = ()
+
+    def as_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in FIGURE_KEYS}
+
+
+def _log_verdicts(config: ClusterConfig, h: History) -> list[Verdict]:
+    """The verdicts of the logs alone, in property order: each client's no-duplicates,
+    stable-never-undone and eventual-consistency, then each replica stream's convergence."""
     reference: dict[str, list[Tuple]] | None = None
     why = "; ".join(v for k, v in h.problems.items() if k.startswith("source "))
     if not why:
@@ -267,9 +268,93 @@ def check_history(config: ClusterConfig, h: History) -> list[Verdict]:
                           got, h.restored_after[(r.name, s)], h.earlier.get((r.name, s), []))
                 else:
                     judge("replica-convergence", subject, check_replica, r.name, s, got)
+    return verdicts
+
+
+def _availability(config: ClusterConfig, events: Sequence[Event] | None, h: History,
+                  ) -> tuple[list[Verdict], list[ClientDelays]]:
+    """Each client's delays; with a history, its availability verdict too."""
+    outages: dict[str, list[Outage]] | None = None
+    problem = h.problems.get("history")
+    if events is not None and problem is None:
+        try:
+            outages = client_outages(config, events)
+        except Exception as e:
+            problem = f"cannot compute the outages: {type(e).__name__}: {e}"
+    verdicts: list[Verdict] = []
+    found: list[ClientDelays] = []
+    for c in config.clients.values():
+        subject = client_subject(c)
+        mine = outages.get(c.name, []) if outages is not None else []
+        d: ClientDelays | None = None
+        why = h.problems.get(subject, "no log of the client")
+        if c.name in h.clients:
+            try:
+                tuples, arrivals = h.clients[c.name], h.arrivals[c.name]
+                if len(arrivals) != len(tuples):
+                    raise CheckError(f"{len(arrivals)} arrival times for {len(tuples)} tuples")
+                windows = None if outages is None else [(o.start, o.end) for o in mine]
+                rows = list(zip(arrivals, tuples, strict=True))
+                d = judge_delays(c.name, c.stream, rows, bound_for(config, c.stream), windows)
+                found.append(d)  # measured even when the history is unusable: a report
+            except Exception as e:  # a bug of ours or garbage in the log: never a pass
+                why = f"checker crashed: {type(e).__name__}: {e}"
+        if events is None:
+            continue  # no history: the delays are a report
+        if d is None or problem is not None:
+            verdicts.append(Verdict("availability", Status.UNKNOWN, problem or why, subject))
+        else:
+            verdicts.append(guarded("availability", subject, check_availability, subject, d,
+                                    mine))
+    return verdicts, found
+
+
+def _digests(config: ClusterConfig, events: Sequence[Event] | None) -> list[Verdict]:
+    """Per node, the state digests verdict, when the history has ``digest`` events."""
+    if not events or not count_events(events, "digest"):
+        return []
+    return [
+        guarded("replica-convergence", node_subject(node.name), lambda n=node: check_digests(
+            n.name, [r.name for r in n.replicas], final_digests(events), down_at_end(events)))
+        for node in config.nodes.values()
+    ]
+
+
+def _figures(h: History, events: Sequence[Event] | None,
+             delays: Sequence[ClientDelays]) -> Figures:
+    worst = max((d for d in delays if d.max_us is not None),
+                key=lambda d: (d.max_us or 0) - d.bound_us, default=None)
+    return Figures(
+        tuples_checked=sum(1 for tuples in h.clients.values() for t in tuples
+                           if isinstance(t, Tuple) and t.kind in DATA_KINDS),
+        new_results_checked=sum(d.checked for d in delays if d.judged),
+        excused=sum(d.excused for d in delays),
+        worst_delay_us=None if worst is None else worst.max_us,
+        bound_us=None if worst is None else worst.bound_us,
+        faults=count_events(events, "fault") if events else 0,
+        worst_client=None if worst is None else worst.client,
+        availability_judged=events is not None,
+        delays=tuple(delays),
+    )
+
+
+def check_run(config: ClusterConfig, events: Sequence[Event] | None,
+              h: History) -> tuple[list[Verdict], Figures]:
+    """Every verdict of one run and its figures (pure): the logs ``h`` and the history's
+    ``events`` (None: the run has no history; availability is then a report, no verdict),
+    as :func:`load_events` gives them or as a simulation holds them in memory. Order:
+    availability, no-duplicates, stable-never-undone, eventual-consistency, then
+    replica-convergence of the streams and of the state digests."""
+    available, delays = _availability(config, events, h)
+    verdicts = [*available, *_log_verdicts(config, h), *_digests(config, events)]
     if not verdicts:
         verdicts.append(Verdict("run", Status.UNKNOWN, "the config has no client and no node"))
-    return verdicts
+    return verdicts, _figures(h, events, delays)
+
+
+def check_history(config: ClusterConfig, h: History) -> list[Verdict]:
+    """The verdicts of a run without a history (:func:`check_run` with no events)."""
+    return check_run(config, None, h)[0]
 
 
 # ---------------------------------------------------------------- the command
@@ -281,25 +366,40 @@ def _table(verdicts: Sequence[Verdict], out: TextIO) -> None:
         print(f"{r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]:<{w[2]}}  {r[3]}", file=out)
 
 
-def _availability_report(rd: RunDir, config: ClusterConfig, out: TextIO) -> list[dict[str, Any]]:
-    """Print each client's availability (``ops_scripts/availability.py``) and return it for
-    check.json. A report, not a verdict: whatever happens here, run_check's code is the same."""
-    notes: list[str] = []
-    try:
-        found = load_availability(rd, config, notes=notes)
-    except Exception as e:  # a bug of ours in the report must not hide the verdicts
-        found, notes = [], [f"cannot assess: {type(e).__name__}: {e}"]
+def _availability_report(config: ClusterConfig, h: History, figures: Figures,
+                         out: TextIO) -> list[dict[str, Any]]:
+    """Print each client's availability and return it for check.json: the counts and
+    Delay_new of ``availability.assess`` (every new result, excused or not), then the
+    distribution of the checked delays. What happens here never changes run_check's code."""
     print(file=out)
-    for a in found:
-        print(
-            f"availability: {a.client} received {a.received}, tentative {a.n_tentative}, "
-            f"undos {a.n_undo}, Delay_new {a.delay_new_us / 1e6:.2f} s (bound k*X = "
-            f"{a.bound_us / 1e6:.2f} s: {'EXCEEDED' if a.exceeded else 'kept'})",
-            file=out,
-        )
-    for note in notes:
-        print(f"availability: {note}", file=out)
-    return [dataclasses.asdict(a) for a in found]
+    if not figures.availability_judged:
+        print("availability: no run history (history.jsonl): delays are a report, not a "
+              "verdict", file=out)
+    delays = {d.client: d for d in figures.delays}
+    found: list[dict[str, Any]] = []
+    for c in config.clients.values():
+        if c.name not in h.clients:
+            why = h.problems.get(client_subject(c), "no log")
+            print(f"availability: client {c.name}: no log ({why}), skipped", file=out)
+            continue
+        try:
+            a = assess(config, c.name, list(zip(h.arrivals[c.name], h.clients[c.name],
+                                                strict=True)))
+        except Exception as e:  # a report: one bad log must not hide the others
+            print(f"availability: client {c.name}: cannot assess: {type(e).__name__}: {e}",
+                  file=out)
+            continue
+        print(f"availability: {a.client} received {a.received}, tentative {a.n_tentative}, "
+              f"undos {a.n_undo}, Delay_new {a.delay_new_us / 1e6:.2f} s (bound k*X = "
+              f"{a.bound_us / 1e6:.2f} s: {'EXCEEDED' if a.exceeded else 'kept'})", file=out)
+        entry: dict[str, Any] = dataclasses.asdict(a)
+        if (d := delays.get(c.name)) is not None:
+            judged = f", {d.excused} excused by {d.outages} outage(s)" if d.judged else ""
+            print(f"availability: {a.client} new results{judged}; {describe_delays(d)}; "
+                  f"{d.late} over the bound {seconds(d.bound_us)}", file=out)
+            entry["delays"] = dataclasses.asdict(d)
+        found.append(entry)
+    return found
 
 
 def run_check(run_dir: Path, *, out: TextIO = sys.stdout) -> int:
@@ -319,14 +419,17 @@ def run_check(run_dir: Path, *, out: TextIO = sys.stdout) -> int:
     except Exception as e:
         print(f"dpc check: error: cannot load {rd.config}: {type(e).__name__}: {e}", file=out)
         return 2
+    h = History()
     try:
-        verdicts = check_history(config, load_history(rd, config))
+        h = load_history(rd, config)
+        verdicts, figures = check_run(config, load_events(rd, h), h)
     except Exception as e:  # a bug of ours: never a pass
         verdicts = [Verdict("run", Status.UNKNOWN, f"checker crashed: {type(e).__name__}: {e}")]
+        figures = Figures()
     counts = {s.value: sum(1 for v in verdicts if v.status == s) for s in Status}
     ok = counts["valid"] == len(verdicts) > 0
     _table(verdicts, out)
-    availability = _availability_report(rd, config, out)
+    availability = _availability_report(config, h, figures, out)
     summary = ", ".join(f"{n} {s}" for s, n in counts.items())
     print(f"\ndpc check: {summary} -> {'PASS' if ok else 'FAIL'}", file=out)
     report = {
@@ -337,6 +440,7 @@ def run_check(run_dir: Path, *, out: TextIO = sys.stdout) -> int:
         ],
         "summary": {**counts, "total": len(verdicts), "ok": ok},
         "availability": availability,
+        "figures": figures.as_json(),
     }
     try:
         rd.check_json.write_text(json.dumps(report, indent=2) + "\n")

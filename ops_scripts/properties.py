@@ -13,7 +13,7 @@ log the checker was given (``node/runlog.py``: line n of a file is element n-1 r
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -22,21 +22,29 @@ from node.config import ClientConfig
 from protocol.errors import DPCError
 from protocol.tuples import Kind, Tuple
 
+from .availability import ClientDelays, NewResult
+from .paths import Outage
+
 __all__ = [
     "CheckError",
     "Status",
     "Verdict",
     "apply_undos_checked",
+    "check_availability",
     "check_client",
+    "check_digests",
     "check_no_duplicates",
     "check_recovered_replica",
     "check_replica",
     "check_stable_never_undone",
     "check_stream",
     "client_subject",
+    "describe_delays",
     "fmt_tuple",
     "guarded",
+    "node_subject",
     "replica_subject",
+    "seconds",
 ]
 
 
@@ -79,6 +87,49 @@ def client_subject(c: ClientConfig) -> str:
 
 def replica_subject(replica: str, stream: str) -> str:
     return f"replica {replica} ({stream})"
+
+
+# ---------------------------------------------------------------- property 1
+def seconds(us: int | None) -> str:
+    """Microseconds as evidence shows them: ``"2.700 s"`` (``"-"`` for None)."""
+    return "-" if us is None else f"{us / 1e6:.3f} s"
+
+
+def _result(r: NewResult) -> str:
+    return (f"line {r.line}: {r.kind}(id={r.id}, tmax={r.tmax}) arrived at {r.arrival}, "
+            f"delay {seconds(r.delay)}")
+
+
+def describe_delays(d: ClientDelays) -> str:
+    """The distribution of a client's checked delays, in one line."""
+    how = "checked" if d.judged else "measured"  # without a history nothing is judged
+    if not d.checked:
+        return f"no new result {how}"
+    worst = f"; worst {_result(d.worst)}" if d.worst is not None else ""
+    return (f"{d.checked} {how}: p50 {seconds(d.p50_us)}, p90 {seconds(d.p90_us)}, "
+            f"p99 {seconds(d.p99_us)}, max {seconds(d.max_us)}{worst}")
+
+
+def check_availability(subject: str, d: ClientDelays, outages: Sequence[Outage] = ()) -> Verdict:
+    """Property 1, **availability**: every new result (the tmax rule of
+    ``ops_scripts/availability.py``: corrections and replays left out) whose input had a path
+    to the client (``ops_scripts/paths.py``: not excused by an outage) arrived within the
+    bound k*X of its tmax. ``d`` must be judged against a history (``d.judged``): without
+    one, availability is a report, and this raises :class:`CheckError`."""
+    if not d.judged:
+        raise CheckError("no run history: availability is a report, not a verdict")
+    excused = f"{d.excused} excused by {len(outages)} outage(s)"
+    if outages:
+        shown = "; ".join(f"[{o.start}, {'end' if o.end is None else o.end}): {o.why}"
+                          for o in outages[:3])
+        excused += f" ({shown}{'; ...' if len(outages) > 3 else ''})"
+    bound = f"bound k*X = {seconds(d.bound_us)}"
+    if d.first_late is not None:
+        why = (f"{_result(d.first_late)} > {bound} while the client had a path; {d.late} of "
+               f"{d.checked} checked new results late ({describe_delays(d)}); {excused}")
+        return Verdict("availability", Status.INVALID, why, subject)
+    why = f"every new result within the {bound}: {describe_delays(d)}; {excused}"
+    return Verdict("availability", Status.VALID, why, subject)
 
 
 # ---------------------------------------------------------------- properties 2 and 4
@@ -271,3 +322,48 @@ def check_recovered_replica(
     note = (f"recovered after id {restored_after}; {len(earlier)} earlier incarnation(s) "
             "a correct prefix; ")
     return dataclasses.replace(v, evidence=note + v.evidence)
+
+
+# ---------------------------------------------------------------- property 3: state
+def node_subject(node: str) -> str:
+    return f"node {node} (state digests)"
+
+
+def check_digests(node: str, replicas: Sequence[str], digests: Mapping[str, Mapping[str, Any]],
+                  down_at_end: Collection[str] = ()) -> Verdict:
+    """Property 3, **replica-convergence** of state: the replicas of ``node`` that reported
+    a digest at the end of the run (``digests``: replica -> operator -> hash) report the
+    same hashes. A difference is invalid, naming both replicas and the first operator (in
+    the first replica's order) that differs. A replica without a digest is excused when the
+    history shows it down at the end (``down_at_end``, e.g. still RECOVERING): the verdict
+    stays valid, with a note; otherwise it is unknown (it should have reported)."""
+    subject = node_subject(node)
+    have = [r for r in replicas if r in digests]
+    missing = [r for r in replicas if r not in digests]
+    if have:
+        first = digests[have[0]]
+        for other in have[1:]:
+            theirs = digests[other]
+            ops = [*first, *sorted(set(theirs) - set(first))]
+            differ = [op for op in ops if first.get(op) != theirs.get(op)]
+            if differ:
+                op = differ[0]
+                why = (f"replicas {have[0]} and {other} differ at operator {op!r}: "
+                       f"{have[0]} {first.get(op, 'no digest')!r}, "
+                       f"{other} {theirs.get(op, 'no digest')!r} "
+                       f"({len(differ)} of {len(ops)} operators differ)")
+                return Verdict("replica-convergence", Status.INVALID, why, subject)
+    unexplained = [r for r in missing if r not in down_at_end]
+    if not have or unexplained:
+        who = ", ".join(unexplained or missing)
+        why = (f"no state digest from {who}, which the history does not show down at the end"
+               if unexplained else f"no replica reported a state digest ({who} down at the end)")
+        if len(have) > 1:
+            why += f"; {', '.join(have)} agree"
+        return Verdict("replica-convergence", Status.UNKNOWN, why, subject)
+    n_ops = len(digests[have[0]])
+    why = (f"{', '.join(have)}: identical digests of {n_ops} operator(s)" if len(have) > 1
+           else f"only {have[0]} reported a digest ({n_ops} operator(s))")
+    if missing:
+        why += f"; no digest from {', '.join(missing)}: down at the end per the history"
+    return Verdict("replica-convergence", Status.VALID, why, subject)

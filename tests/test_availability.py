@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,11 +21,10 @@ from ops_scripts.availability import (
     delay_new,
     load_availability,
 )
-from ops_scripts.history import HistoryError, fault_effects
+from ops_scripts.history import HistoryError
 from ops_scripts.paths import client_outages, down_at_end
-from ops_scripts.schedule import parse_faults
 from protocol.tuples import Kind, Tuple, boundary, make_tuple, rec_done, undo
-from tests.test_check import run, write_run
+from tests.test_check import fault, heal, link, run, state, write_run
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 SECOND = 1_000_000
@@ -238,28 +238,9 @@ def test_check_with_a_missing_client_log_notes_it_and_keeps_its_code(tmp_path: P
 
 
 # ---------------------------------------------------------------- outages (paths.py)
-def fault(t: int, fid: int, config: ClusterConfig, **raw: object) -> dict[str, object]:
-    """A history ``fault`` event as the harness writes it (effects resolved)."""
-    (f,) = parse_faults([{"at": 0, "for": 1, **raw}], config)
-    return {"t": t, "event": "fault", "id": fid, "fault": raw, "describe": f.describe(),
-            **fault_effects(f, config)}
-
-
-def heal(t: int, fid: int) -> dict[str, object]:
-    return {"t": t, "event": "heal", "id": fid}
-
-
-def state(t: int, process: str, name: str) -> dict[str, object]:
-    return {"t": t, "event": "state", "process": process, "state": name}
-
-
-def spans(config: ClusterConfig, events: list[dict[str, object]],
+def spans(config: ClusterConfig, events: list[dict[str, Any]],
           client: str = "c1") -> list[tuple[int, int | None]]:
     return [(o.start, o.end) for o in client_outages(config, events)[client]]
-
-
-def link(a: str, b: str, *, one_way: bool = False) -> dict[str, object]:
-    return {"fault": "partition", "shape": "link", "between": [a, b], "one_way": one_way}
 
 
 def test_no_fault_no_outage_and_one_replica_down_keeps_the_path(basic: ClusterConfig) -> None:
