@@ -3,7 +3,14 @@
 Role: Jepsen's checkers (STYLE.md 12). ``ops_scripts/check.py`` reads a run and composes
 these; each function here takes plain data (tuples, delays, digests) and returns a verdict
 ``valid``, ``invalid`` or ``unknown`` with evidence that points at the log line, the tuple
-id or the operator.
+id or the operator. One property each (DESIGN.md section 6):
+
+1. :func:`check_availability`: new results with a path to the client within k*X;
+2. :func:`check_no_duplicates`: no STABLE tuple reaches a client twice;
+3. :func:`check_stream` (via :func:`check_client`): eventual consistency with a reference;
+   for replicas :func:`check_replica` / :func:`check_recovered_replica` (their streams)
+   and :func:`check_digests` (their state at the end);
+4. :func:`check_stable_never_undone`: every UNDO takes back tentative tuples only.
 
 Invariants: no I/O, no clock; a checker that raises is turned into ``unknown`` by
 :func:`guarded`, never into ``valid``; line numbers in evidence are 1-based positions in the
