@@ -27,7 +27,9 @@ node producing a client's stream -> the client. At a time tau:
 
 An :class:`Outage` is a maximal interval where a client is not served. Every fault ends at
 its heal or at the next ``heal_all`` (the final one ends everything still in force); a
-fault never healed lasts past the end of the history (``end`` is None).
+fault never healed lasts past the end of the history (``end`` is None). A replica still
+RECOVERING after the final ``heal_all`` stays down (it serves no one yet): states are not
+faults.
 
 Invariants: pure (no I/O, no clock). The conditions change only at span boundaries, so
 each segment between them is judged once, at its start. Events are taken in time order

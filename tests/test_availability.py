@@ -19,7 +19,9 @@ from ops_scripts.availability import (
     assess,
     bound_for,
     delay_new,
+    judge_delays,
     load_availability,
+    percentile,
 )
 from ops_scripts.history import HistoryError
 from ops_scripts.paths import client_outages, down_at_end
@@ -324,3 +326,32 @@ def test_outages_follow_the_chain(chain4: ClusterConfig) -> None:
 def test_a_fault_without_its_effects_is_refused(basic: ClusterConfig) -> None:
     with pytest.raises(HistoryError, match="no \\['cut', 'down', 'impaired'\\]"):
         client_outages(basic, [{"t": 1, "event": "fault", "id": 1}])
+
+
+# ---------------------------------------------------------------- judge_delays
+def test_judge_delays_excuses_within_the_bound_of_an_outage_and_describes_the_rest() -> None:
+    # Ten new results, one per 100 ms from 0.1 s, each 20 ms late but id 5 (4 s) and id 9
+    # (5 s); the corrections after an UNDO are not new and never judged.
+    rows = steady(10, lag=20 * MS)
+    rows[4] = (rows[4][1].tmax + 4 * SECOND, rows[4][1])
+    rows[8] = (rows[8][1].tmax + 5 * SECOND, rows[8][1])
+    rows += at(9 * SECOND, undo(2), stable(3, 300 * MS))
+    bound = 1 * SECOND
+    report = judge_delays("c1", "n1.out", rows, bound, None)  # no history: measured
+    assert not report.judged and report.checked == 10 and report.excused == 0
+    assert report.late == 2 and report.first_late is not None and report.first_late.id == 5
+    assert report.worst is not None and report.worst.id == 9 and report.worst.line == 9
+    assert (report.p50_us, report.p90_us, report.max_us) == (20 * MS, 4 * SECOND, 5 * SECOND)
+    # An outage [1.5 s, 1.6 s): tmax within [0.5 s, 2.6 s] excused: ids 5 to 10.
+    d = judge_delays("c1", "n1.out", rows, bound, [(1500 * MS, 1600 * MS)])
+    assert d.judged and (d.checked, d.excused, d.late, d.outages) == (4, 6, 0, 1)
+    assert d.max_us == d.p99_us == 20 * MS and d.first_late is None
+    # The window's edges are inclusive: an outage ending exactly 1 s before tmax 0.9 s
+    # excuses id 9 (5 s late); id 10, 0.1 s further, is checked.
+    edge = judge_delays("c1", "n1.out", rows, bound, [(-SECOND, -100 * MS)])
+    assert (edge.checked, edge.excused, edge.late) == (1, 9, 0)
+    assert edge.worst is not None and edge.worst.id == 10
+    # An outage never healed excuses everything from its start - bound on.
+    open_ = judge_delays("c1", "n1.out", rows, bound, [(1400 * MS, None)])
+    assert (open_.checked, open_.excused, open_.late) == (3, 7, 0)
+    assert percentile([1, 2, 3, 4], 50) == 2 and percentile([7], 99) == 7
