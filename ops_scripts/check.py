@@ -112,14 +112,16 @@ FIGURE_KEYS = ("tuples_checked", "new_results_checked", "excused", "worst_delay_
 
 @dataclass(frozen=True, slots=True)
 class Figures:
-    """The numbers of one check. ``tuples_checked``: data tuples received by all clients;
-    ``new_results_checked`` / ``excused``: new results judged against the bound / excused
-    by an outage, over all clients; ``worst_delay_us``, ``bound_us`` and ``worst_client``
-    belong together: the client whose worst checked delay (measured, without a history)
-    came closest to (or went furthest over) its bound (None if there is none); ``faults``:
-    fault events in the history;
-    ``availability_judged``: a history made availability a verdict. ``delays``: each
-    client's distribution (check.json's ``availability``, not its ``figures``)."""
+    """The numbers of one check, for harnesses to print.
+
+    ``tuples_checked``: data tuples received by all clients; ``new_results_checked`` /
+    ``excused``: new results judged against the bound / excused by an outage, over all
+    clients; ``worst_delay_us``, ``bound_us`` and ``worst_client`` belong together: the
+    client whose worst checked delay (measured, without a history) came closest to, or went
+    furthest over, its bound (None if there is none); ``faults``: fault events in the
+    history; ``availability_judged``: the run had a history, so availability is a verdict.
+    ``delays``: each client's distribution (check.json's ``availability``, not its
+    ``figures``)."""
 
     tuples_checked: int = 0
     new_results_checked: int = 0
