@@ -2,8 +2,10 @@
 
 Role: pure functions of a client's log (``(arrival_us, Tuple)`` rows in arrival order, as
 ``node/runlog.py`` stores them), plus one loader, :func:`load_availability`, that reads a run
-directory. ``dpc check`` prints the result as a report (never a verdict) and ``dpc demo``
-uses :func:`delay_new` and :func:`apply_undos` on its simulated client.
+directory. ``dpc check`` prints :func:`assess` and the distribution of :func:`judge_delays`
+per client; with a run history, the availability verdict (``ops_scripts/properties.py``)
+judges the delays :func:`judge_delays` did not excuse. ``dpc demo`` uses :func:`delay_new`
+and :func:`apply_undos` on its simulated client.
 
 Theory of operation. A source stamps each tuple with the wall clock (``tmax = time``) and
 every operator carries forward the newest ``tmax`` that affected a result, so for a data
@@ -42,6 +44,8 @@ that client and says why in ``notes``.
 
 from __future__ import annotations
 
+import bisect
+import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -52,11 +56,16 @@ from protocol.tuples import DATA_KINDS, Kind, Tuple
 
 __all__ = [
     "ClientAvailability",
+    "ClientDelays",
+    "NewResult",
     "apply_undos",
     "assess",
     "bound_for",
     "delay_new",
+    "judge_delays",
     "load_availability",
+    "new_results",
+    "percentile",
 ]
 
 Row = tuple[int, Tuple]  # (arrival in microseconds, the tuple)
@@ -74,18 +83,37 @@ def apply_undos(stream: Iterable[Tuple]) -> list[Tuple]:
     return kept
 
 
-def delay_new(received: Iterable[Row]) -> int:
-    """The paper's Delay_new in microseconds: the maximum of ``arrival - tmax`` over the new
-    data tuples, a data tuple being new iff its tmax exceeds that of every data tuple before
-    it (module docstring: this excludes corrections and replays). 0 if nothing is new or
-    every delay is negative (clock skew between hosts)."""
-    worst = 0
+@dataclass(frozen=True, slots=True)
+class NewResult:
+    """A new result at the client: ``line`` of its log (1-based), the tuple's ``kind``
+    name, ``id`` and ``tmax``, its ``arrival`` and ``delay = arrival - tmax`` (µs)."""
+
+    line: int
+    kind: str
+    id: int
+    tmax: int
+    arrival: int
+    delay: int
+
+
+def new_results(received: Iterable[Row]) -> list[NewResult]:
+    """The new data tuples of a client's log, in log order: a data tuple is new iff its
+    tmax exceeds that of every data tuple before it (module docstring: this leaves out
+    corrections and replays)."""
+    out: list[NewResult] = []
     newest: int | None = None
-    for arrival, t in received:
+    for line, (arrival, t) in enumerate(received, start=1):
         if t.kind in DATA_KINDS and (newest is None or t.tmax > newest):
             newest = t.tmax
-            worst = max(worst, arrival - t.tmax)
-    return worst
+            out.append(NewResult(line, t.kind.name, t.id, t.tmax, arrival, arrival - t.tmax))
+    return out
+
+
+def delay_new(received: Iterable[Row]) -> int:
+    """The paper's Delay_new in microseconds: the maximum of ``arrival - tmax`` over the new
+    data tuples (:func:`new_results`). 0 if nothing is new or every delay is negative (clock
+    skew between hosts)."""
+    return max([0, *(r.delay for r in new_results(received))])
 
 
 def bound_for(config: ClusterConfig, stream: str) -> int:
@@ -151,6 +179,84 @@ def assess(config: ClusterConfig, client: str, rows: Sequence[Row]) -> ClientAva
         delay_new_us=worst,
         bound_us=bound,
         exceeded=worst > bound,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ClientDelays:
+    """The delays of one client's new results (:func:`new_results`), split by outages.
+
+    ``judged``: a run history said when the client had a path (``ops_scripts/paths.py``):
+    ``excused`` counts the new results whose tmax lies within ``[start - bound, end +
+    bound]`` of one of the ``outages`` and ``checked`` the others. Without a history
+    (``judged`` false) every new result is measured and counted in ``checked``, none is
+    excused, and nothing here is a verdict. Percentiles (nearest rank), ``max_us`` and
+    ``worst`` are over the checked ones (None if there are none); ``late`` counts checked
+    ones over ``bound_us``, ``first_late`` is the first of them in the log. Microseconds."""
+
+    client: str
+    stream: str
+    bound_us: int
+    judged: bool
+    outages: int
+    checked: int
+    excused: int
+    late: int
+    p50_us: int | None
+    p90_us: int | None
+    p99_us: int | None
+    max_us: int | None
+    worst: NewResult | None
+    first_late: NewResult | None
+
+
+def percentile(ordered: Sequence[int], p: float) -> int:
+    """The nearest-rank ``p``-th percentile of a non-empty ascending sequence."""
+    return ordered[max(1, math.ceil(p / 100 * len(ordered))) - 1]
+
+
+Window = tuple[int, int | None]  # an outage's [start, end), end None: never ended
+
+
+def _excuse_windows(outages: Sequence[Window], bound: int) -> list[tuple[int, float]]:
+    """The outages widened by ``bound`` on both sides, merged, sorted by start."""
+    widened = sorted((s - bound, math.inf if e is None else e + bound) for s, e in outages)
+    merged: list[tuple[int, float]] = []
+    for lo, hi in widened:
+        if merged and lo <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+        else:
+            merged.append((lo, hi))
+    return merged
+
+
+def judge_delays(client: str, stream: str, rows: Sequence[Row], bound: int,
+                 outages: Sequence[Window] | None) -> ClientDelays:
+    """Split the client's new results into excused and checked (``outages`` None: no
+    history, all measured) and describe the checked delays (:class:`ClientDelays`)."""
+    results = new_results(rows)
+    checked = results
+    if outages is not None:
+        windows = _excuse_windows(outages, bound)
+        starts = [lo for lo, _ in windows]
+
+        def excused(r: NewResult) -> bool:
+            k = bisect.bisect_right(starts, r.tmax) - 1  # the last window starting <= tmax
+            return k >= 0 and r.tmax <= windows[k][1]
+
+        checked = [r for r in results if not excused(r)]
+    delays = sorted(r.delay for r in checked)
+    late = [r for r in checked if r.delay > bound]
+    return ClientDelays(
+        client=client, stream=stream, bound_us=bound, judged=outages is not None,
+        outages=len(outages or ()), checked=len(checked), excused=len(results) - len(checked),
+        late=len(late),
+        p50_us=percentile(delays, 50) if delays else None,
+        p90_us=percentile(delays, 90) if delays else None,
+        p99_us=percentile(delays, 99) if delays else None,
+        max_us=delays[-1] if delays else None,
+        worst=max(checked, key=lambda r: r.delay, default=None),
+        first_late=late[0] if late else None,
     )
 
 

@@ -1,35 +1,40 @@
-"""``dpc check RUN_DIR``: verify DESIGN.md section 6's properties on the logs of a run.
+"""``dpc check RUN_DIR``: judge DESIGN.md section 6's properties on the logs of a run.
 
-Role: Jepsen's split (STYLE.md 12). A run writes a history into its run directory
-(``node/runlog.py``); :func:`load_history` reads it and pure checkers judge it, each
-returning a :class:`Verdict`: ``valid``, ``invalid`` or ``unknown``.
+Role: Jepsen's split (STYLE.md 12). A run leaves its logs (``node/runlog.py``) and, when a
+harness injected faults, its history (``history.jsonl``, ``ops_scripts/history.py``).
+:func:`load_history` reads the logs, :func:`load_events` the history (both in
+``ops_scripts/recorded.py``, re-exported here); :func:`check_run`, a pure function of both,
+composes the checkers of ``ops_scripts/properties.py`` into a list of :class:`Verdict`
+(``valid``, ``invalid``, ``unknown``) and the :class:`Figures` harnesses print. The reference (``ops_scripts/reference.py``) is the failure-free run of the sources.
 
-* The **reference** (:func:`reference_outputs`) is the failure-free run: every node's query
-  network, fresh, fed each input stream whole from the logs (sources log every tuple before
-  sending it) and then ``BOUNDARY(2**62)``, the end of the stream. SUnion orders its inputs
-  on ``(time, input index, id)``, so the result does not depend on arrival interleaving.
-  Every SUnion's ``wait`` is set to never expire: nothing is released tentatively.
+* **availability** (per client, property 1): every new result whose input had a path to
+  the client arrived within k*X (``availability.judge_delays``, outages from
+  ``ops_scripts/paths.py``). Only with a history: without one (a plain ``dpc launch``, a
+  test that injected faults by hand) there is no knowing when paths existed, and the delays
+  are a report that never changes the exit code.
+* **no-duplicates** (per client, property 2): the raw log's STABLE ids strictly increase.
+* **stable-never-undone** (per client, property 4): no UNDO arrives while a STABLE tuple
+  above its id is in force.
 * **eventual-consistency** (per client, properties 2-4): the client's stream with UNDOs
   applied holds no tentative tuple and its stable tuples equal the reference of its stream.
-  Applying is checked, never forced: a data tuple whose id does not exceed the one in force
-  before it (a duplicate) or an UNDO that would take back a stable tuple is invalid by
-  itself, with the line of the log as evidence.
-* **replica-convergence** (per replica and output stream, property 3): the same check on
-  what the replica emitted, so every replica ends with the same stream as the reference.
-  A replica that crashed and recovered (node/recovery.py, ``recoveries.jsonl``) is judged
-  in parts: each earlier incarnation's log, cut short by the crash, must be a correct
-  prefix (checked UNDOs, stable tuples equal to the reference's first ones; a tentative tail
-  is allowed: its correction is the new incarnation's business), and the current log must
-  continue the reference after the stable id it restored from.
+  Applying is checked, never forced: a duplicate or an UNDO that would take back a stable
+  tuple is invalid here too, with the line of the log as evidence.
+* **replica-convergence** (property 3), per replica and output stream: the same check on
+  what the replica emitted. A replica that crashed and recovered (node/recovery.py,
+  ``recoveries.jsonl``) is judged in parts: each earlier incarnation's log, cut short by the
+  crash, must be a correct prefix (a tentative tail is allowed: its correction is the new
+  incarnation's business), and the current log must continue the reference after the
+  stable id it restored from. Per node, when the history has ``digest`` events: all its
+  replicas report the same state hashes (one missing is excused only if it was down).
 
-After the verdicts, an **availability** report (``ops_scripts/availability.py``): per client,
-tuples received, tentative tuples, UNDOs and Delay_new against the bound k*X, printed and
-stored under ``"availability"`` in check.json. It is a report, not a verdict: it never
-changes the exit code.
+Output: a table (property, subject, status, evidence), each client's availability (counts,
+Delay_new, the distribution of the checked delays), ``dpc check: N valid, M invalid, K
+unknown -> PASS|FAIL``, and ``check.json``: ``verdicts``, ``summary``, ``availability``
+(per client) and ``figures`` (:data:`FIGURE_KEYS`).
 
 Invariants: a checker that raises yields ``unknown`` with the exception text, never
-``valid``; a missing or unreadable log yields ``unknown`` naming it; :func:`run_check`
-returns 0 only when every verdict is valid (and there is at least one).
+``valid``; a missing or unreadable log or history yields ``unknown`` naming it;
+:func:`run_check` returns 0 only when every verdict is valid (and there is at least one).
 """
 
 from __future__ import annotations
@@ -38,348 +43,103 @@ import dataclasses
 import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from node.config import ClientConfig, ClusterConfig
-from node.runlog import RunDir, read_client_parquet, read_jsonl_tuples, read_source_log
-from operators.network import QueryNetwork
-from operators.spec import NetworkSpec
-from protocol.errors import DPCError
-from protocol.tuples import Kind, Tuple, boundary
+from node.config import ClusterConfig
+from node.runlog import RunDir
+from protocol.tuples import DATA_KINDS, Tuple
 
-from .availability import load_availability
+from .availability import ClientDelays, assess, bound_for, judge_delays
+from .history import count_events, final_digests
+from .paths import Outage, client_outages, down_at_end
+from .properties import (
+    CheckError,
+    Status,
+    Verdict,
+    apply_undos_checked,
+    check_availability,
+    check_client,
+    check_digests,
+    check_no_duplicates,
+    check_recovered_replica,
+    check_replica,
+    check_stable_never_undone,
+    check_stream,
+    client_subject,
+    describe_delays,
+    guarded,
+    node_subject,
+    replica_subject,
+    seconds,
+)
+from .recorded import History, load_events, load_history
+from .reference import END_OF_STREAM, reference_outputs
 
 __all__ = [
     "END_OF_STREAM",
+    "FIGURE_KEYS",
     "CheckError",
+    "Figures",
     "History",
     "Status",
     "Verdict",
     "apply_undos_checked",
     "check_client",
     "check_history",
+    "check_no_duplicates",
+    "check_recovered_replica",
     "check_replica",
+    "check_run",
+    "check_stable_never_undone",
     "check_stream",
     "guarded",
+    "load_events",
     "load_history",
     "reference_outputs",
     "run_check",
 ]
 
-#: The final boundary that ends every stream of the reference run.
-END_OF_STREAM = 2**62
+Event = Mapping[str, Any]
 
 
-class CheckError(DPCError):
-    """The reference run cannot be computed from the logs (the message says why)."""
-
-
-class Status(StrEnum):
-    VALID = "valid"
-    INVALID = "invalid"
-    UNKNOWN = "unknown"
+# ---------------------------------------------------------------- the verdicts (pure)
+#: The keys of check.json's ``figures`` (what ``dpc run``, ``torture``, ``simulate`` print).
+FIGURE_KEYS = ("tuples_checked", "new_results_checked", "excused", "worst_delay_us",
+               "bound_us", "faults", "worst_client", "availability_judged")
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
-    """One property judged on one subject (a client, a replica's output stream)."""
+class Figures:
+    """The numbers of one check, for harnesses to print.
 
-    name: str  # the property, e.g. "eventual-consistency"
-    status: Status
-    evidence: str
-    subject: str = ""
+    ``tuples_checked``: data tuples received by all clients; ``new_results_checked`` /
+    ``excused``: new results judged against the bound / excused by an outage, over all
+    clients; ``worst_delay_us``, ``bound_us`` and ``worst_client`` belong together: the
+    client whose worst checked delay (measured, without a history) came closest to, or went
+    furthest over, its bound (None if there is none); ``faults``: fault events in the
+    history; ``availability_judged``: the run had a history, so availability is a verdict.
+    ``delays``: each client's distribution (check.json's ``availability``, not its
+    ``figures``)."""
 
+    tuples_checked: int = 0
+    new_results_checked: int = 0
+    excused: int = 0
+    worst_delay_us: int | None = None
+    bound_us: int | None = None
+    faults: int = 0
+    worst_client: str | None = None
+    availability_judged: bool = False
+    delays: tuple[ClientDelays, ...] = ()
 
-# ---------------------------------------------------------------- the reference run
-def _failure_free(spec: NetworkSpec) -> NetworkSpec:
-    ops = tuple(
-        dataclasses.replace(o, params={**o.params, "wait": END_OF_STREAM})
-        if o.type == "sunion"
-        else o
-        for o in spec.operators
-    )
-    return NetworkSpec(spec.inputs, ops, spec.outputs)  # every SUnion wait: never expires
-
-
-def reference_outputs(
-    config: ClusterConfig, source_tuples: Mapping[str, Sequence[Tuple]]
-) -> dict[str, list[Tuple]]:
-    """The data tuples of every node output stream in a failure-free run (pure).
-
-    Nodes run in config order (topological): each input stream is pushed whole, in the
-    network's input order, as its STABLE tuples (control tuples in a log are skipped) then
-    ``BOUNDARY(END_OF_STREAM)``. Raises :class:`CheckError` if an input has no tuples (no
-    log, no upstream node) or a source log holds a tentative tuple.
-    """
-    streams: dict[str, list[Tuple]] = {}
-    for name, tuples in source_tuples.items():
-        bad = next((t for t in tuples if t.kind is Kind.TENTATIVE), None)
-        if bad is not None:
-            raise CheckError(f"source log {name!r} holds a tentative tuple: {_fmt(bad)}")
-        streams[name] = [t for t in tuples if t.kind is Kind.STABLE]
-    outputs: dict[str, list[Tuple]] = {}
-    for node in config.nodes.values():
-        net = QueryNetwork(_failure_free(node.network))
-        produced: dict[str, list[Tuple]] = {op: [] for op in node.outputs.values()}
-        for stream in node.network.inputs:
-            if stream not in streams:
-                raise CheckError(
-                    f"node {node.name!r}: no tuples for input stream {stream!r} (neither a "
-                    "logged source nor the output of an earlier node)"
-                )
-            result = net.push(stream, [*streams[stream], boundary(END_OF_STREAM)], 0)
-            for op, tuples in result.outputs.items():
-                if op in produced:
-                    produced[op].extend(tuples)
-        for global_name, op in node.outputs.items():
-            bad = next((t for t in produced[op] if t.kind in (Kind.TENTATIVE, Kind.UNDO)), None)
-            if bad is not None:
-                where = f"node {node.name!r}, stream {global_name!r}"
-                raise CheckError(f"{where}: the failure-free run emitted {_fmt(bad)}")
-            data = [t for t in produced[op] if t.kind is Kind.STABLE]
-            outputs[global_name] = streams[global_name] = data
-    return outputs
+    def as_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in FIGURE_KEYS}
 
 
-# ---------------------------------------------------------------- checkers (pure)
-def _fmt(t: Tuple) -> str:
-    return f"{t.kind.name}(id={t.id}, time={t.time}, tmax={t.tmax}, values={list(t.values)})"
-
-
-def apply_undos_checked(
-    stream: Sequence[Tuple],
-) -> tuple[list[tuple[int, Tuple]], str | None]:
-    """Apply UNDOs as a client does, checking each step: returns the tuples in force as
-    ``(line, tuple)`` (line = 1-based position in ``stream``) and the first violation, if
-    any (then the tuples in force are those up to it). Violations: a data tuple whose id is
-    not above the id of the tuple in force before it (a duplicate, or out of order), and an
-    UNDO(u) while a STABLE tuple with id > u is in force (stable tuples are never undone)."""
-    kept: list[tuple[int, Tuple]] = []
-    for line, t in enumerate(stream, start=1):
-        if t.kind is Kind.UNDO:
-            cut = len(kept)
-            while cut and kept[cut - 1][1].id > t.id:
-                cut -= 1
-            taken = next((k for k in kept[cut:] if k[1].kind is Kind.STABLE), None)
-            if taken is not None:
-                return kept, (
-                    f"line {line}: UNDO({t.id}) takes back the stable tuple {_fmt(taken[1])} "
-                    f"(line {taken[0]}); stable tuples are never undone"
-                )
-            del kept[cut:]
-        elif t.kind in (Kind.STABLE, Kind.TENTATIVE):
-            if kept and t.id <= kept[-1][1].id:
-                prev_line, prev = kept[-1]
-                what = "a duplicate of" if t.id == prev.id else "out of order after"
-                return kept, (
-                    f"line {line}: {_fmt(t)} is {what} the tuple in force {_fmt(prev)} "
-                    f"(line {prev_line}); ids must increase"
-                )
-            kept.append((line, t))
-    return kept, None
-
-
-def _difference(who: str, got: list[tuple[int, Tuple]], ref: Sequence[Tuple]) -> str | None:
-    for i, ((line, g), r) in enumerate(zip(got, ref, strict=False)):
-        if g != r:
-            hint = ""
-            if i + 1 < len(ref) and g == ref[i + 1]:
-                hint = f"; the expected tuple is missing ({who} has the next one)"
-            elif i + 1 < len(got) and got[i + 1][1] == r:
-                hint = "; the received tuple is extra (the expected one follows it)"
-            return (
-                f"first difference at index {i} of the final stable stream: got {_fmt(g)} "
-                f"(line {line}), expected {_fmt(r)}{hint} ({len(got)} vs {len(ref)} tuples)"
-            )
-    n, m = len(got), len(ref)
-    if n < m:
-        return f"{who} received {n} of {m} tuples (first missing: {_fmt(ref[n])})"
-    if n > m:
-        extra = f"first extra: {_fmt(got[m][1])}, line {got[m][0]}"
-        return f"{who} has {n} stable tuples, the reference {m} ({extra})"
-    return None
-
-
-def check_stream(
-    name: str, subject: str, received: Sequence[Tuple], reference: Sequence[Tuple], who: str
-) -> Verdict:
-    """The final stable stream of ``received`` (UNDOs applied, checked) against ``reference``
-    (its data tuples, all STABLE). ``who`` names the logger in evidence ("client")."""
-    kept, violation = apply_undos_checked(received)
-    if violation is not None:
-        return Verdict(name, Status.INVALID, violation, subject)
-    tentative = [k for k in kept if k[1].kind is Kind.TENTATIVE]
-    if tentative:
-        line, first = tentative[0]
-        why = f"{len(tentative)} tentative tuple(s) still in force after applying UNDOs"
-        why += f" (first: {_fmt(first)}, line {line}): never corrected"
-        return Verdict(name, Status.INVALID, why, subject)
-    difference = _difference(who, kept, reference)
-    if difference is not None:
-        return Verdict(name, Status.INVALID, difference, subject)
-    n_tent = sum(1 for t in received if t.kind is Kind.TENTATIVE)
-    n_undo = sum(1 for t in received if t.kind is Kind.UNDO)
-    why = f"{len(kept)} stable tuples equal the reference; no tentative tuple remains"
-    why += f" ({n_tent} tentative received, {n_undo} UNDO(s) applied)"
-    return Verdict(name, Status.VALID, why, subject)
-
-
-def check_client(
-    client: ClientConfig, received: Sequence[Tuple], reference: Mapping[str, Sequence[Tuple]]
-) -> Verdict:
-    """Eventual consistency of one client's log against the reference of its stream."""
-    subject = _client_subject(client)
-    if client.stream not in reference:
-        raise CheckError(f"no reference for stream {client.stream!r}")
-    return check_stream(
-        "eventual-consistency", subject, received, reference[client.stream], "client"
-    )
-
-
-def check_replica(
-    replica: str, stream: str, emitted: Sequence[Tuple], reference: Mapping[str, Sequence[Tuple]]
-) -> Verdict:
-    """Convergence of what one replica emitted on ``stream`` to the reference."""
-    if stream not in reference:
-        raise CheckError(f"no reference for stream {stream!r}")
-    subject = _replica_subject(replica, stream)
-    return check_stream("replica-convergence", subject, emitted, reference[stream], "replica")
-
-
-def check_recovered_replica(
-    replica: str, stream: str, emitted: Sequence[Tuple], restored_after: int,
-    earlier: Sequence[Sequence[Tuple]], reference: Mapping[str, Sequence[Tuple]],
-) -> Verdict:
-    """A replica that recovered from a partner's state after output id ``restored_after``:
-    every earlier incarnation's log is a correct prefix, and the current log continues the
-    reference after ``restored_after`` (judged as the reference's tuples through that id
-    followed by the log, so that an UNDO reaching into the restored prefix is caught)."""
-    if stream not in reference:
-        raise CheckError(f"no reference for stream {stream!r}")
-    ref = reference[stream]
-    subject = _replica_subject(replica, stream)
-    for k, log in enumerate(earlier, start=1):
-        kept, violation = apply_undos_checked(log)
-        stable = [(line, t) for line, t in kept if t.kind is Kind.STABLE]
-        if violation is None:
-            violation = _difference(f"incarnation {k}", stable, ref[: len(stable)])
-        if violation is not None:
-            return Verdict("replica-convergence", Status.INVALID,
-                           f"incarnation {k} (before a crash): {violation}", subject)
-    prefix = [t for t in ref if t.id <= restored_after]
-    if restored_after and (not prefix or prefix[-1].id != restored_after):
-        why = f"recovered after id {restored_after}, which is not a tuple of the reference"
-        return Verdict("replica-convergence", Status.INVALID, why, subject)
-    v = check_stream("replica-convergence", subject, [*prefix, *emitted], ref, "replica")
-    note = (f"recovered after id {restored_after}; {len(earlier)} earlier incarnation(s) "
-            "a correct prefix; ")
-    return dataclasses.replace(v, evidence=note + v.evidence)
-
-
-def guarded(name: str, subject: str, checker: Callable[..., Verdict], *args: Any) -> Verdict:
-    """Run a checker; if it raises (or returns something else), the verdict is unknown."""
-    try:
-        verdict = checker(*args)
-        if not isinstance(verdict, Verdict):
-            raise TypeError(f"checker returned {verdict!r}, not a Verdict")
-        return dataclasses.replace(verdict, status=Status(verdict.status))
-    except Exception as e:
-        return Verdict(name, Status.UNKNOWN, f"checker crashed: {type(e).__name__}: {e}", subject)
-
-
-# ---------------------------------------------------------------- the history
-def _client_subject(c: ClientConfig) -> str:
-    return f"client {c.name} ({c.stream})"
-
-
-def _replica_subject(replica: str, stream: str) -> str:
-    return f"replica {replica} ({stream})"
-
-
-@dataclass
-class History:
-    """What a run logged. ``problems``: subject ("source s1", "client c1 (n1.out)",
-    "replica n1a (n1.out)") -> why its log is missing or unreadable."""
-
-    sources: dict[str, list[Tuple]] = field(default_factory=dict)
-    clients: dict[str, list[Tuple]] = field(default_factory=dict)
-    replicas: dict[tuple[str, str], list[Tuple]] = field(default_factory=dict)
-    #: (replica, stream) -> the output logs of its earlier incarnations, oldest first.
-    earlier: dict[tuple[str, str], list[list[Tuple]]] = field(default_factory=dict)
-    #: (replica, stream) -> the id after which its current log begins (its last recovery).
-    restored_after: dict[tuple[str, str], int] = field(default_factory=dict)
-    problems: dict[str, str] = field(default_factory=dict)
-
-
-def _jsonl_data(path: Path) -> list[Tuple]:
-    return [t for _, t in read_jsonl_tuples(path)]
-
-
-def _parquet_data(path: Path) -> list[Tuple]:
-    return [t for _, t in read_client_parquet(path)]
-
-
-def load_history(rd: RunDir, config: ClusterConfig) -> History:
-    """Read every log the config implies; record what is missing or unreadable. A client
-    whose JSONL log is gone but whose Parquet copy exists is read from the Parquet."""
-    h = History()
-
-    def read(subject: str, path: Path, reader: Callable[..., list[Tuple]], *args: Any) -> Any:
-        if not path.exists():
-            h.problems[subject] = f"missing log {path}"
-            return None
-        try:
-            return reader(*args)
-        except Exception as e:
-            h.problems[subject] = f"unreadable log {path}: {e}"
-            return None
-
-    for s in config.sources:
-        if (got := read(f"source {s}", rd.source_log(s), read_source_log, rd, s)) is not None:
-            h.sources[s] = got
-    for c in config.clients.values():
-        path, reader = rd.client_log(c.name), _jsonl_data
-        if not path.exists() and rd.client_parquet(c.name).exists():
-            path, reader = rd.client_parquet(c.name), _parquet_data
-        if (got := read(_client_subject(c), path, reader, path)) is not None:
-            h.clients[c.name] = got
-    for node in config.nodes.values():
-        for r in node.replicas:
-            for stream in node.outputs:
-                path = rd.replica_output(r.name, stream)
-                subject = _replica_subject(r.name, stream)
-                if (got := read(subject, path, _jsonl_data, path)) is not None:
-                    h.replicas[(r.name, stream)] = got
-                _read_recoveries(h, rd, r.name, stream, subject)
-    return h
-
-
-def _read_recoveries(h: History, rd: RunDir, replica: str, stream: str, subject: str) -> None:
-    path = rd.replica_recoveries(replica)
-    if not path.exists():
-        return
-    try:
-        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        h.restored_after[(replica, stream)] = int(records[-1]["outputs"][stream])
-    except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
-        h.problems[subject] = f"unreadable recovery log {path}: {e!r}"
-        return
-    logs, k = [], 1
-    while (p := rd.replica_output_before(replica, stream, k)).exists():
-        try:
-            logs.append(_jsonl_data(p))
-        except Exception as e:
-            h.problems[subject] = f"unreadable log {p}: {e}"
-            return
-        k += 1
-    h.earlier[(replica, stream)] = logs
-
-
-def check_history(config: ClusterConfig, h: History) -> list[Verdict]:
-    """Every verdict for one run (pure): the reference, then each client and replica."""
+def _log_verdicts(config: ClusterConfig, h: History) -> list[Verdict]:
+    """The verdicts of the logs alone, in property order: each client's no-duplicates,
+    stable-never-undone and eventual-consistency, then each replica stream's convergence."""
     reference: dict[str, list[Tuple]] | None = None
     why = "; ".join(v for k, v in h.problems.items() if k.startswith("source "))
     if not why:
@@ -389,36 +149,122 @@ def check_history(config: ClusterConfig, h: History) -> list[Verdict]:
             why = f"{type(e).__name__}: {e}"
     verdicts: list[Verdict] = []
 
-    def judge(name: str, subject: str, checker: Callable[..., Verdict], *args: Any) -> None:
+    def judge(name: str, subject: str, checker: Callable[..., Verdict], *args: Any,
+              needs_reference: bool = True) -> None:
         if subject in h.problems:
             verdicts.append(Verdict(name, Status.UNKNOWN, h.problems[subject], subject))
+        elif not needs_reference:
+            verdicts.append(guarded(name, subject, checker, *args))
         elif reference is None:
             verdicts.append(Verdict(name, Status.UNKNOWN, f"no reference run: {why}", subject))
         else:
             verdicts.append(guarded(name, subject, checker, *args, reference))
 
-    for c in config.clients.values():
-        judge("eventual-consistency", _client_subject(c), check_client, c, h.clients.get(c.name))
+    clients = [(c, client_subject(c), h.clients.get(c.name)) for c in config.clients.values()]
+    for _, subject, got in clients:
+        judge("no-duplicates", subject, check_no_duplicates, subject, got, needs_reference=False)
+    for _, subject, got in clients:
+        judge("stable-never-undone", subject, check_stable_never_undone, subject, got,
+              needs_reference=False)
+    for c, subject, got in clients:
+        judge("eventual-consistency", subject, check_client, c, got)
     for node in config.nodes.values():
         for r in node.replicas:
             for s in node.outputs:
                 got = h.replicas.get((r.name, s))
+                subject = replica_subject(r.name, s)
                 if (r.name, s) in h.restored_after:
-                    judge("replica-convergence", _replica_subject(r.name, s),
-                          check_recovered_replica, r.name, s, got, h.restored_after[(r.name, s)],
-                          h.earlier.get((r.name, s), []))
-                    continue
-                judge(
-                    "replica-convergence",
-                    _replica_subject(r.name, s),
-                    check_replica,
-                    r.name,
-                    s,
-                    got,
-                )
+                    judge("replica-convergence", subject, check_recovered_replica, r.name, s,
+                          got, h.restored_after[(r.name, s)], h.earlier.get((r.name, s), []))
+                else:
+                    judge("replica-convergence", subject, check_replica, r.name, s, got)
+    return verdicts
+
+
+def _availability(config: ClusterConfig, events: Sequence[Event] | None, h: History,
+                  ) -> tuple[list[Verdict], list[ClientDelays]]:
+    """Each client's delays; with a history, its availability verdict too."""
+    outages: dict[str, list[Outage]] | None = None
+    problem = h.problems.get("history")
+    if events is not None and problem is None:
+        try:
+            outages = client_outages(config, events)
+        except Exception as e:
+            problem = f"cannot compute the outages: {type(e).__name__}: {e}"
+    verdicts: list[Verdict] = []
+    found: list[ClientDelays] = []
+    for c in config.clients.values():
+        subject = client_subject(c)
+        mine = outages.get(c.name, []) if outages is not None else []
+        d: ClientDelays | None = None
+        why = h.problems.get(subject, "no log of the client")
+        if c.name in h.clients:
+            try:
+                tuples, arrivals = h.clients[c.name], h.arrivals[c.name]
+                if len(arrivals) != len(tuples):
+                    raise CheckError(f"{len(arrivals)} arrival times for {len(tuples)} tuples")
+                windows = None if outages is None else [(o.start, o.end) for o in mine]
+                rows = list(zip(arrivals, tuples, strict=True))
+                d = judge_delays(c.name, c.stream, rows, bound_for(config, c.stream), windows)
+                found.append(d)  # measured even when the history is unusable: a report
+            except Exception as e:  # a bug of ours or garbage in the log: never a pass
+                why = f"checker crashed: {type(e).__name__}: {e}"
+        if events is None:
+            continue  # no history: the delays are a report
+        if d is None or problem is not None:
+            verdicts.append(Verdict("availability", Status.UNKNOWN, problem or why, subject))
+        else:
+            verdicts.append(guarded("availability", subject, check_availability, subject, d,
+                                    mine))
+    return verdicts, found
+
+
+def _digests(config: ClusterConfig, events: Sequence[Event] | None) -> list[Verdict]:
+    """Per node, the state digests verdict, when the history has ``digest`` events."""
+    if not events or not count_events(events, "digest"):
+        return []
+    return [
+        guarded("replica-convergence", node_subject(node.name), lambda n=node: check_digests(
+            n.name, [r.name for r in n.replicas], final_digests(events), down_at_end(events)))
+        for node in config.nodes.values()
+    ]
+
+
+def _figures(h: History, events: Sequence[Event] | None,
+             delays: Sequence[ClientDelays]) -> Figures:
+    worst = max((d for d in delays if d.max_us is not None),
+                key=lambda d: (d.max_us or 0) - d.bound_us, default=None)
+    return Figures(
+        tuples_checked=sum(1 for tuples in h.clients.values() for t in tuples
+                           if isinstance(t, Tuple) and t.kind in DATA_KINDS),
+        new_results_checked=sum(d.checked for d in delays if d.judged),
+        excused=sum(d.excused for d in delays),
+        worst_delay_us=None if worst is None else worst.max_us,
+        bound_us=None if worst is None else worst.bound_us,
+        faults=count_events(events, "fault") if events else 0,
+        worst_client=None if worst is None else worst.client,
+        availability_judged=events is not None,
+        delays=tuple(delays),
+    )
+
+
+def check_run(config: ClusterConfig, events: Sequence[Event] | None,
+              h: History) -> tuple[list[Verdict], Figures]:
+    """Every verdict of one run and its figures (pure): the logs ``h`` and the history's
+    ``events`` (None: the run has no history; availability is then a report, no verdict),
+    as :func:`load_events` gives them or as a simulation holds them in memory. Order:
+    availability, no-duplicates, stable-never-undone, eventual-consistency, then
+    replica-convergence of the streams and of the state digests."""
+    available, delays = _availability(config, events, h)
+    verdicts = [*available, *_log_verdicts(config, h), *_digests(config, events)]
     if not verdicts:
         verdicts.append(Verdict("run", Status.UNKNOWN, "the config has no client and no node"))
-    return verdicts
+    return verdicts, _figures(h, events, delays)
+
+
+def check_history(config: ClusterConfig, h: History) -> list[Verdict]:
+    """The verdicts of a run without a history (:func:`check_run` with no events)."""
+    return check_run(config, None, h)[0]
 
 
 # ---------------------------------------------------------------- the command
@@ -430,25 +276,40 @@ def _table(verdicts: Sequence[Verdict], out: TextIO) -> None:
         print(f"{r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]:<{w[2]}}  {r[3]}", file=out)
 
 
-def _availability_report(rd: RunDir, config: ClusterConfig, out: TextIO) -> list[dict[str, Any]]:
-    """Print each client's availability (``ops_scripts/availability.py``) and return it for
-    check.json. A report, not a verdict: whatever happens here, run_check's code is the same."""
-    notes: list[str] = []
-    try:
-        found = load_availability(rd, config, notes=notes)
-    except Exception as e:  # a bug of ours in the report must not hide the verdicts
-        found, notes = [], [f"cannot assess: {type(e).__name__}: {e}"]
+def _availability_report(config: ClusterConfig, h: History, figures: Figures,
+                         out: TextIO) -> list[dict[str, Any]]:
+    """Print each client's availability and return it for check.json: the counts and
+    Delay_new of ``availability.assess`` (every new result, excused or not), then the
+    distribution of the checked delays. What happens here never changes run_check's code."""
     print(file=out)
-    for a in found:
-        print(
-            f"availability: {a.client} received {a.received}, tentative {a.n_tentative}, "
-            f"undos {a.n_undo}, Delay_new {a.delay_new_us / 1e6:.2f} s (bound k*X = "
-            f"{a.bound_us / 1e6:.2f} s: {'EXCEEDED' if a.exceeded else 'kept'})",
-            file=out,
-        )
-    for note in notes:
-        print(f"availability: {note}", file=out)
-    return [dataclasses.asdict(a) for a in found]
+    if not figures.availability_judged:
+        print("availability: no run history (history.jsonl): delays are a report, not a "
+              "verdict", file=out)
+    delays = {d.client: d for d in figures.delays}
+    found: list[dict[str, Any]] = []
+    for c in config.clients.values():
+        if c.name not in h.clients:
+            why = h.problems.get(client_subject(c), "no log")
+            print(f"availability: client {c.name}: no log ({why}), skipped", file=out)
+            continue
+        try:
+            a = assess(config, c.name, list(zip(h.arrivals[c.name], h.clients[c.name],
+                                                strict=True)))
+        except Exception as e:  # a report: one bad log must not hide the others
+            print(f"availability: client {c.name}: cannot assess: {type(e).__name__}: {e}",
+                  file=out)
+            continue
+        print(f"availability: {a.client} received {a.received}, tentative {a.n_tentative}, "
+              f"undos {a.n_undo}, Delay_new {a.delay_new_us / 1e6:.2f} s (bound k*X = "
+              f"{a.bound_us / 1e6:.2f} s: {'EXCEEDED' if a.exceeded else 'kept'})", file=out)
+        entry: dict[str, Any] = dataclasses.asdict(a)
+        if (d := delays.get(c.name)) is not None:
+            judged = f", {d.excused} excused by {d.outages} outage(s)" if d.judged else ""
+            print(f"availability: {a.client} new results{judged}; {describe_delays(d)}; "
+                  f"{d.late} over the bound {seconds(d.bound_us)}", file=out)
+            entry["delays"] = dataclasses.asdict(d)
+        found.append(entry)
+    return found
 
 
 def run_check(run_dir: Path, *, out: TextIO = sys.stdout) -> int:
@@ -468,14 +329,17 @@ def run_check(run_dir: Path, *, out: TextIO = sys.stdout) -> int:
     except Exception as e:
         print(f"dpc check: error: cannot load {rd.config}: {type(e).__name__}: {e}", file=out)
         return 2
+    h = History()
     try:
-        verdicts = check_history(config, load_history(rd, config))
+        h = load_history(rd, config)
+        verdicts, figures = check_run(config, load_events(rd, h), h)
     except Exception as e:  # a bug of ours: never a pass
         verdicts = [Verdict("run", Status.UNKNOWN, f"checker crashed: {type(e).__name__}: {e}")]
+        figures = Figures()
     counts = {s.value: sum(1 for v in verdicts if v.status == s) for s in Status}
     ok = counts["valid"] == len(verdicts) > 0
     _table(verdicts, out)
-    availability = _availability_report(rd, config, out)
+    availability = _availability_report(config, h, figures, out)
     summary = ", ".join(f"{n} {s}" for s, n in counts.items())
     print(f"\ndpc check: {summary} -> {'PASS' if ok else 'FAIL'}", file=out)
     report = {
@@ -486,6 +350,7 @@ def run_check(run_dir: Path, *, out: TextIO = sys.stdout) -> int:
         ],
         "summary": {**counts, "total": len(verdicts), "ok": ok},
         "availability": availability,
+        "figures": figures.as_json(),
     }
     try:
         rd.check_json.write_text(json.dumps(report, indent=2) + "\n")

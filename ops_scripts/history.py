@@ -3,10 +3,11 @@ changes, the final state digests (Jepsen's history, STYLE.md 12).
 
 Role: the nemesis side writes it (``runner.py`` for real processes, ``simulate.py`` in the
 deterministic simulation) through :class:`HistoryWriter`; the checkers read it with
-:func:`read_history`. It lives in ``RUN_DIR/history.jsonl``, one JSON object per line, each
-with ``t`` (microseconds on the cluster's clock: the wall clock for real processes, the
-virtual clock in simulation; the clock of tuple times and client arrival times) and
-``event``:
+:func:`read_history` and analyse it with pure functions (:func:`final_digests`,
+:func:`count_events` here, the outage model in ``ops_scripts/paths.py``). It lives in
+``RUN_DIR/history.jsonl``, one JSON object per line, each with ``t`` (microseconds on the
+cluster's clock: the wall clock for real processes, the virtual clock in simulation; the
+clock of tuple times and client arrival times) and ``event``:
 
 =========  ==================================================================================
 event      fields
@@ -34,7 +35,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,15 @@ from node.runlog import RunDir
 
 from .schedule import Fault, cut_pairs, impaired_pairs
 
-__all__ = ["HistoryError", "HistoryWriter", "fault_effects", "merge_states", "read_history"]
+__all__ = [
+    "HistoryError",
+    "HistoryWriter",
+    "count_events",
+    "fault_effects",
+    "final_digests",
+    "merge_states",
+    "read_history",
+]
 
 
 class HistoryError(ValueError):
@@ -103,6 +112,21 @@ def read_history(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
                 raise HistoryError(f"{path}:{n}: expected an object with int t and event")
             events.append(e)
     return events
+
+
+def final_digests(events: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Reading side (pure): each process's last ``digest`` event, ``process -> hashes``
+    (operator -> state digest), for the replica-convergence verdict."""
+    out: dict[str, dict[str, Any]] = {}
+    for e in events:
+        if e["event"] == "digest":
+            out[str(e["process"])] = dict(e["hashes"])
+    return out
+
+
+def count_events(events: Iterable[Mapping[str, Any]], event: str) -> int:
+    """Reading side (pure): how many events of kind ``event`` (e.g. ``"fault"``)."""
+    return sum(1 for e in events if e["event"] == event)
 
 
 def merge_states(rd: RunDir, config: ClusterConfig) -> int:

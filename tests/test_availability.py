@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,10 +19,14 @@ from ops_scripts.availability import (
     assess,
     bound_for,
     delay_new,
+    judge_delays,
     load_availability,
+    percentile,
 )
+from ops_scripts.history import HistoryError
+from ops_scripts.paths import client_outages, down_at_end
 from protocol.tuples import Kind, Tuple, boundary, make_tuple, rec_done, undo
-from tests.test_check import run, write_run
+from tests.test_check import fault, heal, link, run, state, write_run
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 SECOND = 1_000_000
@@ -232,3 +237,121 @@ def test_check_with_a_missing_client_log_notes_it_and_keeps_its_code(tmp_path: P
     assert code == 1  # the verdict's doing (unknown), as before the report existed
     assert report["availability"] == []
     assert "availability: client c1: no log" in text
+
+
+# ---------------------------------------------------------------- outages (paths.py)
+def spans(config: ClusterConfig, events: list[dict[str, Any]],
+          client: str = "c1") -> list[tuple[int, int | None]]:
+    return [(o.start, o.end) for o in client_outages(config, events)[client]]
+
+
+def test_no_fault_no_outage_and_one_replica_down_keeps_the_path(basic: ClusterConfig) -> None:
+    assert spans(basic, []) == []
+    events = [fault(1 * SECOND, 1, basic, fault="pause", process="n1b"), heal(3 * SECOND, 1)]
+    assert spans(basic, events) == []
+    isolate = {"fault": "partition", "shape": "isolate", "process": "n1a"}
+    assert spans(basic, [fault(SECOND, 1, basic, **isolate), heal(3 * SECOND, 1)]) == []
+
+
+def test_a_one_way_cut_breaks_the_edge_in_either_direction(basic: ClusterConfig) -> None:
+    for a, b in (("n1a", "c1"), ("c1", "n1a")):  # data one way, heartbeats the other
+        events = [
+            fault(1 * SECOND, 1, basic, **link(a, b, one_way=True)),
+            fault(2 * SECOND, 2, basic, fault="pause", process="n1b"),
+            heal(4 * SECOND, 1),
+            heal(5 * SECOND, 2),
+        ]
+        (o,) = client_outages(basic, events)["c1"]
+        assert (o.start, o.end) == (2 * SECOND, 4 * SECOND)
+        assert o.why == "n1a-c1 cut; n1b down"
+
+
+def test_a_slowed_link_counts_as_broken(basic: ClusterConfig) -> None:
+    events = [
+        fault(1 * SECOND, 1, basic, fault="delay", between=["n1a", "c1"], seconds=0.2),
+        fault(1 * SECOND, 2, basic, **link("n1b", "c1")),
+        {"t": 2 * SECOND, "event": "heal_all"},
+    ]
+    (o,) = client_outages(basic, events)["c1"]
+    assert (o.start, o.end) == (SECOND, 2 * SECOND) and o.why == "n1a-c1 slowed; n1b-c1 cut"
+
+
+def test_a_bridge_keeps_a_path_and_a_split_does_not(basic: ClusterConfig) -> None:
+    sources, rest = ["s1", "s2", "s3"], ["n1b", "c1"]
+    bridge = {"fault": "partition", "shape": "bridge", "sides": [sources, rest], "bridge": "n1a"}
+    assert spans(basic, [fault(SECOND, 1, basic, **bridge), heal(2 * SECOND, 1)]) == []
+    split = {"fault": "partition", "shape": "split", "sides": [sources, ["n1a", *rest]]}
+    (o,) = client_outages(basic, [fault(SECOND, 1, basic, **split), heal(2 * SECOND, 1)])["c1"]
+    assert (o.start, o.end) == (SECOND, 2 * SECOND)
+    assert o.why == "n1a has no live input; n1b has no live input"
+    # One source reaching a replica is enough: SUnion goes on, tentative, without the others.
+    part = {"fault": "partition", "shape": "split", "sides": [["s1", "s2"], ["n1a", *rest]]}
+    assert spans(basic, [fault(SECOND, 1, basic, **part), heal(2 * SECOND, 1)]) == []
+
+
+def test_recovering_counts_as_down_and_a_killed_replica_is_down_until_recovered(
+    basic: ClusterConfig,
+) -> None:
+    # n1a killed 1-3 s; restarted, it logs RECOVERING at 3.4 s and STABLE at 5 s. The other
+    # replica's link to c1 is cut 2.5-3.2 s (the restart's start-up: n1a still down) and
+    # 4-6 s (n1a RECOVERING until 5 s).
+    events = [
+        state(0, "n1a", "STABLE"),
+        fault(1 * SECOND, 1, basic, fault="kill", process="n1a"),
+        fault(2500 * MS, 2, basic, **link("n1b", "c1")),
+        heal(3 * SECOND, 1),
+        heal(3200 * MS, 2),
+        state(3400 * MS, "n1a", "RECOVERING"),
+        fault(4 * SECOND, 3, basic, **link("n1b", "c1")),
+        state(5 * SECOND, "n1a", "STABLE"),
+        heal(6 * SECOND, 3),
+    ]
+    assert spans(basic, events) == [(2500 * MS, 3200 * MS), (4 * SECOND, 5 * SECOND)]
+    # A replica RECOVERING without a kill (started with --recover) is down as well; a
+    # fault never healed leaves the outage open.
+    events = [state(SECOND, "n1b", "RECOVERING"), fault(2 * SECOND, 1, basic, **link("n1a", "c1"))]
+    assert spans(basic, events) == [(2 * SECOND, None)]
+    assert down_at_end(events) == {"n1b"}
+
+
+def test_outages_follow_the_chain(chain4: ClusterConfig) -> None:
+    # Every replica of n2 cut from n1's replicas: n3 and n4 have no live input, c1 waits.
+    n1, n2 = ["n1a", "n1b"], ["n2a", "n2b"]
+    cut = {"fault": "partition", "shape": "split", "sides": [n1, n2]}
+    events = [fault(SECOND, 1, chain4, **cut), {"t": 2 * SECOND, "event": "heal_all"}]
+    (o,) = client_outages(chain4, events)["c1"]
+    assert (o.start, o.end) == (SECOND, 2 * SECOND) and "no live input" in o.why
+
+
+def test_a_fault_without_its_effects_is_refused(basic: ClusterConfig) -> None:
+    with pytest.raises(HistoryError, match="no \\['cut', 'down', 'impaired'\\]"):
+        client_outages(basic, [{"t": 1, "event": "fault", "id": 1}])
+
+
+# ---------------------------------------------------------------- judge_delays
+def test_judge_delays_excuses_within_the_bound_of_an_outage_and_describes_the_rest() -> None:
+    # Ten new results, one per 100 ms from 0.1 s, each 20 ms late but id 5 (4 s) and id 9
+    # (5 s); the corrections after an UNDO are not new and never judged.
+    rows = steady(10, lag=20 * MS)
+    rows[4] = (rows[4][1].tmax + 4 * SECOND, rows[4][1])
+    rows[8] = (rows[8][1].tmax + 5 * SECOND, rows[8][1])
+    rows += at(9 * SECOND, undo(2), stable(3, 300 * MS))
+    bound = 1 * SECOND
+    report = judge_delays("c1", "n1.out", rows, bound, None)  # no history: measured
+    assert not report.judged and report.checked == 10 and report.excused == 0
+    assert report.late == 2 and report.first_late is not None and report.first_late.id == 5
+    assert report.worst is not None and report.worst.id == 9 and report.worst.line == 9
+    assert (report.p50_us, report.p90_us, report.max_us) == (20 * MS, 4 * SECOND, 5 * SECOND)
+    # An outage [1.5 s, 1.6 s): tmax within [0.5 s, 2.6 s] excused: ids 5 to 10.
+    d = judge_delays("c1", "n1.out", rows, bound, [(1500 * MS, 1600 * MS)])
+    assert d.judged and (d.checked, d.excused, d.late, d.outages) == (4, 6, 0, 1)
+    assert d.max_us == d.p99_us == 20 * MS and d.first_late is None
+    # The window's edges are inclusive: an outage ending exactly 1 s before tmax 0.9 s
+    # excuses id 9 (5 s late); id 10, 0.1 s further, is checked.
+    edge = judge_delays("c1", "n1.out", rows, bound, [(-SECOND, -100 * MS)])
+    assert (edge.checked, edge.excused, edge.late) == (1, 9, 0)
+    assert edge.worst is not None and edge.worst.id == 10
+    # An outage never healed excuses everything from its start - bound on.
+    open_ = judge_delays("c1", "n1.out", rows, bound, [(1400 * MS, None)])
+    assert (open_.checked, open_.excused, open_.late) == (3, 7, 0)
+    assert percentile([1, 2, 3, 4], 50) == 2 and percentile([7], 99) == 7
