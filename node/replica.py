@@ -128,8 +128,10 @@ class Replica:
             interval=self.node.settings.heartbeat_interval,
             misses=self.node.settings.heartbeat_misses, log=log,
         )
+        self.incarnation = 1
         if recover:  # the crashed incarnation's logs stay, beside the new ones
-            archive_output_logs(run_dir, name, list(self.node.outputs))
+            # This incarnation's number: the logs before it are incarnations 1 .. n-1.
+            self.incarnation = archive_output_logs(run_dir, name, list(self.node.outputs)) + 1
         self.output_logs = {s: JsonlTupleWriter(run_dir.replica_output(name, s)) for s in self.node.outputs}
         partners = [Partner(r.name, r.host, r.data_port) for r in self.node.replicas if r.name != name]
         self.manager = Manager(
@@ -232,7 +234,8 @@ class Replica:
         self._set_recovering("catching up with its inputs")
         self.recovery = {"from": partner, "restored_at_us": now, "outputs": st["outputs"],
                          "inputs": st["inputs"], "rejoined_at_us": None}
-        record_recovery(self.run_dir, self.me.name, {"replica": self.me.name, **self.recovery})
+        record_recovery(self.run_dir, self.me.name,
+                        {"replica": self.me.name, "incarnation": self.incarnation, **self.recovery})
         log.warning("%s: recovering: restored %s's state (outputs after %s, inputs from %s); "
                     "catching up from the upstream buffers", self.me.name, partner,
                     st["outputs"], st["inputs"])

@@ -40,6 +40,7 @@ Invariants: a checker that raises yields ``unknown`` with the exception text, ne
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -174,8 +175,10 @@ def _log_verdicts(config: ClusterConfig, h: History) -> list[Verdict]:
                 got = h.replicas.get((r.name, s))
                 subject = replica_subject(r.name, s)
                 if (r.name, s) in h.restored_after:
-                    judge("replica-convergence", subject, check_recovered_replica, r.name, s,
-                          got, h.restored_after[(r.name, s)], h.earlier.get((r.name, s), []))
+                    judge("replica-convergence", subject, functools.partial(
+                        check_recovered_replica, earlier_after=h.earlier_after.get((r.name, s), [])),
+                        r.name, s, got, h.restored_after[(r.name, s)],
+                        h.earlier.get((r.name, s), []))
                 else:
                     judge("replica-convergence", subject, check_replica, r.name, s, got)
     return verdicts

@@ -304,17 +304,21 @@ def check_replica(
 def check_recovered_replica(
     replica: str, stream: str, emitted: Sequence[Tuple], restored_after: int,
     earlier: Sequence[Sequence[Tuple]], reference: Mapping[str, Sequence[Tuple]],
+    earlier_after: Sequence[int] = (),
 ) -> Verdict:
     """A replica that recovered from a partner's state after output id ``restored_after``:
     every earlier incarnation's log is a correct prefix, and the current log continues the
     reference after ``restored_after`` (judged as the reference's tuples through that id
-    followed by the log, so that an UNDO reaching into the restored prefix is caught)."""
+    followed by the log, so that an UNDO reaching into the restored prefix is caught).
+    ``earlier_after[k-1]``: the id after which incarnation k's log begins (0: the start;
+    an incarnation after an earlier recovery begins after that recovery's id)."""
     if stream not in reference:
         raise CheckError(f"no reference for stream {stream!r}")
     ref = reference[stream]
     subject = replica_subject(replica, stream)
     for k, log in enumerate(earlier, start=1):
-        kept, violation = apply_undos_checked(log)
+        after = earlier_after[k - 1] if k <= len(earlier_after) else 0
+        kept, violation = apply_undos_checked([*(t for t in ref if t.id <= after), *log])
         stable = [(line, t) for line, t in kept if t.kind is Kind.STABLE]
         if violation is None:
             violation = _difference(f"incarnation {k}", stable, ref[: len(stable)])

@@ -42,6 +42,9 @@ class History:
     replicas: dict[tuple[str, str], list[Tuple]] = field(default_factory=dict)
     #: (replica, stream) -> the output logs of its earlier incarnations, oldest first.
     earlier: dict[tuple[str, str], list[list[Tuple]]] = field(default_factory=dict)
+    #: (replica, stream) -> the id after which each earlier incarnation's log begins (0 for
+    #: the first; for a later one, the id its recovery restored).
+    earlier_after: dict[tuple[str, str], list[int]] = field(default_factory=dict)
     #: (replica, stream) -> the id after which its current log begins (its last recovery).
     restored_after: dict[tuple[str, str], int] = field(default_factory=dict)
     problems: dict[str, str] = field(default_factory=dict)
@@ -94,6 +97,10 @@ def _read_recoveries(h: History, rd: RunDir, replica: str, stream: str, subject:
     try:
         records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         h.restored_after[(replica, stream)] = int(records[-1]["outputs"][stream])
+        # Incarnation k began after the id its own recovery restored (a record per restore;
+        # an incarnation killed before restoring emitted nothing, and has none).
+        began = {int(r["incarnation"]): int(r["outputs"][stream]) for r in records
+                 if "incarnation" in r}
     except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
         h.problems[subject] = f"unreadable recovery log {path}: {e!r}"
         return
@@ -106,6 +113,7 @@ def _read_recoveries(h: History, rd: RunDir, replica: str, stream: str, subject:
             return
         k += 1
     h.earlier[(replica, stream)] = logs
+    h.earlier_after[(replica, stream)] = [began.get(j, 0) for j in range(1, len(logs) + 1)]
 
 
 def load_events(rd: RunDir, h: History) -> list[dict[str, Any]] | None:

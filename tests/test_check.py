@@ -834,3 +834,24 @@ def test_a_recovered_replica_is_judged_by_its_parts(world: World) -> None:
     undo_into_prefix = [undo(ref[0].id), *ref[k:]]  # takes back restored stable tuples
     v = check_recovered_replica("n1a", "n1.out", undo_into_prefix, after, [], refs)
     assert v.status is Status.INVALID and "never undone" in v.evidence, v
+
+
+def test_a_replica_killed_twice_has_each_incarnation_judged_from_where_it_began(
+        world: World) -> None:
+    """Incarnation 2 began after the id its own recovery restored, not at the start."""
+    _, _, ref = world
+    refs = {"n1.out": ref}
+    first, second = 5, 12  # ids restored by the first and the second recovery
+    one = list(ref[:8])  # incarnation 1: from the start, killed after 8 tuples
+    two = list(ref[first:10])  # incarnation 2: after the first restore, killed again
+    now = list(ref[second:])  # incarnation 3: after the second restore
+    after = [0, ref[first - 1].id]
+    v = check_recovered_replica("n1a", "n1.out", now, ref[second - 1].id, [one, two], refs,
+                                earlier_after=after)
+    assert v.status is Status.VALID, v
+    v = check_recovered_replica("n1a", "n1.out", now, ref[second - 1].id, [one, two], refs)
+    assert v.status is Status.INVALID and "incarnation 2" in v.evidence  # judged from id 1
+    bad_two = [*ref[first:8], ref[9]]  # incarnation 2 skipped a tuple
+    v = check_recovered_replica("n1a", "n1.out", now, ref[second - 1].id, [one, bad_two], refs,
+                                earlier_after=after)
+    assert v.status is Status.INVALID and "incarnation 2" in v.evidence, v
