@@ -64,6 +64,11 @@ def _parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="verify a run's logs against a reference evaluation")
     check.add_argument("run_dir", type=Path, metavar="RUN_DIR")
 
+    run = sub.add_parser("run", help="play a scenario's fault schedule on a real cluster, then check it")
+    run.add_argument("scenario", type=Path, metavar="SCENARIO.toml")
+    run.add_argument("--run-dir", type=Path, default=None,
+                     help="where the run goes (default: runs/NAME-TIME; must be new or empty)")
+
     bench = sub.add_parser("bench", help="benchmarks, reported against a baseline of the same run")
     which = bench.add_subparsers(dest="which", required=True, metavar="BENCH")
     core = which.add_parser(
@@ -143,6 +148,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .check import run_check
 
             return run_check(args.run_dir)
+        if args.command == "run":
+            from .runner import run_scenario
+
+            return run_scenario(args.scenario, args.run_dir)
         if args.command == "bench" and args.which == "core":
             from .bench import run_core_bench
 
