@@ -61,6 +61,10 @@ def _parser() -> argparse.ArgumentParser:
                        help="stall / unstall: hold this replica's reconciliations mid-replay")
     fault.add_argument("peers", nargs="*", help="process names (heal without names: heal all)")
 
+    from .inject import add_inject_parser
+
+    add_inject_parser(sub)
+
     check = sub.add_parser("check", help="verify a run's logs against a reference evaluation")
     check.add_argument("run_dir", type=Path, metavar="RUN_DIR")
 
@@ -148,6 +152,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .check import run_check
 
             return run_check(args.run_dir)
+        if args.command == "inject":
+            from .inject import run_inject
+
+            return run_inject(args)
         if args.command == "run":
             from .runner import run_scenario
 

@@ -129,9 +129,10 @@ def perform(config: ClusterConfig, op: Op) -> dict[str, Any]:
 # ---------------------------------------------------------------- the nemesis
 class Nemesis:
     """Injects and heals faults in the cluster of ``config`` whose processes are ``procs``
-    (the list is updated in place: a killed replica leaves it, its restart joins it)."""
+    (the list is updated in place: a killed replica leaves it, its restart joins it); ``rd``
+    is the run directory (None: no restarts, they need one)."""
 
-    def __init__(self, config: ClusterConfig, rd: RunDir, procs: list[Launched],
+    def __init__(self, config: ClusterConfig, rd: RunDir | None, procs: list[Launched],
                  out: TextIO = sys.stdout) -> None:
         self.config, self.rd, self.procs, self.out = config, rd, procs, out
         self.rules = ActiveRules(config)
@@ -216,6 +217,8 @@ class Nemesis:
 
     def restart(self, name: str) -> None:
         """Start killed replica ``name`` again (``--recover``); it gets the rules in force."""
+        if self.rd is None:
+            raise InjectError(f"cannot restart {name}: a restart needs the run directory")
         try:
             self.procs.append(restart_replica(self.config, self.rd, name, self.out))
         except RuntimeError as e:
