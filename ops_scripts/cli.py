@@ -65,6 +65,21 @@ def _parser() -> argparse.ArgumentParser:
 
     add_inject_parser(sub)
 
+    torture = sub.add_parser(
+        "torture", help="random fault schedules on real clusters, each run checked (seeded)")
+    torture.add_argument("--seed", type=int, default=1, help="run i uses seed SEED+i (default 1)")
+    torture.add_argument("--runs", type=int, default=1, help="how many runs (default 1)")
+    torture.add_argument("--cluster", type=Path, default=None, metavar="CLUSTER.toml",
+                         help="default: examples/basic.toml at X = 1 s, alpha = 0.7, 300 tuples/s")
+    torture.add_argument("--run-dir", type=Path, default=None,
+                         help="where the runs go, one seed-S directory each "
+                              "(default: runs/torture-TIME)")
+    torture.add_argument("--faults", type=int, default=4, help="random faults per run (default 4)")
+    torture.add_argument("--duration", type=float, default=8.0,
+                         help="seconds within which the faults start (default 8)")
+
+    # `dpc simulate` (the deterministic simulation) registers here.
+
     check = sub.add_parser("check", help="verify a run's logs against a reference evaluation")
     check.add_argument("run_dir", type=Path, metavar="RUN_DIR")
 
@@ -156,6 +171,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .inject import run_inject
 
             return run_inject(args)
+        if args.command == "torture":
+            from .torture import DEFAULT_CLUSTER, TortureOptions, run_torture
+
+            return run_torture(TortureOptions(
+                seed=args.seed, runs=args.runs, cluster=args.cluster or DEFAULT_CLUSTER,
+                run_dir=args.run_dir, faults=args.faults, duration=args.duration))
         if args.command == "run":
             from .runner import run_scenario
 

@@ -255,9 +255,10 @@ def fault_table(fault: Fault) -> dict[str, Any]:
 
 
 def play_scenario(scenario: Scenario, run_dir: Path, out: TextIO = sys.stdout) -> RunOutcome:
-    """Play ``scenario`` in ``run_dir`` (created; must be new or empty) and check the run."""
+    """Play ``scenario`` in ``run_dir`` (created; new, or holding only a scenario.toml,
+    which is replaced by the self-contained dump of ``scenario``) and check the run."""
     rd = RunDir(run_dir)
-    if rd.path.exists() and any(rd.path.iterdir()):
+    if rd.path.exists() and any(p.name != "scenario.toml" for p in rd.path.iterdir()):
         raise ScenarioError(f"run dir {rd.path} is not empty (a run is there already): "
                             "pick another --run-dir")
     rd.ensure()

@@ -108,6 +108,27 @@ class Scenario:
     settings: Mapping[str, Any] = field(default_factory=dict)
     seed: int | None = None
 
+    @classmethod
+    def of_cluster(cls, cluster: str | os.PathLike[str], *, name: str,
+                   faults: Sequence[Fault] = (), settle: float = DEFAULT_SETTLE,
+                   quiet: float = DEFAULT_QUIET, source_rate: float | None = None,
+                   settings: Mapping[str, Any] | None = None, seed: int | None = None,
+                   ) -> Scenario:
+        """A scenario built in memory around the cluster config at ``cluster`` (checked,
+        with the settings applied; ``faults`` are taken as given): what ``dpc torture``
+        draws schedules for and dumps."""
+        file = Path(cluster).resolve()
+        raw = _read_toml(file, "cluster config")
+        s = cls(file.with_name(f"{name}.scenario.toml"), name,
+                _absolute_files(raw, file.parent), file, tuple(faults), float(settle),
+                float(quiet), source_rate, dict(settings or {}), seed)
+        try:
+            parse_config(raw, file)
+            s.config()
+        except ConfigError as e:
+            raise ScenarioError(str(e)) from None
+        return s
+
     @property
     def schedule_length(self) -> float:
         """Seconds from schedule time 0 to the last heal (0.0 without faults)."""
