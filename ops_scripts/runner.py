@@ -7,7 +7,7 @@ logs. Steps, each printed as it happens:
 1. the run directory (default ``runs/<name>-<time>``): ``config.toml`` (the scenario's
    effective cluster, every port a free one), ``scenario.toml`` (self-contained: ``dpc run
    RUN_DIR/scenario.toml`` replays it), ``history.jsonl``;
-2. the cluster starts (``launch.start_cluster``: pid files in ``status/``); ``start``;
+2. ``start``; the cluster starts (``launch.start_cluster``: pid files in ``status/``);
 3. ``settle`` seconds of fault-free running; then schedule time 0;
 4. the schedule on the wall clock: at each fault's time, ``fault`` is recorded and the
    fault injected; ``for`` seconds later (counted from when it was injected) it is healed
@@ -51,7 +51,16 @@ from .scenario import Scenario, ScenarioError, load_scenario
 from .schedule import Fault
 from .status import fetch_status
 
-__all__ = ["RunOutcome", "default_run_dir", "figures_of", "play_scenario", "run_scenario"]
+__all__ = [
+    "RunOutcome",
+    "default_run_dir",
+    "describe_delay",
+    "describe_figures",
+    "fault_table",
+    "figures_of",
+    "play_scenario",
+    "run_scenario",
+]
 
 BLOCKED_LIMIT = 60.0  # seconds a kill or pause may wait for a partner with a state
 STABLE_TIMEOUT = 30.0  # seconds to wait for every replica to be STABLE before the digests
@@ -97,16 +106,24 @@ def figures_of(rd: RunDir) -> dict[str, Any]:
             "bound_us": max(a.get("bound_us", 0) for a in avail)}
 
 
+def describe_delay(figures: dict[str, Any]) -> str | None:
+    """``worst delay 0.83 s vs k*X = 1.00 s (kept)``, if the figures say."""
+    if "worst_delay_us" not in figures or "bound_us" not in figures:
+        return None
+    worst, bound = figures["worst_delay_us"] / 1e6, figures["bound_us"] / 1e6
+    return (f"worst delay {worst:.2f} s vs k*X = {bound:.2f} s "
+            f"({'kept' if worst <= bound else 'EXCEEDED'})")
+
+
 def describe_figures(figures: dict[str, Any]) -> str:
+    """One line of a run's figures (tuples checked, or received, and the worst delay)."""
     parts = []
     if "tuples_checked" in figures:
         parts.append(f"{figures['tuples_checked']:,} tuples checked")
     elif "tuples_received" in figures:
         parts.append(f"{figures['tuples_received']:,} tuples received")
-    if "worst_delay_us" in figures and "bound_us" in figures:
-        worst, bound = figures["worst_delay_us"] / 1e6, figures["bound_us"] / 1e6
-        parts.append(f"worst delay {worst:.2f} s vs k*X = {bound:.2f} s "
-                     f"({'kept' if worst <= bound else 'EXCEEDED'})")
+    if (delay := describe_delay(figures)) is not None:
+        parts.append(delay)
     return ", ".join(parts) or "no figures"
 
 
@@ -142,9 +159,9 @@ class _Player:
 
     def run(self) -> None:
         s, rd = self.scenario, self.rd
-        start_cluster(self.config, rd, self.out, self.procs)
         self.history.record("start", config=str(rd.config), name=s.name, seed=s.seed,
                             scenario=str(s.path))
+        start_cluster(self.config, rd, self.out, self.procs)
         self.t0 = time.monotonic() + s.settle
         print(f"  settling {s.settle:g} s", file=self.out, flush=True)
         self.wait_until(self.t0)
@@ -266,7 +283,7 @@ def play_scenario(scenario: Scenario, run_dir: Path, out: TextIO = sys.stdout) -
     (rd.path / "scenario.toml").write_text(scenario.dump(inline=True))
     n = len(scenario.faults)
     print(f"dpc run: scenario {scenario.name!r}: {n} fault(s) over "
-          f"{scenario.schedule_length:g} s, settle {scenario.settle:g} s, quiet "
+          f"{round(scenario.schedule_length, 3):g} s, settle {scenario.settle:g} s, quiet "
           f"{scenario.quiet:g} s; run dir {rd.path}", file=out, flush=True)
     player = _Player(scenario, rd, out)
     outcome = RunOutcome(0, rd.path)

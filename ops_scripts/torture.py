@@ -35,7 +35,7 @@ from typing import Any, TextIO
 
 from node.config import ClusterConfig
 
-from .runner import RunOutcome, describe_figures, fault_table, play_scenario
+from .runner import RunOutcome, describe_delay, describe_figures, fault_table, play_scenario
 from .scenario import Scenario, ScenarioError, load_scenario
 from .schedule import Fault, ScheduleError, parse_faults, random_faults
 
@@ -177,15 +177,15 @@ def run_torture(opts: TortureOptions, out: TextIO = sys.stdout) -> int:
 def _totals(opts: TortureOptions, results: Sequence[tuple[int, RunOutcome, int]],
             out: TextIO) -> int:
     ok = [r for r in results if r[1].code == 0]
-    checked = sum(r[1].figures.get("tuples_checked", r[1].figures.get("tuples_received", 0))
-                  for r in results)
-    worst = max(results, key=lambda r: r[1].figures.get("worst_delay_us", -1), default=None)
+    figures = [r[1].figures for r in results]
+    what = "checked" if all("tuples_checked" in f for f in figures) else "received"
+    tuples = sum(f.get(f"tuples_{what}", 0) for f in figures)
     print(f"\ndpc torture: {len(results)} run(s), {len(ok)} valid; "
-          f"{sum(r[1].injected for r in results)} faults injected; {checked:,} tuples checked",
+          f"{sum(r[1].injected for r in results)} faults injected; {tuples:,} tuples {what}",
           file=out)
-    if worst is not None and "worst_delay_us" in worst[1].figures:
-        print(f"dpc torture: worst delay over all runs: {describe_figures(worst[1].figures)} "
-              f"(seed {worst[0]})", file=out)
+    worst = max(results, key=lambda r: r[1].figures.get("worst_delay_us", -1), default=None)
+    if worst is not None and (delay := describe_delay(worst[1].figures)) is not None:
+        print(f"dpc torture: over all runs, {delay} (seed {worst[0]})", file=out)
     for seed, outcome, _ in results:
         if outcome.code != 0:
             why = "; ".join(outcome.problems) or f"checker: {outcome.verdict}"

@@ -315,3 +315,49 @@ def test_figures_fall_back_on_the_availability_report(tmp_path: Path) -> None:
                               "bound_us": 1_000_000}
     rd.check_json.write_text(json.dumps({"figures": {"tuples_checked": 3}, "availability": []}))
     assert figures_of(rd) == {"tuples_checked": 3}
+
+
+# ------------------------------------------------------------------ the POST /fault bodies
+def test_requests_send_the_fault_api_bodies(tmp_path: Path) -> None:
+    """What each request of the rules puts on the wire, caught by a stub control plane."""
+    import http.server
+    import threading
+
+    from ops_scripts.nemesis import perform
+
+    s = Scenario.of_cluster(EXAMPLES / "basic.toml", name="b")
+    config = load_config(write(tmp_path, s.effective_config_text("free"), "config.toml"))
+    bodies: list[tuple[str, str, object]] = []
+
+    class Stub(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            raw = self.rfile.read(int(self.headers["Content-Length"]))
+            bodies.append((self.path, self.headers["Authorization"], json.loads(raw)))
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", config.replica("n1a").control_port), Stub)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        for op in (Cut("n1a", ("s3",), "both", "blackhole"), Cut("n1a", ("s1", "s2"), "in", "reset"),
+                   Shape("n1a", ("s1",), 0.1, 2000.0, 0.0), Shape("n1a", ("c1",), 0.0, None, 0.01),
+                   Heal("n1a", ("s3",)), Stall("n1a"), Unstall("n1a")):
+            perform(config, op)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert {(path, auth) for path, auth, _ in bodies} == {("/fault", f"Bearer {config.token}")}
+    assert [b for _, _, b in bodies] == [
+        {"cut": ["s3"]},  # the defaults (both ways, blackhole) go unsaid
+        {"cut": ["s1", "s2"], "direction": "in", "kind": "reset"},
+        {"shape": ["s1"], "delay": 0.1, "bandwidth": 2000.0},
+        {"shape": ["c1"], "slow": 0.01},
+        {"heal": ["s3"]},
+        {"stall": "replay"},
+        {"unstall": "replay"},
+    ]
