@@ -1,6 +1,23 @@
 """The ``dpc`` command: one console script, one subcommand per job (DESIGN.md section 5).
 
-Only commands that work are registered; later issues add inject, sweep, reconcile.
+=============  =====================================================================  =============
+command        does                                                                   module
+=============  =====================================================================  =============
+demo           a failure, tentative results and their correction, end to end         demo.py
+launch         start every process of a cluster config locally; drain and stop       launch.py
+node           one process of a cluster (what launch runs)                            node/process.py
+status         each replica's state and streams, from the control planes              status.py
+fault          cut / heal / stall at one replica (``POST /fault``)                    fault.py
+inject         one fault or heal in a running cluster (by a run dir's pid files)      inject.py
+run            play a scenario's fault schedule on a real cluster, then check it      runner.py
+torture        seeded random schedules on real clusters, every run checked           torture.py
+check          verify a run's logs against a reference evaluation                     check.py
+bench          core and throughput benchmarks                                         bench*.py
+=============  =====================================================================  =============
+
+Only commands that work are registered (``simulate``, ``sweep`` and ``reconcile`` come with
+their issues). Exit codes: 0 done (a check: valid), 1 a failure found or a harness problem,
+2 a usage error (bad config, scenario, name or argument), 130 interrupted.
 """
 
 from __future__ import annotations
