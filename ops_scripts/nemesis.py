@@ -137,7 +137,7 @@ class Nemesis:
         self.config, self.rd, self.procs, self.out = config, rd, procs, out
         self.rules = ActiveRules(config)
         self.active: dict[int, Fault] = {}
-        self.down: dict[str, str] = {}  # process -> "killed" | "paused"
+        self.down: dict[str, str] = {}  # process (replica or source) -> "killed" | "paused"
         self._node_of = {r.name: n.name for n in config.nodes.values() for r in n.replicas}
 
     @property
@@ -156,11 +156,16 @@ class Nemesis:
 
     # -------------------------------------------------------- faults
     def blocked(self, fault: Fault) -> str | None:
-        """Why ``fault`` must wait, if it must: a kill or pause of a replica while no other
+        """Why ``fault`` must wait, if it must: a kill or pause of a process that is still
+        down (an earlier kill or pause of it was held up), or of a replica while no other
         replica of its node is up with a state (every other one down or RECOVERING)."""
-        if fault.kind not in ("kill", "pause") or fault.params["process"] not in self._node_of:
+        if fault.kind not in ("kill", "pause"):
             return None
         me = fault.params["process"]
+        if me in self.down:  # a kill or pause that started late may outlast its schedule
+            return f"{me} is still {self.down[me]}"
+        if me not in self._node_of:
+            return None
         partners = [r for r, n in self._node_of.items() if n == self._node_of[me] and r != me]
         why = []
         for r in partners:
@@ -191,8 +196,7 @@ class Nemesis:
                     self.down[name] = "killed"
                 else:
                     p.proc.send_signal(signal.SIGSTOP)
-                    if name in self._node_of:
-                        self.down[name] = "paused"
+                    self.down[name] = "paused"
             else:
                 self.rules.add(fid, fault)
                 self.sync()
@@ -257,7 +261,7 @@ class Nemesis:
             if how == "paused":
                 self.handle(name).proc.send_signal(signal.SIGCONT)
                 del self.down[name]
-        for p in self.procs:  # paused sources too (they are not in `down`)
+        for p in self.procs:  # and anything stopped by hand meanwhile
             if p.proc.poll() is None:
                 p.proc.send_signal(signal.SIGCONT)
         for r in self.reachable():

@@ -361,3 +361,16 @@ def test_requests_send_the_fault_api_bodies(tmp_path: Path) -> None:
         {"stall": "replay"},
         {"unstall": "replay"},
     ]
+
+
+def test_a_kill_or_pause_waits_for_a_partner_with_a_state_and_for_its_own_return() -> None:
+    from ops_scripts.nemesis import Nemesis
+
+    nemesis = Nemesis(load_config(EXAMPLES / "basic.toml"), None, [])
+    nemesis.down.update({"n1b": "killed", "s3": "paused"})
+    assert nemesis.blocked(fault("kill", process="n1a")) == (
+        "n1b is killed: n1a is the last replica of its node with a state")
+    assert nemesis.blocked(fault("pause", process="s3")) == "s3 is still paused"
+    assert nemesis.blocked(fault("pause", process="s1")) is None
+    assert nemesis.blocked(fault("stall", process="n1a")) is None
+    assert nemesis.reachable() == ["n1a"]
