@@ -9,6 +9,9 @@ Layout of ``RUN_DIR``::
     logs/<process>.log              each process's text log
     status/<process>.ready          marker: the process is up (:meth:`RunDir.mark_ready`)
     status/<process>.done           marker: a client saw its stream's end (:meth:`RunDir.mark_done`)
+    status/<process>.pid            the pid of the process's current incarnation (:meth:`RunDir.write_pid`)
+    history.jsonl                   faults, heals, state changes (ops_scripts/history.py)
+    scenario.toml                   the scenario ``dpc run`` played (ops_scripts/scenario.py)
     sources/<source>.arrow          every tuple a source produced (Arrow IPC stream file)
     clients/<client>.jsonl          every tuple a client received, with its arrival time
     clients/<client>.parquet        the same, written at the client's shutdown
@@ -177,6 +180,33 @@ class RunDir:
 
     def is_done(self, process: str) -> bool:
         return self._marker(process, "done").exists()
+
+    def pid_file(self, process: str) -> Path:
+        """``status/<process>.pid``: the pid of the process's current incarnation, written by
+        whoever started it (``ops_scripts/launch.py``), read by ``dpc inject RUN_DIR``."""
+        return self._marker(process, "pid")
+
+    def write_pid(self, process: str, pid: int) -> None:
+        """Record ``pid`` as ``process``'s (replacing an earlier incarnation's)."""
+        self.status.mkdir(parents=True, exist_ok=True)
+        path = self.pid_file(process)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(f"{pid}\n")
+        tmp.replace(path)  # a reader never sees a half-written pid
+
+    def read_pid(self, process: str) -> int | None:
+        """``process``'s recorded pid, or None if none was recorded; :class:`RunLogError`
+        naming the file if it holds anything but a pid."""
+        path = self.pid_file(process)
+        try:
+            text = path.read_text().strip()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise RunLogError(f"pid file {path}: cannot read: {e}") from None
+        if not text.isdigit() or int(text) <= 0:
+            raise RunLogError(f"pid file {path}: expected a pid, found {text[:40]!r}")
+        return int(text)
 
     @staticmethod
     def count_lines(path: str | os.PathLike[str]) -> int:

@@ -1,6 +1,23 @@
 """The ``dpc`` command: one console script, one subcommand per job (DESIGN.md section 5).
 
-Only commands that work are registered; later issues add inject, sweep, reconcile.
+=============  =====================================================================  =============
+command        does                                                                   module
+=============  =====================================================================  =============
+demo           a failure, tentative results and their correction, end to end         demo.py
+launch         start every process of a cluster config locally; drain and stop       launch.py
+node           one process of a cluster (what launch runs)                            node/process.py
+status         each replica's state and streams, from the control planes              status.py
+fault          cut / heal / stall at one replica (``POST /fault``)                    fault.py
+inject         one fault or heal in a running cluster (by a run dir's pid files)      inject.py
+run            play a scenario's fault schedule on a real cluster, then check it      runner.py
+torture        seeded random schedules on real clusters, every run checked           torture.py
+check          verify a run's logs against a reference evaluation                     check.py
+bench          core and throughput benchmarks                                         bench*.py
+=============  =====================================================================  =============
+
+Only commands that work are registered (``simulate``, ``sweep`` and ``reconcile`` come with
+their issues). Exit codes: 0 done (a check: valid), 1 a failure found or a harness problem,
+2 a usage error (bad config, scenario, name or argument), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -62,6 +79,25 @@ def _parser() -> argparse.ArgumentParser:
                        help="stall / unstall: hold this replica's reconciliations mid-replay")
     fault.add_argument("peers", nargs="*", help="process names (heal without names: heal all)")
 
+    from .inject import add_inject_parser
+
+    add_inject_parser(sub)
+
+    torture = sub.add_parser(
+        "torture", help="random fault schedules on real clusters, each run checked (seeded)")
+    torture.add_argument("--seed", type=int, default=1, help="run i uses seed SEED+i (default 1)")
+    torture.add_argument("--runs", type=int, default=1, help="how many runs (default 1)")
+    torture.add_argument("--cluster", type=Path, default=None, metavar="CLUSTER.toml",
+                         help="default: examples/basic.toml at X = 1 s, alpha = 0.7, 300 tuples/s")
+    torture.add_argument("--run-dir", type=Path, default=None,
+                         help="where the runs go, one seed-S directory each "
+                              "(default: runs/torture-TIME)")
+    torture.add_argument("--faults", type=int, default=4, help="random faults per run (default 4)")
+    torture.add_argument("--duration", type=float, default=8.0,
+                         help="seconds within which the faults start (default 8)")
+
+    # `dpc simulate` (the deterministic simulation) registers here.
+
     check = sub.add_parser("check", help="verify a run's logs against a reference evaluation")
     check.add_argument("run_dir", type=Path, metavar="RUN_DIR")
 
@@ -80,6 +116,11 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--run-dir", type=Path, default=None,
                      help="where run dirs go (default: a temporary directory)")
     sim.add_argument("--keep", action="store_true", help="keep the run dirs of valid runs too")
+
+    run = sub.add_parser("run", help="play a scenario's fault schedule on a real cluster, then check it")
+    run.add_argument("scenario", type=Path, metavar="SCENARIO.toml")
+    run.add_argument("--run-dir", type=Path, default=None,
+                     help="where the run goes (default: runs/NAME-TIME; must be new or empty)")
 
     bench = sub.add_parser("bench", help="benchmarks, reported against a baseline of the same run")
     which = bench.add_subparsers(dest="which", required=True, metavar="BENCH")
@@ -170,6 +211,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .check import run_check
 
             return run_check(args.run_dir)
+        if args.command == "inject":
+            from .inject import run_inject
+
+            return run_inject(args)
+        if args.command == "torture":
+            from .torture import DEFAULT_CLUSTER, TortureOptions, run_torture
+
+            return run_torture(TortureOptions(
+                seed=args.seed, runs=args.runs, cluster=args.cluster or DEFAULT_CLUSTER,
+                run_dir=args.run_dir, faults=args.faults, duration=args.duration))
+        if args.command == "run":
+            from .runner import run_scenario
+
+            return run_scenario(args.scenario, args.run_dir)
         if args.command == "bench" and args.which == "core":
             from .bench import run_core_bench
 

@@ -4,10 +4,17 @@
 2. Start sources, then nodes upstream first, then clients, one OS process each
    (``dpc node CLUSTER.toml NAME``), each waited for until it is serving.
 3. Show progress every second until ``--duration`` passed or Ctrl-C.
-4. Drain: ask the sources to end their streams (SIGUSR1: each publishes the end-of-stream
-   boundary and goes on serving replays), wait until every client saw the end, then
-   SIGTERM every process, by its pid, and wait for it (SIGKILL after a grace period,
-   reported).
+4. Drain (:func:`drain_streams`): ask the sources to end their streams (SIGUSR1: each publishes
+   the end-of-stream boundary and goes on serving replays), wait until every client saw the
+   end; then SIGTERM every process, by its pid, and wait for it (SIGKILL after a grace
+   period, reported).
+
+Every process's pid is recorded in ``RUN_DIR/status/<name>.pid`` as it starts, so that
+``dpc inject RUN_DIR`` can kill, pause, resume and restart processes of a running cluster.
+A replica that dies does not end a ``dpc launch`` (a kill is a fault the cluster masks):
+it is reported, and if ``dpc inject RUN_DIR restart NAME`` starts it again, the new
+incarnation is adopted by its pid and stopped with the rest. A source or client that dies
+ends the run.
 
 The run directory keeps the config, every process's log, the source logs, the client logs
 and every replica's output log: ``dpc check RUN_DIR`` verifies it.
@@ -25,25 +32,48 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Protocol, TextIO
 
 from node.config import ClusterConfig
 from node.runlog import RunDir
 
+from .processes import PidProcess, alive, runs_node
 from .status import fetch_status
 
-__all__ = ["Launched", "launch", "progress", "start_cluster", "stop_cluster"]
+__all__ = [
+    "Launched",
+    "ProcessHandle",
+    "drain_streams",
+    "launch",
+    "progress",
+    "restart_replica",
+    "start_cluster",
+    "stop_cluster",
+]
 
 READY_TIMEOUT = 30.0
 DRAIN_TIMEOUT = 60.0
 STOP_GRACE = 10.0
 
 
+class ProcessHandle(Protocol):
+    """What is used of a process: ``subprocess.Popen`` for our children,
+    :class:`ops_scripts.processes.PidProcess` for an adopted one."""
+
+    pid: int
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def send_signal(self, sig: int) -> None: ...
+
+
 @dataclass
 class Launched:
     name: str
     kind: str  # "source" | "replica" | "client"
-    proc: subprocess.Popen[bytes]
+    proc: ProcessHandle
 
 
 def _start(config_path: Path, name: str, kind: str, rd: RunDir, *, recover: bool = False) -> Launched:
@@ -53,6 +83,7 @@ def _start(config_path: Path, name: str, kind: str, rd: RunDir, *, recover: bool
         argv + ["--recover"] * recover, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
     )
     out.close()
+    rd.write_pid(name, proc.pid)
     return Launched(name, kind, proc)
 
 
@@ -137,17 +168,41 @@ def progress(config: ClusterConfig, rd: RunDir, elapsed: float, out: TextIO = sy
     print(f"  t={elapsed:5.1f}s  {'  '.join(parts)}  | clients: {clients}", file=out, flush=True)
 
 
+def drain_streams(procs: list[Launched], rd: RunDir, *, out: TextIO = sys.stdout,
+                  clients: list[str] | None = None) -> bool:
+    """Ask every source to end its stream (SIGUSR1), then wait until every client saw the
+    end (at most ``DRAIN_TIMEOUT``); True if they all did. Every process keeps running."""
+    for p in procs:
+        if p.kind == "source" and p.proc.poll() is None:
+            p.proc.send_signal(signal.SIGUSR1)  # end your stream, keep serving
+    names = clients if clients is not None else [p.name for p in procs if p.kind == "client"]
+    drained = _wait(lambda: all(rd.is_done(c) for c in names), DRAIN_TIMEOUT, [])
+    print(f"  drain: {'every client saw the end of its stream' if drained else 'TIMED OUT'}", file=out)
+    return drained
+
+
+
+def _adopt_restarted(procs: list[Launched], rd: RunDir, reported: set[str], out: TextIO) -> None:
+    """Replace each dead replica's handle by its new incarnation's (``dpc inject RUN_DIR
+    restart``), found by the pid file; report each newly dead one once."""
+    for i, p in enumerate(procs):
+        if p.kind != "replica" or p.proc.poll() is None:
+            continue
+        pid = rd.read_pid(p.name)
+        if pid is not None and pid != p.proc.pid and alive(pid) and runs_node(pid, p.name, rd):
+            procs[i] = Launched(p.name, p.kind, PidProcess(pid))
+            reported.discard(p.name)
+            print(f"  replica {p.name} is back (pid {pid}): adopted", file=out, flush=True)
+        elif p.name not in reported:
+            reported.add(p.name)
+            print(f"  replica {p.name} died (exit {p.proc.poll()}); the run goes on (start it "
+                  f"again: dpc inject {rd.path} restart {p.name})", file=out, flush=True)
+
+
 def stop_cluster(procs: list[Launched], rd: RunDir, *, drain: bool, out: TextIO = sys.stdout,
                  clients: list[str] | None = None) -> bool:
     """Drain (optional), then SIGTERM every process by pid; True if all exited 0 (and drained)."""
-    drained = True
-    if drain:
-        for p in procs:
-            if p.kind == "source" and p.proc.poll() is None:
-                p.proc.send_signal(signal.SIGUSR1)  # end your stream, keep serving
-        names = clients if clients is not None else [p.name for p in procs if p.kind == "client"]
-        drained = _wait(lambda: all(rd.is_done(c) for c in names), DRAIN_TIMEOUT, [])
-        print(f"  drain: {'every client saw the end of its stream' if drained else 'TIMED OUT'}", file=out)
+    drained = drain_streams(procs, rd, out=out, clients=clients) if drain else True
     order = {"client": 0, "replica": 1, "source": 2}
     clean = True
     for p in sorted(procs, key=lambda p: order[p.kind]):
@@ -178,14 +233,16 @@ def launch(config_path: Path, duration: float | None, run_dir: Path | None, out:
     n = len(config.sources) + sum(len(n.replicas) for n in config.nodes.values()) + len(config.clients)
     print(f"dpc launch: cluster {config.name!r}, {n} processes, run dir {rd.path}", file=out)
     procs: list[Launched] = []
+    dead_replicas: set[str] = set()
     start = time.monotonic()
     try:
         start_cluster(config, rd, out, procs)
         start = time.monotonic()
         while duration is None or time.monotonic() - start < duration:
             time.sleep(min(1.0, max(0.0, (duration or 1e9) - (time.monotonic() - start))))
-            if any(p.proc.poll() is not None for p in procs):
-                dead = [p for p in procs if p.proc.poll() is not None]
+            _adopt_restarted(procs, rd, dead_replicas, out)
+            dead = [p for p in procs if p.kind != "replica" and p.proc.poll() is not None]
+            if dead:
                 for p in dead:
                     print(f"  {p.kind} {p.name} died (exit {p.proc.poll()}):\n{_tail(rd, p.name)}", file=out)
                 break
