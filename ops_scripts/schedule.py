@@ -55,12 +55,10 @@ __all__ = [
     "KINDS",
     "SHAPES",
     "Fault",
-    "LinkRule",
     "ScheduleError",
     "cut_pairs",
     "dump_faults",
     "impaired_pairs",
-    "link_rules",
     "parse_faults",
     "random_faults",
     "replica_rules",
@@ -378,65 +376,6 @@ def replica_rules(pairs: Iterable[tuple[str, str]], config: ClusterConfig,
             mine = rules.setdefault(me, {})
             mine[peer] = "both" if (peer, me) in cut and (me, peer) in cut else way
     return rules
-
-
-@dataclass(frozen=True, slots=True)
-class LinkRule:
-    """What one replica does to its traffic with one peer: a cut (``direction`` "both",
-    "in", "out"; ``None``: not cut) of ``kind``, and shaping (``delay`` s each way,
-    ``bandwidth`` bytes/s, ``slow`` s per message read from the peer)."""
-
-    direction: str | None = None
-    kind: str = "blackhole"
-    delay: float = 0.0
-    bandwidth: float | None = None
-    slow: float = 0.0
-
-    @property
-    def shaped(self) -> bool:
-        return bool(self.delay or self.bandwidth or self.slow)
-
-
-def _merge(a: LinkRule, b: LinkRule) -> LinkRule:
-    """Two faults on one link at once: the union of the cuts (a reset wins), the worst of
-    each shaping."""
-    ways = {a.direction, b.direction} - {None}
-    direction = None if not ways else ways.pop() if len(ways) == 1 else "both"
-    kind = "reset" if "reset" in (a.kind if a.direction else "", b.kind if b.direction else "") \
-        else "blackhole"
-    if kind == "reset":
-        direction = "both"
-    bandwidths = [x for x in (a.bandwidth, b.bandwidth) if x is not None]
-    return LinkRule(direction, kind, max(a.delay, b.delay),
-                    min(bandwidths) if bandwidths else None, max(a.slow, b.slow))
-
-
-def link_rules(active: Iterable[Fault], config: ClusterConfig) -> dict[str, dict[str, LinkRule]]:
-    """Per replica, per peer: the rule that the faults in force (``active``) call for.
-    Harnesses apply the difference with what is in place (and everything again at a
-    restarted replica, which lost its rules)."""
-    replicas = set(_replicas(config))
-    out: dict[str, dict[str, LinkRule]] = {}
-
-    def add(me: str, peer: str, rule: LinkRule) -> None:
-        mine = out.setdefault(me, {})
-        mine[peer] = _merge(mine[peer], rule) if peer in mine else rule
-
-    for f in active:
-        if f.kind == "partition":
-            for me, peers in replica_rules(cut_pairs(f, config), config).items():
-                for peer, way in peers.items():
-                    add(me, peer, LinkRule(way, f.params["cut"]))
-        elif f.kind in ("delay", "bandwidth"):
-            a, b = f.params["between"]
-            rule = (LinkRule(delay=f.params["seconds"]) if f.kind == "delay"
-                    else LinkRule(bandwidth=f.params["bytes_per_second"]))
-            for me, peer in ((a, b), (b, a)):
-                if me in replicas:
-                    add(me, peer, rule)
-        elif f.kind == "slow":
-            add(f.params["reader"], f.params["writer"], LinkRule(slow=f.params["seconds"]))
-    return out
 
 
 # ---------------------------------------------------------------- random schedules

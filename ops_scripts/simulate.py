@@ -56,7 +56,8 @@ from node.source import END_OF_STREAM, Source
 from node.virtual_time import VirtualTimeLoop
 
 from .history import HistoryWriter, merge_states
-from .schedule import Fault, LinkRule, dump_faults, link_rules, random_faults
+from .rules import ActiveRules, Cut, Heal, Op, Shape, Stall, Unstall
+from .schedule import Fault, dump_faults, random_faults
 
 __all__ = ["SIM_KINDS", "SimOptions", "SimResult", "simulate_many", "simulate_one"]
 
@@ -107,8 +108,7 @@ class _Cluster:
         self.clients: dict[str, Client] = {}
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.stops: dict[str, asyncio.Event] = {}
-        self.applied: dict[str, dict[str, LinkRule]] = {}  # replica -> peer -> rule in place
-        self.stalled: set[str] = set()
+        self.rules = ActiveRules(config)  # the same model as on real processes (rules.py)
 
     def _run(self, name: str, component: Any) -> None:
         self.stops[name] = stop = asyncio.Event()
@@ -131,7 +131,7 @@ class _Cluster:
         r = Replica(self.config, name, self.rd, self.net.for_process(name), recover=recover,
                     control=False, ask_state=self._asker(name))
         self.replicas[name] = r
-        self.applied[name] = {}
+        self.rules.forget(name)  # a new incarnation holds no rule: it gets them all again
         self._run(name, r)
 
     def _asker(self, owner: str) -> Any:
@@ -151,39 +151,39 @@ class _Cluster:
         with contextlib.suppress(asyncio.CancelledError):
             await task
         self.replicas.pop(name)
-        self.applied.pop(name, None)
 
     def restart(self, name: str) -> None:
         self.rd.clear_ready(name)
         self._start_replica(name, recover=True)
 
-    def apply_rules(self, wanted: dict[str, dict[str, LinkRule]]) -> None:
-        """Make every live replica's cuts and shaping what ``wanted`` says."""
-        for name, r in self.replicas.items():
-            have, want = self.applied.setdefault(name, {}), wanted.get(name, {})
-            for peer in sorted(set(have) | set(want)):
-                old, new = have.get(peer), want.get(peer)
-                if old == new:
-                    continue
-                if old is not None:
-                    r.faults.heal([peer])
-                if new is not None and new.direction is not None:
-                    r.faults.cut([peer], direction=new.direction, kind=new.kind)  # type: ignore[call-arg]
-                if new is not None and new.shaped:
-                    r.faults.shape([peer], delay=new.delay, bandwidth=new.bandwidth,  # type: ignore[attr-defined]
-                                   slow=new.slow)
-                if new is None:
-                    have.pop(peer)
-                else:
-                    have[peer] = new
+    def enforce(self) -> None:
+        """Bring every live replica to the cuts, shapes and stalls of the faults in force,
+        through the same requests ``dpc run`` sends to a replica's ``POST /fault``."""
+        for name, ops in self.rules.plan(sorted(self.replicas)).items():
+            for op in ops:
+                self._perform(self.replicas[name], op)
+            self.rules.commit(name)
 
-    def set_stalls(self, wanted: set[str]) -> None:
-        for name, r in self.replicas.items():
-            if name in wanted:
+    def heal_all(self) -> None:
+        self.rules.clear()  # the model forgets; each replica heals everything (as POST heal all)
+        for r in self.replicas.values():
+            r.faults.heal(None)
+            r.manager.replay_gate.set()
+
+    @staticmethod
+    def _perform(r: Replica, op: Op) -> None:
+        match op:
+            case Cut():
+                r.faults.cut(op.peers, direction=op.direction, kind=op.kind)  # type: ignore[call-arg]
+            case Shape():
+                r.faults.shape(op.peers, delay=op.delay, bandwidth=op.bandwidth,  # type: ignore[attr-defined]
+                               slow=op.slow)
+            case Heal():
+                r.faults.heal(op.peers)
+            case Stall():
                 r.manager.replay_gate.clear()
-            else:
+            case Unstall():
                 r.manager.replay_gate.set()
-        self.stalled = wanted
 
     def drained(self) -> bool:
         """Every client saw the end of its stream and every replica released it."""
@@ -212,27 +212,23 @@ async def _play(config: ClusterConfig, faults: Sequence[Fault], rd: RunDir, opts
         # The timeline: (time, order, fault id, what); heals before starts at equal times.
         timeline = sorted([(f.at, 1, i, "fault") for i, f in enumerate(faults)]
                           + [(f.heal_at, 0, i, "heal") for i, f in enumerate(faults)])
-        active: dict[int, Fault] = {}
-        down: set[str] = set()
         for at, _, i, what in timeline:
             await asyncio.sleep(max(0.0, t0 + at - loop.time()))
             f = faults[i]
             if what == "fault":
-                active[i] = f
                 history.fault(i, f, config, _raw(f))
                 if f.kind == "kill":
                     await cluster.kill(f.params["process"])
-                    down.add(f.params["process"])
+                else:
+                    cluster.rules.add(i, f)
             else:
-                active.pop(i)
                 history.record("heal", id=i)
                 if f.kind == "kill":
-                    down.discard(f.params["process"])
                     cluster.restart(f.params["process"])
-            cluster.apply_rules(link_rules(active.values(), config))
-            cluster.set_stalls({g.params["process"] for g in active.values() if g.kind == "stall"})
-        cluster.apply_rules({})
-        cluster.set_stalls(set())
+                else:
+                    cluster.rules.remove(i)
+            cluster.enforce()
+        cluster.heal_all()
         history.record("heal_all")
         await asyncio.sleep(opts.quiet)
         for s in cluster.sources.values():
