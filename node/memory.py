@@ -14,6 +14,8 @@ Invariants, matching what :mod:`node.tcp` gives over a real network:
 * Close: the peer receives what was sent before ``close``, then ``None``; its later sends
   raise ``ConnectionResetError``. Connecting to an address nobody serves raises
   ``ConnectionRefusedError``.
+* Abort: ``abort()`` on either end resets the connection (both ends' ``receive`` and
+  ``send`` raise ``ConnectionResetError``), as TCP's does.
 * ``codec=True`` round-trips every message through :func:`protocol.codec.encode` and the
   decoder, so that tests exercise the wire format (and its limits) as TCP would.
 
@@ -200,6 +202,18 @@ class MemoryConnection:
 
     async def receive(self) -> Message | None:
         return await self._in.get()
+
+    def abort(self) -> None:
+        """Reset the connection at once: what is queued either way is dropped, and both
+        ends' ``receive`` and ``send`` raise ``ConnectionResetError`` (as ``partition``
+        with ``reset=True`` does)."""
+        if self._closed:
+            return
+        self._closed = True
+        reason = f"connection reset: aborted by the end connected to {self._peer}"
+        self._out.reset(reason)
+        self._in.reset(reason)
+        self._net.links.discard(self._link)
 
     async def close(self) -> None:
         if self._closed:

@@ -323,36 +323,70 @@ class Replica:
         return {"taken": True, "seq": self.manager.take_checkpoint(now_us())}
 
     async def _fault_action(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        """``{"cut": [names]}`` cuts this replica off from those processes (both ways);
-        ``{"heal": [names]}`` or ``{"heal": "all"}`` heals (``"all"`` also ends a stall);
-        ``{"stall": "replay"}`` stalls this replica's reconciliations between two replay
-        steps until ``{"heal": "all"}`` or ``{"unstall": "replay"}``."""
-        known = set(self.config.addresses().values()) - {self.me.name}
-        if set(body) in ({"stall"}, {"unstall"}):
-            if next(iter(body.values())) != "replay":
+        """Fault injection at this replica (node/faults.py). One action per body:
+
+        * ``{"cut": [names], "direction": "both"|"in"|"out", "kind": "blackhole"|"reset"}``
+          (direction and kind optional: "both", "blackhole") cuts this replica from those
+          processes, replacing their earlier cut rules;
+        * ``{"shape": [names], "delay": s, "bandwidth": bytes_per_s, "slow": s}`` (each
+          optional, at least one in effect) shapes the links to them, replacing earlier shapes;
+        * ``{"heal": [names]}`` or ``{"heal": "all"}`` removes their cuts and shapes (``"all"``
+          also ends a stall);
+        * ``{"stall": "replay"}`` stalls this replica's reconciliations between two replay
+          steps until ``{"heal": "all"}`` or ``{"unstall": "replay"}``.
+
+        Names must be the cluster's other listening processes. A bad body, key or value is
+        an :class:`ActionError` (a 400) naming it; nothing changes then."""
+        from .errors import NodeError  # the faults' refusal of a value, turned into a 400
+
+        usage = ('send {"cut": [names]} (optional "direction": "both"|"in"|"out", "kind": '
+                 '"blackhole"|"reset"), {"shape": [names], "delay": s, "bandwidth": '
+                 'bytes_per_s, "slow": s}, {"heal": [names] | "all"} or {"stall": "replay"} / '
+                 '{"unstall": "replay"}')
+        options = {"cut": {"direction", "kind"}, "shape": {"delay", "bandwidth", "slow"},
+                   "heal": set(), "stall": set(), "unstall": set()}
+        actions = [key for key in body if key in options]
+        if len(actions) != 1:
+            raise ActionError(usage)
+        action = actions[0]
+        extra = sorted(set(body) - options[action] - {action})
+        if extra:
+            allowed = sorted(options[action]) or "nothing else"
+            raise ActionError(f"unknown key(s) {extra} with {action!r}: it takes {allowed}; "
+                              f"{usage}")
+        if action in ("stall", "unstall"):
+            if body[action] != "replay":
                 raise ActionError('send {"stall": "replay"} or {"unstall": "replay"}')
-            if "stall" in body:
+            if action == "stall":
                 self.manager.replay_gate.clear()
             else:
                 self.manager.replay_gate.set()
-            log.warning("%s: replay %s", self.me.name, "stalled" if "stall" in body else "resumed")
+            log.warning("%s: replay %s", self.me.name, "stalled" if action == "stall" else "resumed")
             return {"replay": self.manager.replay_progress()}
-        cut, heal = body.get("cut"), body.get("heal")
-        if (cut is None) == (heal is None) or set(body) - {"cut", "heal"}:
-            raise ActionError('send {"cut": [names]}, {"heal": [names] | "all"} or '
-                              '{"stall": "replay"} / {"unstall": "replay"}')
-        names = cut if cut is not None else (None if heal == "all" else heal)
-        if names is not None:
-            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-                raise ActionError("the names must be a list of process names")
-            unknown = sorted(set(names) - known)
-            if unknown:
-                raise ActionError(f"unknown process(es) {unknown}; known: {sorted(known)}")
-        if cut is not None:
-            self.faults.cut(cut)
-            return {"cut": self.faults.cut_peers}
-        if names is None:
+        if action == "heal" and body["heal"] == "all":
             self.manager.replay_gate.set()
+            return {"healed": self.faults.heal(), "cut": self.faults.cut_peers}
+        names = body[action]
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise ActionError(f"{action!r}: the names must be a list of process names, "
+                              f"got {names!r}")
+        # Every process: clients too (they listen nowhere, but a replica serves them).
+        known = {*self.config.sources, *self.config.clients,
+                 *(r.name for n in self.config.nodes.values() for r in n.replicas)} - {self.me.name}
+        unknown = sorted(set(names) - known)
+        if unknown:
+            raise ActionError(f"unknown process(es) {unknown}; known: {sorted(known)}")
+        try:
+            if action == "cut":
+                self.faults.cut(names, direction=body.get("direction", "both"),
+                                kind=body.get("kind", "blackhole"))
+                return {"cut": self.faults.cut_peers, "rules": self.faults.status()["rules"]}
+            if action == "shape":
+                self.faults.shape(names, delay=body.get("delay", 0.0),
+                                  bandwidth=body.get("bandwidth"), slow=body.get("slow", 0.0))
+                return {"shapes": self.faults.status()["shapes"]}
+        except NodeError as exc:
+            raise ActionError(str(exc)) from None
         return {"healed": self.faults.heal(names), "cut": self.faults.cut_peers}
 
     def _shutdown_action(self, stop: asyncio.Event) -> Any:

@@ -14,6 +14,7 @@ Each message travels as one frame of :mod:`protocol.codec`. Invariants:
   bounded by the decoder's limit plus one read chunk.
 * ``close`` flushes what is buffered when the peer reads it within a short grace period
   and otherwise aborts (a peer that stopped reading must not hold us); it is idempotent.
+  ``abort`` resets at once (fault injection's reset cuts, node/faults.py).
 * A server owns the tasks that run its handler (asyncio creates one per accepted
   connection); ``close`` cancels the running ones and waits for them.
 
@@ -27,6 +28,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import struct
 from typing import Any
 
 from protocol.codec import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode
@@ -109,6 +111,18 @@ class TcpConnection:
                 return messages[0]  # the common case: no list juggling
             messages.reverse()
             self._ready = messages
+
+    def abort(self) -> None:
+        """Reset the connection at once: unsent and unread frames are dropped, the peer
+        sees a reset (RST, else end of stream); ``receive`` then returns ``None`` and
+        ``send`` raises. ``close`` still ends it cleanly (fault injection uses this)."""
+        self._closed = True
+        self._ready.clear()
+        sock = self._writer.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):  # linger 0: close sends RST, not FIN
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self._writer.transport.abort()
 
     async def close(self) -> None:
         if self._closed and self._writer.is_closing():

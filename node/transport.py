@@ -15,6 +15,10 @@ with ``peer`` and closes the connection. ``send`` awaits until the transport has
 slow reader slows its writer; nothing is dropped silently) and raises
 ``ConnectionError`` once the connection is closed or broken.
 
+Both implementations' connections also have ``abort()`` (not part of the interface: only
+fault injection's reset cuts use it, and fall back to ``close`` without it): drop what is
+unsent and unread and reset the connection at once, so that the peer sees it end.
+
 Ownership (STYLE.md 8): a :class:`Server` owns the task that runs its handler for each
 accepted connection; ``Server.close`` cancels those that still run and waits for them, so
 that nothing outlives the server. A handler that raises is logged with the peer's name;

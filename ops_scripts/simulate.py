@@ -174,9 +174,9 @@ class _Cluster:
     def _perform(r: Replica, op: Op) -> None:
         match op:
             case Cut():
-                r.faults.cut(op.peers, direction=op.direction, kind=op.kind)  # type: ignore[call-arg]
+                r.faults.cut(op.peers, direction=op.direction, kind=op.kind)
             case Shape():
-                r.faults.shape(op.peers, delay=op.delay, bandwidth=op.bandwidth,  # type: ignore[attr-defined]
+                r.faults.shape(op.peers, delay=op.delay, bandwidth=op.bandwidth,
                                slow=op.slow)
             case Heal():
                 r.faults.heal(op.peers)
