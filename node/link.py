@@ -80,6 +80,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Awaitable, Callable, Sequence
 from operator import itemgetter
 
@@ -92,6 +93,10 @@ from state.errors import StateError
 from .errors import NodeError
 from .transport import Connection, Transport
 from .upstream import TmaxFilter
+
+#: ``DPC_TEST_MUTATION`` value that makes every input link resubscribe one stable tuple
+#: early (duplicate elimination on switching broken on purpose): the harness must catch it.
+MUTATION_DUPLICATES = "resubscribe-overlap"
 
 __all__ = ["InputLink"]
 
@@ -190,6 +195,9 @@ class InputLink:
         self.switches = 0  # switch_to calls that moved the link
         self.last_stable_id = 0
         self.last_tentative_id = 0
+        # Test-only (the fault harness's mutation check): a deliberately broken build whose
+        # resubscriptions overlap what the link already holds, so that duplicates reach it.
+        self._overlap = os.environ.get("DPC_TEST_MUTATION") == MUTATION_DUPLICATES
         self.producer: str | None = None  # "host:port" while connected
         self.tuples_in = 0
         self.batches_in = 0
@@ -361,12 +369,11 @@ class InputLink:
         """One main session on ``conn``: a fresh subscription, or (``first`` given) the
         adopted corrections connection, whose buffered corrections ``first`` goes first."""
         if first is None:
+            s, t = self.last_stable_id, self.last_tentative_id
+            if self._overlap and s > 0:  # the mutation: ask again for the last stable tuple
+                s, t = s - 1, max(t - 1, s - 1)
             try:
-                await conn.send(
-                    Subscribe(
-                        self.stream, self.subscriber, self.last_stable_id, self.last_tentative_id
-                    )
-                )
+                await conn.send(Subscribe(self.stream, self.subscriber, s, t))
             except OSError as exc:
                 self._log.warning("%s: cannot subscribe at producer %s: %r", name, address, exc)
                 return

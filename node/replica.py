@@ -39,7 +39,6 @@ from typing import Any
 import orjson
 
 from operators import NetworkOutput, QueryNetwork
-from operators.soutput import SOutput
 from operators.sunion import SUnion
 from protocol.messages import (
     ConsistencyState,
@@ -56,7 +55,7 @@ from .config import ClusterConfig
 from .control import ActionError, ControlPlane
 from .faults import Faults, FaultyTransport
 from .ha import UpstreamMonitor, upstream_links
-from .link import InputLink
+from .link import MUTATION_DUPLICATES, InputLink
 from .manager import Manager, Partner, policy_of
 from .publisher import Publisher
 from .recovery import (
@@ -70,10 +69,6 @@ from .runlog import JsonlTupleWriter, RunDir
 from .transport import Transport
 
 __all__ = ["MUTATION_DUPLICATES", "Replica"]
-
-#: ``DPC_TEST_MUTATION`` value that switches off SOutput's duplicate elimination in every
-#: replica started with it: a deliberately broken build for the harness's mutation check.
-MUTATION_DUPLICATES = "soutput-keeps-duplicates"
 
 log = logging.getLogger("dpc.replica")
 _KIND = itemgetter(0)
@@ -99,11 +94,8 @@ class Replica:
         self.run_dir = run_dir
         self.network = QueryNetwork(self.node.network)
         if os.environ.get("DPC_TEST_MUTATION") == MUTATION_DUPLICATES:
-            log.error("%s: TEST MUTATION %s: SOutput's duplicate elimination is OFF", name,
+            log.error("%s: TEST MUTATION %s: resubscriptions overlap (duplicates)", name,
                       MUTATION_DUPLICATES)
-            for op in self.network.operators:
-                if isinstance(op, SOutput):
-                    op.drop_duplicates = False
         self.sunions = [op for op in self.network.operators if isinstance(op, SUnion)]
         # SOutput operator name -> global stream name
         self.stream_of = {op: stream for stream, op in self.node.outputs.items()}

@@ -58,10 +58,6 @@ class SOutput(Operator):
     uses_undo_log: ClassVar[bool] = False
     #: A tentative boundary must not leave the node (a node sends boundaries only when stable).
     tentative_boundaries: ClassVar[str] = "ignore"
-    #: Test-only: False breaks duplicate elimination on purpose (a replay after a checkpoint
-    #: restore passes through), so that the fault harness can show it catches the bug
-    #: (the mutation check; node/replica.py sets it from ``DPC_TEST_MUTATION``).
-    drop_duplicates: bool = True
 
     def __init__(self, name: str, input_schemas: Sequence[Schema], params: Params) -> None:
         super().__init__(name, input_schemas, params)
@@ -154,9 +150,6 @@ class SOutput(Operator):
     def _drop(self, run: Sequence[Tuple], out: list[Tuple]) -> Sequence[Tuple]:
         """Drop the replayed duplicates at the head of ``run``; return what is left."""
         wait_id = self._wait_id
-        if not self.drop_duplicates:  # the mutation: forget the duplicates, keep the rest
-            self._finish_drop(out)
-            return run
         for k, t in enumerate(run):
             if t[1] < wait_id:
                 continue

@@ -427,7 +427,7 @@ def simulate_many(config_path: Path, seed: int, runs: int, base: Path, *, jobs: 
 
 def run_simulate(config_path: Path, seed: int, runs: int, base: Path | None, *, jobs: int,
                  opts: SimOptions = SimOptions(), keep: bool = False,
-                 out: TextIO = sys.stdout) -> int:
+                 out: TextIO | None = None) -> int:
     """``dpc simulate``: the runs, then the figures; 0 iff every run is valid. Runs go to
     worker processes started with ``PYTHONHASHSEED=0``, so that a seed replays exactly in
     any later process too."""
@@ -435,6 +435,8 @@ def run_simulate(config_path: Path, seed: int, runs: int, base: Path | None, *, 
     import tempfile
 
     from node.config_load import load_config
+
+    out = sys.stdout if out is None else out  # read now: pytest's capture replaces it
 
     load_config(config_path)  # a bad config fails here, once, with its file and key
     base = base if base is not None else Path(tempfile.mkdtemp(prefix="dpc-simulate-"))

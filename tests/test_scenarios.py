@@ -8,13 +8,14 @@ node without a replica that has all its inputs for longer than alpha*X, the clie
 have received tentative results: the scenario really exercised DPC. Every wait for an
 outcome polls a condition with a deadline.
 
-Scenarios that need cut directions, reset cuts or link shaping wait for the replicas'
-extended ``POST /fault`` (node/faults.py); until it is there they are skipped as pending.
+The mutation check: with duplicate elimination on resubscription broken on purpose (the
+test-only ``DPC_TEST_MUTATION``: every input link asks again for the last stable tuple it
+holds, node/link.py), a scenario in which the client switches replicas must fail, and the
+checker must say a stable tuple came twice.
 """
 
 from __future__ import annotations
 
-import inspect
 import io
 import itertools
 import json
@@ -27,7 +28,7 @@ import pytest
 
 from node.config import ClusterConfig
 from node.config_load import load_config
-from node.replica import Replica
+from node.replica import MUTATION_DUPLICATES
 from node.runlog import RunDir, read_jsonl_tuples
 from ops_scripts.cli import main as dpc
 from ops_scripts.history import read_history
@@ -44,13 +45,6 @@ from tests.test_cluster import wait_for
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 SCENARIOS = sorted((EXAMPLES / "scenarios").glob("*.toml"))
 #: Whether the replicas take {"cut", "direction", "kind"} and {"shape", ...} (node/faults.py).
-NEW_FAULT_API = '"shape"' in inspect.getsource(Replica._fault_action)
-PENDING = "pending: needs the extended POST /fault (direction, reset cuts, shapes)"
-
-
-def needs_new_api(s: Scenario) -> bool:
-    return any(f.kind in ("delay", "bandwidth", "slow") or f.params.get("one_way")
-               or f.params.get("cut") == "reset" for f in s.faults)
 
 
 # ------------------------------------------------------------------ what a schedule starves
@@ -96,8 +90,6 @@ def test_the_starvation_rule_reads_schedules_as_intended() -> None:
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
 def test_example_scenario_runs_valid_and_exercises_dpc(path: Path, tmp_path: Path) -> None:
     scenario = load_scenario(path)
-    if needs_new_api(scenario) and not NEW_FAULT_API:
-        pytest.skip(PENDING)
     out = io.StringIO()
     outcome = play_scenario(scenario, tmp_path / "run", out)
     log = out.getvalue()
@@ -121,6 +113,23 @@ def test_example_scenario_runs_valid_and_exercises_dpc(path: Path, tmp_path: Pat
         assert tentative, "a failure longer than alpha*X left no tentative tuple at the client"
     # dpc run RUN_DIR/scenario.toml would replay the same schedule
     assert load_scenario(rd.path / "scenario.toml").faults == scenario.faults
+
+
+def test_the_mutation_is_caught_on_real_processes(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every process started with the mutation resubscribes one stable tuple early; the
+    bridge scenario makes links resubscribe, so duplicates reach their consumers."""
+    monkeypatch.setenv("DPC_TEST_MUTATION", MUTATION_DUPLICATES)  # inherited by the children
+    out = io.StringIO()
+    outcome = play_scenario(load_scenario(EXAMPLES / "scenarios" / "bridge.toml"), tmp_path / "run",
+                           out)
+    log = out.getvalue()
+    assert outcome.code != 0, log
+    report = json.loads((tmp_path / "run" / "check.json").read_text())
+    bad = {v["property"] for v in report["verdicts"] if v["status"] == "invalid"}
+    # The overlap reaches the client as a duplicate, or a replica's SUnion as one (which then
+    # never converges): either way a consistency property catches it, not only availability.
+    assert bad & {"no-duplicates", "eventual-consistency", "replica-convergence"}, report
 
 
 # ------------------------------------------------------------------ dpc inject
@@ -188,7 +197,6 @@ def test_inject_kill_restart_partition_heal(running: Any, capsys: pytest.Capture
 
 
 # ------------------------------------------------------------------ dpc torture
-@pytest.mark.skipif(not NEW_FAULT_API, reason=PENDING)
 def test_one_torture_run_is_valid_and_replayable(tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     code = run_torture(TortureOptions(seed=3, runs=1, run_dir=tmp_path, faults=3,

@@ -91,8 +91,9 @@ def test_a_thousand_random_schedules_are_valid(tmp_path: Path) -> None:
 
 def test_the_mutation_is_caught_by_the_simulation(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """With SOutput's duplicate elimination switched off, some schedules fail, and the
-    checker says why: a stable tuple delivered twice."""
+    """With duplicate elimination on resubscription broken on purpose (every link asks
+    again for the last stable tuple it holds: ``DPC_TEST_MUTATION``, node/link.py), some
+    schedules fail, and the checker says why: a stable tuple delivered twice."""
     monkeypatch.setenv("DPC_TEST_MUTATION", MUTATION_DUPLICATES)
     results = simulate_many(DEFAULT_CLUSTER, 1, 40, tmp_path, jobs=1)
     failed = [r for r in results if not r.ok]
