@@ -13,6 +13,7 @@ clock of tuple times and client arrival times) and ``event``:
 event      fields
 =========  ==================================================================================
 start      ``config`` (path), ``name`` (scenario), ``seed`` (if random)
+ready      the cluster is up and every client received a first tuple (before: start-up)
 fault      ``id``, ``fault`` (the TOML table, ``schedule.Fault``), ``describe``, and its
            resolved effects: ``cut`` (directed pairs ``[a, b]``: messages from a to b
            vanish), ``down`` (processes killed or paused), ``impaired`` (directed pairs

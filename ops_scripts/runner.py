@@ -157,11 +157,22 @@ class _Player:
                 self.procs.remove(p)
                 self.problem(f"{p.kind} {p.name} died unasked (exit {p.proc.poll()})")
 
+    def wait_for_first_results(self, timeout: float = 30.0) -> None:
+        """Until every client logged a tuple: start-up ends there (the history's ``ready``)."""
+        deadline = time.monotonic() + timeout
+        while not all(self.rd.count_lines(self.rd.client_log(c)) for c in self.config.clients):
+            if time.monotonic() > deadline:
+                self.problem(f"a client received nothing {timeout:g} s after the start")
+                return
+            time.sleep(0.05)
+
     def run(self) -> None:
         s, rd = self.scenario, self.rd
         self.history.record("start", config=str(rd.config), name=s.name, seed=s.seed,
                             scenario=str(s.path))
         start_cluster(self.config, rd, self.out, self.procs)
+        self.wait_for_first_results()
+        self.history.record("ready")
         self.t0 = time.monotonic() + s.settle
         print(f"  settling {s.settle:g} s", file=self.out, flush=True)
         self.wait_until(self.t0)

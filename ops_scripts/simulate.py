@@ -207,6 +207,13 @@ async def _play(config: ClusterConfig, faults: Sequence[Fault], rd: RunDir, opts
         cluster = _Cluster(config, rd, tg)
         await cluster.start()
         history.record("start", config=str(config.path), name="simulation")
+        started = loop.time()
+        while not all(c.received for c in cluster.clients.values()):
+            if loop.time() - started > opts.drain_timeout:
+                history.record("note", text="a client received nothing after the start")
+                break
+            await asyncio.sleep(0.01)  # virtual time: costs one loop turn
+        history.record("ready")
         await asyncio.sleep(opts.settle)
         t0 = loop.time()
         # The timeline: (time, order, fault id, what); heals before starts at equal times.
