@@ -32,7 +32,10 @@ the oldest logged input still contributing to its state (the paper's stream mark
 of p's tuple u, clears its state, replays ``log[marker.oldest : j+1]`` with outputs
 discarded (state is now exactly the state right after j, and the id counter too), emits
 ``UNDO(last output id)``, drops p's undone entries and re-feeds the other ports' entries
-that followed j (their outputs are the corrections). The log is trimmed while untainted to
+that followed j (their outputs are the corrections) -- except their tentative ones: inside
+a node every UNDO is the SUnion's retraction of its whole tentative suffix, which reaches
+every port in the same wave, so those are undone too (and j moves back before the first of
+them); see ``_undo_by_rebuild``. The log is trimmed while untainted to
 what rebuilding the current state needs (about the state size); once tainted it keeps
 everything back to the last stable point, which is what a correction can target.
 
@@ -87,6 +90,11 @@ def tuple_to_plain(t: Tuple) -> list[Any]:
 
 def tuple_from_plain(p: Sequence[Any]) -> Tuple:
     return make_tuple(Kind(p[0]), p[1], p[2], p[3], tuple(p[4]))
+
+
+def _is_tentative(t: Tuple) -> bool:
+    """A TENTATIVE tuple or a tentative boundary: input an UNDO of the episode removes."""
+    return t[0] is TENTATIVE or (t[0] is BOUNDARY and t[1] == TENTATIVE_BOUNDARY_ID)
 
 
 class _Marker:
@@ -480,7 +488,17 @@ class Operator(ABC):
     def _undo_by_rebuild(self, port: int, last_kept_id: int, out: list[Tuple]) -> None:
         """UNDO(u) on ``port``: remove the suffix from port's first data tuple with id > u,
         or first tentative boundary after u. Stable boundaries between u and it (the one
-        closing the last stable bucket) stay: they were promises about stable data."""
+        closing the last stable bucket) stay: they were promises about stable data.
+
+        The other ports' tentative entries (TENTATIVE tuples, tentative boundaries) are
+        removed too, and the rebuild goes back to before the first of them if it is older:
+        inside a node an UNDO only ever comes from the SUnion's UNDO_START, which retracts
+        its whole tentative suffix, and a multi-input operator draws all its inputs from
+        that one SUnion (the wave rule), so the same UNDO reaches every other port in the
+        same wave and would undo those entries right after. Re-feeding them instead (as
+        this did) re-emitted outputs derived from retracted input: TENTATIVE tuples right
+        after our UNDO, which made SOutput force a REC_DONE in the middle of the
+        reconciliation, then a second UNDO when the other port's UNDO came."""
         log, ports, start = self._log, self._log_ports, self._log_start
         first_undone = None
         for k in range(len(log) - 1, -1, -1):
@@ -494,9 +512,18 @@ class Operator(ABC):
             if e[1] <= last_kept_id:
                 break
             first_undone = k
+        first_other = None  # the other ports' first tentative entry
+        if self._n_ports > 1:
+            for k, e in enumerate(log):
+                if ports[k] != port and _is_tentative(e):
+                    first_other = k
+                    break
         if first_undone is None:
-            return  # nothing of port after last_kept_id was processed: nothing to undo
-        target = start + first_undone  # rebuild the state right before seq ``target``
+            if first_other is None:
+                return  # nothing of port after last_kept_id was processed: nothing to undo
+            first_undone = len(log)
+        cut = first_undone if first_other is None else min(first_undone, first_other)
+        target = start + cut  # rebuild the state right before seq ``target``
         seqs = [m.seq for m in self._markers]
         mi = bisect_right(seqs, target) - 1
         if mi < 0 or self._markers[mi].oldest < start:
@@ -506,8 +533,8 @@ class Operator(ABC):
             )
         m = self._markers[mi]
         undone_last_id = self.last_id
-        tail = log[first_undone:]
-        tail_ports = ports[first_undone:]
+        tail = log[cut:]
+        tail_ports = ports[cut:]
         # Rebuild: warm up from the marker's oldest entry, then re-apply its bookkeeping.
         self.clear()
         self.signals.clear()
@@ -520,20 +547,21 @@ class Operator(ABC):
             self.watermarks = list(m.watermarks)
             self.watermark = min(self.watermarks)
             self._boundary_out = m.boundary_out
-            self._replay(m.seq - start, first_undone)
+            self._replay(m.seq - start, cut)
         finally:
             self._replaying = False
         if self.last_id < undone_last_id:
             out.append(undo(self.last_id))
-        # Drop the undone suffix and the markers after the rebuild point, then re-feed the
-        # other ports' entries that followed (they were not undone).
-        del log[first_undone:]
-        del ports[first_undone:]
+        # Drop the undone suffix and the markers after the rebuild point, then re-feed what
+        # followed and was not undone: port's entries before its first undone one, and the
+        # other ports' stable entries (their tentative ones are undone, see above).
+        del log[cut:]
+        del ports[cut:]
         del self._markers[mi + 1 :]
         self._boundary_log = [e for e in self._boundary_log if e[0] < target]
         self._seq = target
-        for t, p in zip(tail, tail_ports, strict=True):
-            if p != port:
+        for k, (t, p) in enumerate(zip(tail, tail_ports, strict=True), cut):
+            if (k < first_undone if p == port else not _is_tentative(t)):
                 self._feed(p, (t,), out)
 
     def _watermarks_at(self, seq: int) -> list[int]:
