@@ -13,7 +13,7 @@ scheduled at all). :class:`_JumpingSelector` polls the real selector without wai
 loop's self-pipe is registered there) and, if nothing is ready, advances the virtual time
 by ``timeout``. With nothing scheduled and nothing ready, no event can ever come: that is a
 deadlock of the simulated program, raised as :class:`SimulationDeadlock` rather than
-hanging.
+hanging; so is a livelock (``SPIN_LIMIT`` loop turns in a row while time stands still).
 
 Invariants: virtual time never goes backwards and moves only while the loop is idle; no
 real I/O is awaited (the simulated network is ``node/memory.py``; files are written
@@ -30,7 +30,13 @@ __all__ = ["SimulationDeadlock", "VirtualTimeLoop"]
 
 
 class SimulationDeadlock(RuntimeError):
-    """The simulated program waits for an event that nothing will ever produce."""
+    """The simulated program waits for an event that nothing will ever produce, or spins
+    without ever letting virtual time move (a livelock)."""
+
+
+#: Loop turns in a row without virtual time moving before the program counts as livelocked
+#: (a real program that busy-waits on ``sleep(0)`` would hang the simulation otherwise).
+SPIN_LIMIT = 2_000_000
 
 
 class _JumpingSelector(selectors.BaseSelector):
@@ -52,6 +58,7 @@ class _JumpingSelector(selectors.BaseSelector):
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         ready = self._real.select(0)
         if ready or timeout == 0:
+            self._loop.spin()
             return ready
         if timeout is None:
             raise SimulationDeadlock("nothing is scheduled and nothing can wake the loop")
@@ -70,7 +77,16 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
 
     def __init__(self) -> None:
         self._virtual_now = 0.0
+        self._spins = 0
         super().__init__(selector=_JumpingSelector(self))
+
+    def spin(self) -> None:
+        """One loop turn at the same virtual time."""
+        self._spins += 1
+        if self._spins > SPIN_LIMIT:
+            raise SimulationDeadlock(
+                f"livelock: {SPIN_LIMIT} loop turns without virtual time moving "
+                f"(at t={self._virtual_now:.6f} s)")
 
     def time(self) -> float:
         return self._virtual_now
@@ -78,3 +94,4 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
     def advance(self, seconds: float) -> None:
         if seconds > 0:
             self._virtual_now += seconds
+            self._spins = 0

@@ -61,3 +61,16 @@ def test_the_process_clock_can_be_replaced_and_restored() -> None:
     finally:
         use_clock(None)
     assert abs(now_us() - time.time_ns() // 1000) < 10_000_000
+
+
+def test_a_busy_wait_is_a_livelock_not_a_hang(monkeypatch: pytest.MonkeyPatch) -> None:
+    import node.virtual_time as vt
+
+    monkeypatch.setattr(vt, "SPIN_LIMIT", 1000)
+
+    async def main() -> None:
+        while True:
+            await asyncio.sleep(0)
+
+    with pytest.raises(SimulationDeadlock, match="livelock"):
+        _run(main())
