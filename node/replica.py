@@ -66,6 +66,7 @@ from .recovery import (
     record_recovery,
 )
 from .runlog import JsonlTupleWriter, RunDir
+from .source import END_OF_STREAM
 from .transport import Transport
 
 __all__ = ["MUTATION_DUPLICATES", "Replica"]
@@ -407,6 +408,12 @@ class Replica:
             self.manager.on_signals(result.signals, now)
 
     # ------------------------------------------------------------------ status
+    @property
+    def ended(self) -> bool:
+        """Every SUnion released the end-of-stream boundary: nothing more will change the
+        operators' state, so replicas of one node now have equal digests."""
+        return all(s.next_bucket * s.width >= END_OF_STREAM // 2 for s in self.sunions)
+
     async def _digest_action(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """Operator state digests on request (snapshotting is not for every /status poll)."""
         return {"state": self.state, "state_hashes": self.state_hashes()}
@@ -430,6 +437,8 @@ class Replica:
             "kind": "replica",
             "node": self.node.name,
             "state": self.state,
+            # Every SUnion released the sources' end of stream: what the digests wait for.
+            "ended": self.ended,
             "time_in_state_s": round((now - m.since) / 1e6, 3),
             "uptime_s": round((now - self.started) / 1e6, 3),
             "consistency": {

@@ -268,8 +268,9 @@ class _Injector:
             self.history.close()
 
 
-def run_inject(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+def run_inject(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """``dpc inject``: 0 if done; 2 with a message naming what went wrong."""
+    out = sys.stdout if out is None else out  # read at call time: capture may replace it
     try:
         config, rd = _target(args.target)
         if args.action in _NEEDS_PIDS and rd is None:

@@ -236,8 +236,10 @@ class _Player:
 
     def digests(self) -> None:
         replicas = [r for r in self.nemesis.replicas if r not in self.nemesis.down]
-        if not _poll(lambda: all((fetch_status(self.config, r) or {}).get("state") == "STABLE"
-                                 for r in replicas), STABLE_TIMEOUT):
+        # STABLE and past the end of stream: a replica that did not feed the client may still
+        # be closing the last windows when the client saw the end.
+        if not _poll(lambda: all((st := fetch_status(self.config, r) or {}).get("state") == "STABLE"
+                                 and st.get("ended") for r in replicas), STABLE_TIMEOUT):
             states = {r: (fetch_status(self.config, r) or {}).get("state", "unreachable")
                       for r in replicas}
             self.history.record("note", text=f"not every replica STABLE before the digests: {states}")
@@ -282,9 +284,10 @@ def fault_table(fault: Fault) -> dict[str, Any]:
             **{k: plain(v) for k, v in fault.params.items()}}
 
 
-def play_scenario(scenario: Scenario, run_dir: Path, out: TextIO = sys.stdout) -> RunOutcome:
+def play_scenario(scenario: Scenario, run_dir: Path, out: TextIO | None = None) -> RunOutcome:
     """Play ``scenario`` in ``run_dir`` (created; new, or holding only a scenario.toml,
     which is replaced by the self-contained dump of ``scenario``) and check the run."""
+    out = sys.stdout if out is None else out  # read at call time: capture may replace it
     rd = RunDir(run_dir)
     if rd.path.exists() and any(p.name != "scenario.toml" for p in rd.path.iterdir()):
         raise ScenarioError(f"run dir {rd.path} is not empty (a run is there already): "
@@ -323,8 +326,9 @@ def play_scenario(scenario: Scenario, run_dir: Path, out: TextIO = sys.stdout) -
     return outcome
 
 
-def run_scenario(path: Path, run_dir: Path | None = None, out: TextIO = sys.stdout) -> int:
+def run_scenario(path: Path, run_dir: Path | None = None, out: TextIO | None = None) -> int:
     """``dpc run SCENARIO.toml [--run-dir DIR]``: the exit code (module docstring)."""
+    out = sys.stdout if out is None else out  # read at call time: capture may replace it
     try:
         scenario = load_scenario(path)
         outcome = play_scenario(scenario, run_dir or default_run_dir(scenario.name), out)

@@ -130,8 +130,9 @@ def _replay(opts: TortureOptions, seed: int, run_dir: Path) -> list[str]:
     return [cmd, f"dpc run {run_dir / 'scenario.toml'}"]
 
 
-def run_torture(opts: TortureOptions, out: TextIO = sys.stdout) -> int:
+def run_torture(opts: TortureOptions, out: TextIO | None = None) -> int:
     """``dpc torture``: 0 iff every run is valid; 2 for a bad cluster or option."""
+    out = sys.stdout if out is None else out  # read at call time: capture may replace it
     if opts.runs < 1 or opts.faults < 0 or opts.duration <= 0:
         print("dpc torture: error: --runs must be >= 1, --faults >= 0, --duration > 0",
               file=sys.stderr)

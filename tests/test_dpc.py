@@ -123,8 +123,8 @@ class Cluster:
             if p.kind == "source":
                 p.proc.send_signal(signal.SIGUSR1)
         wait_for(lambda: all(self.rd.is_done(c) for c in self.config.clients), 60, "the drain")
-        wait_for(lambda: all(self.status(r)["state"] == "STABLE" for r in self.replicas),
-                 30, "every replica STABLE")
+        wait_for(lambda: all(self.status(r)["state"] == "STABLE" and self.status(r)["ended"]
+                             for r in self.replicas), 30, "every replica STABLE, at the end")
         final = {r: {**self.status(r), **post_action(self.config, r, "digest", {})}
                  for r in self.replicas}
         assert stop_cluster(self.procs, self.rd, drain=False)
