@@ -38,7 +38,7 @@ from typing import Any
 
 import orjson
 
-from operators import NetworkOutput, QueryNetwork
+from operators import NetworkOutput, QueryNetwork, tuple_from_plain, tuple_to_plain
 from operators.soutput import SOutput
 from operators.sunion import SUnion
 from protocol.messages import (
@@ -227,8 +227,14 @@ class Replica:
         self.network.restore(st["network"])
         for link in self.links:
             link.last_stable_id, link.last_tentative_id = st["inputs"][link.stream]
+        held, trimmed = st.get("held", {}), st.get("trimmed", {})
         for stream, buf in self.buffers.items():
-            buf.start_after(st["outputs"][stream])
+            # With the partner's buffered tail, a consumer it had not served yet (a cut
+            # link, a slow reader) can resume here too: otherwise this replica refuses its
+            # Subscribe (trimmed) and that consumer has only the partner to turn to.
+            buf.start_after(st["outputs"][stream],
+                            [tuple_from_plain(p) for p in held.get(stream, ())],
+                            trimmed.get(stream))
         now = now_us()
         self.manager.take_checkpoint(now)
         self._set_recovering("catching up with its inputs")
@@ -273,6 +279,8 @@ class Replica:
             "inputs": {link.stream: [link.last_stable_id, link.last_tentative_id]
                        for link in self.links},
             "outputs": {s: b.last_id for s, b in self.buffers.items()},
+            "held": {s: [tuple_to_plain(t) for t in b] for s, b in self.buffers.items()},
+            "trimmed": {s: b.trimmed_up_to for s, b in self.buffers.items()},
         }
 
     def _respond(self, msg: Message) -> Message | None:
