@@ -32,7 +32,7 @@ import asyncio
 import hashlib
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from operator import countOf, itemgetter
 from typing import Any
 
@@ -40,6 +40,7 @@ import orjson
 
 from operators import NetworkOutput, QueryNetwork, tuple_from_plain, tuple_to_plain
 from operators.soutput import SOutput
+from operators.spec import OperatorSpec
 from operators.sunion import SUnion
 from protocol.messages import (
     ConsistencyState,
@@ -79,6 +80,26 @@ log = logging.getLogger("dpc.replica")
 _KIND = itemgetter(0)
 
 
+def _outputs_fed_by(operators: Sequence[OperatorSpec],
+                    stream_of: Mapping[str, str]) -> dict[str, frozenset[str]]:
+    """Input stream -> the output streams (``stream_of``: SOutput name -> stream) that it
+    feeds, through the operators' inputs."""
+    readers: dict[str, list[str]] = {}
+    for op in operators:
+        for name in op.inputs:
+            readers.setdefault(name, []).append(op.name)
+    fed: dict[str, frozenset[str]] = {}
+    for source in {name for op in operators for name in op.inputs} - {op.name for op in operators}:
+        seen, todo = set(), [source]
+        while todo:
+            for reader in readers.get(todo.pop(), ()):
+                if reader not in seen:
+                    seen.add(reader)
+                    todo.append(reader)
+        fed[source] = frozenset(stream_of[n] for n in seen if n in stream_of)
+    return fed
+
+
 class Replica:
     """A node replica process's state and tasks. ``run(stop)`` until ``stop`` is set."""
 
@@ -107,6 +128,7 @@ class Replica:
         self.sunions = [op for op in self.network.operators if isinstance(op, SUnion)]
         # SOutput operator name -> global stream name
         self.stream_of = {op: stream for stream, op in self.node.outputs.items()}
+        self.fed_by = _outputs_fed_by(self.network.spec.operators, self.stream_of)
         buffers: dict[str, OutputBuffer] = {}
         for stream in self.node.outputs:
             buf = OutputBuffer(stream)
@@ -284,14 +306,25 @@ class Replica:
         }
 
     def _respond(self, msg: Message) -> Message | None:
-        """The data port's answers: heartbeats (each output stream's state: the node's;
-        none while recovering), and partners' permission requests (the consistency manager
+        """The data port's answers: heartbeats (each output stream's state: the node's, but
+        UP_FAILURE where an input it depends on has no upstream replica alive; none while
+        recovering), and partners' permission requests (the consistency manager
         decides)."""
         if isinstance(msg, HeartbeatRequest):
             if self.recovering:
                 return None
             state = ConsistencyState[self.state]
-            return HeartbeatResponse(self.me.name, msg.seq, state, dict.fromkeys(self.node.outputs, state))
+            streams = dict.fromkeys(self.node.outputs, state)
+            if state is ConsistencyState.STABLE:
+                # An input with no upstream replica left is a failure (paper section 2),
+                # although the machine learns of it only from SUnion's first tentative
+                # release, which never comes while nothing arrives at all (a lone input):
+                # the outputs it feeds say UP_FAILURE, so that downstream moves to a replica
+                # that still has input.
+                for stream in self.monitor.cut_off():
+                    streams.update(dict.fromkeys(self.fed_by.get(stream, ()),
+                                                 ConsistencyState.UP_FAILURE))
+            return HeartbeatResponse(self.me.name, msg.seq, state, streams)
         assert isinstance(msg, ReconcileRequest)
         return self.manager.answer(msg)
 
