@@ -20,8 +20,9 @@ Invariants:
 * Once healed or reset, nothing more is handed over or sent, even while the inner
   connection is still closing, and every wait (a delay, pacing) ends at once; a reset makes
   ``receive`` and ``send`` raise ``ConnectionResetError`` naming the fault, a heal makes
-  ``receive`` return ``None``. Once closed by its user, only the delayed sends already
-  queued still leave, on time.
+  ``receive`` return ``None``. Once closed by its user, ``receive`` returns ``None`` (one
+  pending on the read-ahead pump too), and only the delayed sends already queued still
+  leave, on time.
 * A cancelled ``receive`` loses nothing: the head stays for the next call.
 * Its tasks belong to it: ``close`` cancels and awaits the pumps (after letting queued
   delayed sends leave, for at most ``_FLUSH_GRACE`` past the last one's due time) and awaits
@@ -228,8 +229,8 @@ class FaultyConnection:
                 await inbox.put(self._after_read(message))
         except Exception as exc:  # the user's receive raises it, after what was read
             inbox.end(exc)
-        else:
-            inbox.end()
+        finally:
+            inbox.end()  # cancelled too (close): a receive waiting on the inbox must wake
 
     # ------------------------------------------------------------------ sending
     async def send(self, message: Message) -> None:
@@ -316,6 +317,10 @@ class FaultyConnection:
             pumps = [t for t in (self._reader, self._sender) if t is not None]
             for task in pumps:
                 task.cancel()
+            # A receive waiting on the read-ahead pump would wait forever once it is gone
+            # (a task cancelled before it ran never reaches its finally): end it here.
+            if self._inbox is not None:
+                self._inbox.end(discard=True)
             await asyncio.gather(*pumps, return_exceptions=True)
             if self._closer is not None:
                 await asyncio.shield(self._closer)  # the heal's or reset's close is this close

@@ -135,6 +135,14 @@ class UpstreamMonitor:
         addr = self.links[stream].corrections
         return None if addr is None else self._by_address.get(addr)
 
+    def cut_off(self) -> list[str]:
+        """The monitored input streams none of whose upstream replicas is alive (declared
+        failed by the tracker): inputs that became unavailable."""
+        t = self.tracker
+        if t is None:
+            return []
+        return [s for s, rs in self.replicas.items() if not any(t.alive(r.name) for r in rs)]
+
     def _choice(self, stream: str, exclude: str | None = None) -> Choice | None:
         if self.tracker is None:
             return None

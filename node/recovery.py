@@ -12,11 +12,13 @@ extension the paper names for that case, "a combination of checkpoints and loggi
 2. It asks a partner (another replica of its node) for its state: ``POST /state`` on the
    partner's control plane, token-guarded. A partner answers only in STABLE with nothing
    tentative in force: its query network's snapshot, the (stable, tentative) ids each input
-   link holds, and the last id of each output stream. Otherwise the replica asks again.
+   link holds, the last id of each output stream and what each output buffer holds (the
+   tail its consumers have not all acked). Otherwise the replica asks again.
 3. It restores the snapshot, resumes every input link from the partner's ids (the upstream
    output buffers and the sources' logs replay the rest: their trimming waits for this
    replica's acks, which stopped when it died), starts its output buffers after the
-   partner's last ids, and takes a checkpoint.
+   partner's last ids holding the partner's tails (so that a consumer the partner had not
+   served yet, behind a cut link, can resume here), and takes a checkpoint.
 4. It still refuses subscribers until it has caught up with its inputs (its SUnions'
    release within ``catch_up_slack`` plus a bucket of now), then answers heartbeats again:
    downstream may choose it from then on.

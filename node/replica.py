@@ -32,13 +32,14 @@ import asyncio
 import hashlib
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from operator import countOf, itemgetter
 from typing import Any
 
 import orjson
 
-from operators import NetworkOutput, QueryNetwork
+from operators import NetworkOutput, QueryNetwork, tuple_from_plain, tuple_to_plain
+from operators.spec import OperatorSpec
 from operators.sunion import SUnion
 from protocol.messages import (
     ConsistencyState,
@@ -75,6 +76,26 @@ log = logging.getLogger("dpc.replica")
 _KIND = itemgetter(0)
 
 
+def _outputs_fed_by(operators: Sequence[OperatorSpec],
+                    stream_of: Mapping[str, str]) -> dict[str, frozenset[str]]:
+    """Input stream -> the output streams (``stream_of``: SOutput name -> stream) that it
+    feeds, through the operators' inputs."""
+    readers: dict[str, list[str]] = {}
+    for op in operators:
+        for name in op.inputs:
+            readers.setdefault(name, []).append(op.name)
+    fed: dict[str, frozenset[str]] = {}
+    for source in {name for op in operators for name in op.inputs} - {op.name for op in operators}:
+        seen, todo = set(), [source]
+        while todo:
+            for reader in readers.get(todo.pop(), ()):
+                if reader not in seen:
+                    seen.add(reader)
+                    todo.append(reader)
+        fed[source] = frozenset(stream_of[n] for n in seen if n in stream_of)
+    return fed
+
+
 class Replica:
     """A node replica process's state and tasks. ``run(stop)`` until ``stop`` is set."""
 
@@ -100,6 +121,7 @@ class Replica:
         self.sunions = [op for op in self.network.operators if isinstance(op, SUnion)]
         # SOutput operator name -> global stream name
         self.stream_of = {op: stream for stream, op in self.node.outputs.items()}
+        self.fed_by = _outputs_fed_by(self.network.spec.operators, self.stream_of)
         buffers: dict[str, OutputBuffer] = {}
         for stream in self.node.outputs:
             buf = OutputBuffer(stream)
@@ -220,8 +242,14 @@ class Replica:
         self.network.restore(st["network"])
         for link in self.links:
             link.last_stable_id, link.last_tentative_id = st["inputs"][link.stream]
+        held, trimmed = st.get("held", {}), st.get("trimmed", {})
         for stream, buf in self.buffers.items():
-            buf.start_after(st["outputs"][stream])
+            # With the partner's buffered tail, a consumer it had not served yet (a cut
+            # link, a slow reader) can resume here too: otherwise this replica refuses its
+            # Subscribe (trimmed) and that consumer has only the partner to turn to.
+            buf.start_after(st["outputs"][stream],
+                            [tuple_from_plain(p) for p in held.get(stream, ())],
+                            trimmed.get(stream))
         now = now_us()
         self.manager.take_checkpoint(now)
         self._set_recovering("catching up with its inputs")
@@ -266,17 +294,30 @@ class Replica:
             "inputs": {link.stream: [link.last_stable_id, link.last_tentative_id]
                        for link in self.links},
             "outputs": {s: b.last_id for s, b in self.buffers.items()},
+            "held": {s: [tuple_to_plain(t) for t in b] for s, b in self.buffers.items()},
+            "trimmed": {s: b.trimmed_up_to for s, b in self.buffers.items()},
         }
 
     def _respond(self, msg: Message) -> Message | None:
-        """The data port's answers: heartbeats (each output stream's state: the node's;
-        none while recovering), and partners' permission requests (the consistency manager
+        """The data port's answers: heartbeats (each output stream's state: the node's, but
+        UP_FAILURE where an input it depends on has no upstream replica alive; none while
+        recovering), and partners' permission requests (the consistency manager
         decides)."""
         if isinstance(msg, HeartbeatRequest):
             if self.recovering:
                 return None
             state = ConsistencyState[self.state]
-            return HeartbeatResponse(self.me.name, msg.seq, state, dict.fromkeys(self.node.outputs, state))
+            streams = dict.fromkeys(self.node.outputs, state)
+            if state is ConsistencyState.STABLE:
+                # An input with no upstream replica left is a failure (paper section 2),
+                # although the machine learns of it only from SUnion's first tentative
+                # release, which never comes while nothing arrives at all (a lone input):
+                # the outputs it feeds say UP_FAILURE, so that downstream moves to a replica
+                # that still has input.
+                for stream in self.monitor.cut_off():
+                    streams.update(dict.fromkeys(self.fed_by.get(stream, ()),
+                                                 ConsistencyState.UP_FAILURE))
+            return HeartbeatResponse(self.me.name, msg.seq, state, streams)
         assert isinstance(msg, ReconcileRequest)
         return self.manager.answer(msg)
 

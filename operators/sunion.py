@@ -52,11 +52,12 @@ happens in :meth:`SUnion.replay` (or any later ``process``/``on_timer``), reprod
 pre-failure ids so that SOutput can drop those duplicates. Both end the episode.
 
 *Replay in steps.* A reconciliation re-releases every bucket from its start up to the
-*horizon* (the release pointer before rewinding). With ``replay_step`` set (the runtime sets
-it; None = all at once), one call (``replay``, ``on_timer``, ``process``) re-releases at most
-that many buckets while the horizon is not reached, and releases nothing else: the node
-keeps answering its peers between steps, and ``replay_progress`` tells how far it is. Past
-the horizon the operator is back to normal in the same call (so a bucket that expired while
+*horizon* (the release pointer before rewinding, or the first bucket before it that is not
+stable-ready: one released tentatively after the REC_REQUEST). With ``replay_step`` set (the
+runtime sets it; None = all at once), one call (``replay``, ``on_timer``, ``process``)
+re-releases at most that many buckets while the horizon is not reached, and releases
+nothing else: the node keeps answering its peers between steps, and ``replay_progress``
+tells how far it is. Past the horizon the operator is back to normal in the same call (so a bucket that expired while
 the replay ran goes out TENTATIVE right after the replayed ones: a new failure that began
 during the reconciliation appears after it).
 
@@ -419,15 +420,28 @@ class SUnion(Operator):
         """Make every held bucket from ``start`` on pending again; ``replay``: they are a
         reconciliation's replay, up to the current release pointer (the horizon)."""
         if replay:
-            self._replay_to = self._next
+            self._replay_to = to = self._replay_horizon(start)
             self._replay_done = 0
             self._replay_total = sum(
-                len(p) for b, bk in self._buckets.items() if start <= b < self._next for p in bk.ports
+                len(p) for b, bk in self._buckets.items() if start <= b < to for p in bk.ports
             )
         self._next = start
         self._heap = sorted(b for b in self._buckets if b >= start)  # sorted = a heap
         self._rel_tent = sum(bk.n_tent for b, bk in self._buckets.items() if b < start)
         self._mfn_ok = False
+
+    def _replay_horizon(self, start: int) -> int:
+        """Where a replay from ``start`` ends: the release pointer, or the first bucket
+        before it that is not stable-ready (its input incomplete, or tentative again).
+
+        Such a bucket went out TENTATIVE after the REC_REQUEST (the episode went on while
+        permission was asked) and can only wait for its boundary or its deadline. Neither
+        comes during the replay: the runtime holds new input meanwhile, and a replay step
+        per loop turn would spin without ever letting the clock reach the deadline. From
+        there on the buckets are pending as usual, after the replayed ones."""
+        to = min(self._next, max(start, self.watermark // self.width))
+        return min((b for b, bk in self._buckets.items() if start <= b < to and bk.n_tent),
+                   default=to)
 
     # ------------------------------------------------------------------ release loop
     def _cur_wait(self) -> int:

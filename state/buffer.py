@@ -211,13 +211,26 @@ class OutputBuffer:
                 return items[pt:]
         return [undo(s), *items[self._cut(s) :]]
 
-    def start_after(self, last_id: int) -> None:
-        """An empty buffer whose stream begins after data tuple ``last_id``, all stable (a
-        replica that recovered from a partner's state there): replays from before it raise
-        :class:`ReplayError`, as if that prefix were trimmed."""
+    def start_after(
+        self, last_id: int, held: Iterable[Tuple] = (), trimmed_up_to: int | None = None
+    ) -> None:
+        """An empty buffer whose stream goes on after data tuple ``last_id``, all stable (a
+        replica that recovered from a partner's state there). ``held`` is what the
+        partner's buffer held then: its in-force stream after data tuple ``trimmed_up_to``
+        through ``last_id``, so that a consumer the partner had not served yet can be served
+        here. Replays from before the start raise :class:`ReplayError`, as if that prefix
+        were trimmed."""
         if self._items or self._last_id:
             raise StateError(f"stream {self.stream!r}: start_after on a buffer in use")
-        self._last_id = self._last_stable_id = self._trimmed_up_to = last_id
+        start = last_id if trimmed_up_to is None else trimmed_up_to
+        self._last_id = self._last_stable_id = self._trimmed_up_to = start
+        self.append(list(held))
+        if self._last_id != last_id or self._tent is not None:
+            raise StateError(
+                f"stream {self.stream!r}: the stream held after id {start} must be stable and "
+                f"end at id {last_id}, but it ends at id {self._last_id}"
+                + (" with tentative tuples" if self._tent is not None else "")
+            )
 
     def set_consumers(self, names: Iterable[str]) -> None:
         """The consumers whose acks trim the buffer. Acks of consumers that stay are kept; a

@@ -727,6 +727,29 @@ async def test_close_lets_delayed_sends_leave(world: World) -> None:
     await wait_until(lambda: b.ended == 1)
 
 
+@pytest.mark.parametrize("healed", [False, True])
+async def test_close_ends_a_receive_pending_on_a_delayed_connection(
+    world: World, healed: bool
+) -> None:
+    # An input link ends a session by closing the connection while its receive loop waits
+    # (node/link.py): that receive must end, also once the reader pump outlived its delay.
+    a, b = await world.start("a"), await world.start("b")
+    a_to_b, b_served = await world.link(a, b)
+    a.faults.shape(["b"], delay=0.01)
+    await b_served.send(Ack("s", "b", 1))
+    async with asyncio.timeout(GUARD):
+        assert await a_to_b.receive() == Ack("s", "b", 1)  # the read-ahead pump runs now
+    if healed:
+        a.faults.heal(["b"])
+    pending = asyncio.create_task(a_to_b.receive())
+    await asyncio.sleep(0.02)  # it waits for the pump
+    assert not pending.done()
+    await a_to_b.close()
+    async with asyncio.timeout(GUARD):
+        assert await pending is None  # this end closed: nothing more
+    assert await a_to_b.receive() is None
+
+
 def sized(i: int) -> Batch:
     return big_batch(i, n=4, width=200)
 

@@ -333,6 +333,33 @@ def test_a_bucket_that_expired_during_a_stepped_replay_goes_out_after_it() -> No
     assert u.signals[-1] == up_failure(300)  # the new failure, after the corrections
 
 
+def test_a_replay_ends_before_a_bucket_released_tentatively_after_the_rec_request() -> None:
+    # Port 1 catches up on bucket 1 (REC_REQUEST) but lags on: bucket 2 goes out tentative
+    # while the node asks permission. Its boundary cannot come during the replay (the
+    # runtime holds new input) and a replay step per loop turn never lets its deadline
+    # come: the replay ends before it (it used to stay "replaying": the node spun).
+    u = sunion(2)
+    u.replay_step = 1
+    u.process(0, [d(0, 1, 3), boundary(10)], 0)
+    u.process(1, [d(1, 1, 4), boundary(10)], 0)  # bucket 0: ids 1, 2
+    snap = orjson.loads(orjson.dumps(u.snapshot()))
+    u.truncate()
+    u.process(0, [d(0, 2, 12), boundary(20)], 10)  # port 1 is cut from here
+    assert data_of(u.on_timer(110)) == [o(T, 3, 0, 2, 12)]
+    u.process(0, [d(0, 3, 21), boundary(30)], 120)
+    u.process(1, [d(1, 2, 15), boundary(20)], 130)  # bucket 1 complete again
+    assert u.signals == [up_failure(110), rec_request(130)]
+    assert data_of(u.on_timer(150)) == [o(T, 4, 0, 3, 21)]  # bucket 2, in the episode
+    u.rewind(snap)
+    assert u.replaying and u.replay_progress == (0, 2)
+    assert u.replay(160) == [o(S, 3, 0, 2, 12), o(S, 4, 1, 2, 15), boundary(20)]
+    assert not u.replaying and u.replay_progress == (2, 2)
+    assert u.replay(170) == []  # bucket 2 is pending as usual: its boundary, or its deadline
+    out = u.process(1, [d(1, 3, 22), boundary(30)], 180)
+    assert out == [o(S, 5, 0, 3, 21), o(S, 6, 1, 3, 22), boundary(30)]
+    assert not u.in_failure
+
+
 def test_rewind_refuses_truncated_history() -> None:
     u = sunion(1, recovery="undo")
     snap = u.snapshot()

@@ -254,3 +254,21 @@ def test_a_buffer_started_after_an_id_refuses_replays_from_before_it() -> None:
     assert b.replay(5, 0) == [S(6), T(7)]
     with pytest.raises(StateError, match="in use"):
         b.start_after(9)
+
+
+def test_a_buffer_started_with_the_partners_tail_serves_a_consumer_behind_it() -> None:
+    # The partner's buffer held ids 3..5 (a consumer had acked only 2): the recovered
+    # replica can serve that consumer too, instead of refusing it as trimmed.
+    b = OutputBuffer("out1")
+    b.start_after(5, [S(3), B(35), S(4), S(5)], trimmed_up_to=2)
+    assert (b.last_id, b.last_stable_id, b.trimmed_up_to) == (5, 5, 2)
+    assert b.replay(2, 0) == [S(3), B(35), S(4), S(5)]
+    assert b.replay(3, 7) == [U(3), B(35), S(4), S(5)]
+    with pytest.raises(ReplayError, match="trimmed up to id 2"):
+        b.replay(1, 0)
+    b.append([S(6)])
+    assert b.replay(5, 0) == [S(6)]
+    with pytest.raises(StateError, match="must be stable and end at id 5"):
+        OutputBuffer("out1").start_after(5, [S(3), S(4)], trimmed_up_to=2)
+    with pytest.raises(StateError, match="with tentative tuples"):
+        OutputBuffer("out1").start_after(5, [S(3), T(5)], trimmed_up_to=2)
