@@ -84,8 +84,8 @@ class HistoryWriter:
         self._f.flush()
         return entry
 
-    def fault(self, fid: int, fault: Fault, config: ClusterConfig, raw: dict[str, Any]) -> None:
-        self.record("fault", id=fid, fault=raw, describe=fault.describe(),
+    def fault(self, fid: int, fault: Fault, config: ClusterConfig) -> None:
+        self.record("fault", id=fid, fault=fault.table(), describe=fault.describe(),
                     **fault_effects(fault, config))
 
     def close(self) -> None:

@@ -56,7 +56,6 @@ __all__ = [
     "default_run_dir",
     "describe_delay",
     "describe_figures",
-    "fault_table",
     "figures_of",
     "play_scenario",
     "run_scenario",
@@ -219,7 +218,7 @@ class _Player:
 
     def inject(self, fid: int, fault: Fault) -> None:
         self.say(f"fault #{fid}: {fault.describe()}")
-        self.history.fault(fid, fault, self.config, fault_table(fault))
+        self.history.fault(fid, fault, self.config)
         try:
             self.nemesis.inject(fid, fault)
             self.injected += 1
@@ -274,14 +273,6 @@ def _poll(cond: Callable[[], bool], timeout: float) -> bool:
             return True
         time.sleep(0.1)
     return cond()
-
-
-def fault_table(fault: Fault) -> dict[str, Any]:
-    """``fault`` as its TOML table (what the history's ``fault`` event holds)."""
-    def plain(v: Any) -> Any:
-        return [plain(x) for x in v] if isinstance(v, tuple | list) else v
-    return {"at": fault.at, "for": fault.duration, "fault": fault.kind,
-            **{k: plain(v) for k, v in fault.params.items()}}
 
 
 def play_scenario(scenario: Scenario, run_dir: Path, out: TextIO | None = None) -> RunOutcome:

@@ -105,6 +105,14 @@ class Fault:
     def get(self, key: str, default: Any = None) -> Any:
         return self.params.get(key, default)
 
+    def table(self) -> dict[str, Any]:
+        """This fault as its TOML table (what ``parse_faults`` reads back, and what the
+        history's ``fault`` event holds): tuples as lists."""
+        def plain(v: Any) -> Any:
+            return [plain(x) for x in v] if isinstance(v, tuple | list) else v
+        return {"at": self.at, "for": self.duration, "fault": self.kind,
+                **{k: plain(v) for k, v in self.params.items()}}
+
     def describe(self) -> str:
         """One line for progress output: ``partition isolate n1a (reset) for 2.0 s``."""
         p = self.params
@@ -413,7 +421,7 @@ def random_faults(config: ClusterConfig, rng: random.Random, *, duration: float,
             raw["reader"], raw["writer"] = reader, writer
             raw["seconds"] = round(rng.uniform(0.001, 0.02), 4)
         try:
-            faults = parse_faults([*(_raw(f) for f in faults), raw], config)
+            faults = parse_faults([*(f.table() for f in faults), raw], config)
         except ScheduleError:
             continue  # e.g. both replicas of a node killed at once: draw again
     return faults
@@ -443,8 +451,3 @@ def _random_partition(config: ClusterConfig, rng: random.Random, procs: list[str
         consumers = sorted(_consumers(config, out["source"]))
         out["replicas"] = rng.sample(consumers, rng.randint(1, len(consumers)))
     return out
-
-
-def _raw(f: Fault) -> dict[str, Any]:
-    return {"at": f.at, "for": f.duration, "fault": f.kind,
-            **{k: list(v) if isinstance(v, tuple) else v for k, v in f.params.items()}}

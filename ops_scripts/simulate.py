@@ -222,7 +222,7 @@ async def _play(config: ClusterConfig, faults: Sequence[Fault], rd: RunDir, opts
             await asyncio.sleep(max(0.0, t0 + at - loop.time()))
             f = faults[i]
             if what == "fault":
-                history.fault(i, f, config, _raw(f))
+                history.fault(i, f, config)
                 if f.kind == "kill":
                     await cluster.kill(f.params["process"])
                 else:
@@ -256,12 +256,6 @@ def _leaves(e: BaseException) -> list[BaseException]:
     if isinstance(e, BaseExceptionGroup):
         return [leaf for sub in e.exceptions for leaf in _leaves(sub)]
     return [e]
-
-
-def _raw(f: Fault) -> dict[str, Any]:
-    return {"at": f.at, "for": f.duration, "fault": f.kind,
-            **{k: [list(x) if isinstance(x, tuple) else x for x in v] if isinstance(v, tuple)
-               else v for k, v in f.params.items()}}
 
 
 @contextlib.contextmanager

@@ -35,7 +35,7 @@ from typing import Any, TextIO
 
 from node.config import ClusterConfig
 
-from .runner import RunOutcome, describe_delay, describe_figures, fault_table, play_scenario
+from .runner import RunOutcome, describe_delay, describe_figures, play_scenario
 from .scenario import Scenario, ScenarioError, load_scenario
 from .schedule import Fault, ScheduleError, parse_faults, random_faults
 
@@ -111,7 +111,7 @@ def torture_schedule(config: ClusterConfig, rng: random.Random, *, duration: flo
         if rng.random() >= p:
             continue
         try:
-            faults = parse_faults([*map(fault_table, faults), *draw(config, rng, duration)],
+            faults = parse_faults([*(f.table() for f in faults), *draw(config, rng, duration)],
                                   config)
             stalls = stalls or what == "stabilization"
         except ScheduleError:
