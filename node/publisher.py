@@ -56,7 +56,7 @@ from protocol.messages import (
     Unsubscribe,
 )
 from protocol.tuples import Tuple
-from state.buffer import OutputBuffer
+from state.buffer import AheadView, OutputBuffer
 from state.errors import ReplayAheadError, ReplayError
 
 from .errors import NodeError
@@ -72,9 +72,11 @@ _COMPACT_MIN = 4096
 class _Subscription:
     """What one subscriber of one stream still has to receive over one connection."""
 
-    __slots__ = ("head", "live", "pending", "sent", "session", "stream", "subscriber")
+    __slots__ = ("ahead", "head", "live", "pending", "sent", "session", "stream", "subscriber")
 
-    def __init__(self, stream: str, subscriber: str, session: _Session, pending: list[Tuple]):
+    def __init__(self, stream: str, subscriber: str, session: _Session, pending: list[Tuple],
+                 ahead: AheadView | None = None):
+        self.ahead = ahead  # a subscriber ahead of this replica: its filter, until caught up
         self.stream = stream
         self.subscriber = subscriber
         self.session = session
@@ -162,7 +164,12 @@ class Publisher:
         subs = self._live.get(stream)
         if subs:
             for sub in subs.values():
-                sub.pending.extend(batch)
+                if sub.ahead is None:
+                    sub.pending.extend(batch)
+                else:
+                    sub.pending.extend(sub.ahead.view(batch))
+                    if sub.ahead.passing:
+                        sub.ahead = None
                 sub.session.wakeup.set()
 
     async def wait_for_room(self) -> None:
@@ -305,10 +312,15 @@ class Publisher:
             return f"subscribed {name!r} to unknown stream {stream!r} ({self._streams()})"
         if self.refusing is not None:
             return f"subscribed {name!r} to {stream!r}, refused: this replica is {self.refusing}"
+        ahead: AheadView | None = None
         try:
             catchup = buffer.replay(msg.last_stable_id, msg.last_tentative_id)
-        except ReplayAheadError as exc:
-            return f"subscribed {name!r} ahead of this replica: {exc}"
+        except ReplayAheadError:
+            # It took stable tuples from a partner that this replica (in UP_FAILURE) has not
+            # produced yet: serve it what comes after them, not nothing (state/buffer.py).
+            catchup, ahead = buffer.replay_ahead(msg.last_stable_id, msg.last_tentative_id)
+            if ahead.passing:
+                ahead = None
         except ReplayError as exc:
             return f"subscribed {name!r} from tuples already trimmed: {exc}"
         # From here to the registration there is no await: nothing published can slip
@@ -317,12 +329,13 @@ class Publisher:
         if old is not None:
             old.session.subs.pop((stream, name), None)
             self._unlink(old)
-        sub = _Subscription(stream, name, session, catchup)
+        sub = _Subscription(stream, name, session, catchup, ahead)
         self._live[stream][name] = sub
         session.subs[(stream, name)] = sub
         session.wakeup.set()
         self._log.info(
-            "%s: peer %s subscribed %r to %r from stable %d, tentative %d (%d tuples to replay)",
+            "%s: peer %s subscribed %r to %r from stable %d, tentative %d (%d tuples to replay"
+            + (", ahead of this replica: filtered until it catches up)" if ahead else ")"),
             self.owner,
             session.conn.peer,
             name,

@@ -41,7 +41,15 @@ Definitions and invariants (``s`` = last stable id, ``t`` = last tentative id):
   idempotent, and the subscriber cannot say which it has.
   ``s`` older than the trim point raises :class:`ReplayError`; ``s`` newer than this
   buffer's last stable id raises :class:`ReplayAheadError` (the subscriber holds stable
-  tuples this replica has not produced: it must wait or use another replica).
+  tuples this replica has not produced yet).
+* A subscriber **ahead** (its ``s`` above this buffer's last stable id: it took stable
+  tuples from a partner this replica, in UP_FAILURE, has not produced yet) is served
+  through an :class:`AheadView` instead of being refused, so that it can fail over to this
+  replica and keep getting fresh (tentative) results. Replicas are deterministic, so this
+  replica's stable tuples through ``s`` will be the ones the subscriber holds: the view
+  drops data tuples with id <= ``s``, raises an UNDO below ``s`` to ``UNDO(s)`` (only if it
+  passed tentative tuples after ``s``: the subscriber's stable prefix is never undone) and
+  passes everything through once this stream's stable tuples reach ``s``.
 
 Cost: a batch without UNDO costs one C-level pass over its kinds plus a list ``extend``;
 ids are found by binary search over the in-force list (control tuples carry no id and are
@@ -58,7 +66,7 @@ from protocol.tuples import Kind, Tuple, undo
 
 from .errors import ReplayAheadError, ReplayError, StateError
 
-__all__ = ["OutputBuffer"]
+__all__ = ["AheadView", "OutputBuffer"]
 
 STABLE = Kind.STABLE
 TENTATIVE = Kind.TENTATIVE
@@ -68,6 +76,53 @@ _kind_of = itemgetter(0)
 _LAST_DATA_KIND = int(TENTATIVE)
 # Drop the trimmed prefix physically once it is this long and at least half the list.
 _COMPACT_MIN = 1024
+
+
+class AheadView:
+    """What a subscriber that holds stable tuples through ``s``, ahead of this buffer,
+    receives of this stream (module docstring, "ahead"). ``view(batch)`` filters one batch;
+    ``passing`` turns True once this stream caught up with ``s`` (then: no filter)."""
+
+    __slots__ = ("_sent_tentative", "_undone", "passing", "s")
+
+    def __init__(self, s: int) -> None:
+        self.s = s
+        self.passing = False
+        self._sent_tentative = False  # tentative tuples after s went out: an UNDO is due
+        self._undone = False  # an UNDO(s) went out: its REC_DONE goes too
+
+    def view(self, batch: Iterable[Tuple]) -> list[Tuple]:
+        if self.passing:
+            return list(batch)
+        out: list[Tuple] = []
+        s = self.s
+        for x in batch:
+            kind = x[0]
+            if self.passing:
+                out.append(x)
+            elif kind is STABLE:
+                if x[1] >= s:
+                    self.passing = True  # caught up: the next tuples follow s
+                    if x[1] > s:
+                        out.append(x)
+            elif kind is TENTATIVE:
+                if x[1] > s:
+                    out.append(x)
+                    self._sent_tentative = True
+            elif kind is UNDO:
+                if x[1] >= s:
+                    out.append(x)
+                elif self._sent_tentative:  # take back only what it sent after s
+                    out.append(undo(s))
+                    self._sent_tentative = False
+                    self._undone = True
+            elif kind is Kind.REC_DONE:
+                if self._undone:
+                    out.append(x)
+                    self._undone = False
+            else:
+                out.append(x)  # boundaries and other control tuples
+        return out
 
 
 class OutputBuffer:
@@ -210,6 +265,15 @@ class OutputBuffer:
             if sum(1 for x in items[ps:pt] if x[0] <= _LAST_DATA_KIND) == t - s:
                 return items[pt:]
         return [undo(s), *items[self._cut(s) :]]
+
+    def replay_ahead(self, last_stable_id: int, last_tentative_id: int,
+                     ) -> tuple[list[Tuple], AheadView]:
+        """For a subscriber ahead of this buffer (``last_stable_id`` above its last stable
+        id): what it needs now, and the view that filters what follows (module docstring)."""
+        s, t = last_stable_id, last_tentative_id
+        ahead = AheadView(s)
+        first = [undo(s)] if t > s else []  # tentatives it holds from elsewhere: gone
+        return first + ahead.view(self._items[self._cut(self._last_stable_id):]), ahead
 
     def start_after(
         self, last_id: int, held: Iterable[Tuple] = (), trimmed_up_to: int | None = None

@@ -460,7 +460,8 @@ async def test_stable_tuples_the_link_got_meanwhile_are_not_delivered_again(net:
 async def test_a_corrections_source_behind_the_link_is_not_adopted() -> None:
     # The link got stable tuples 11-12 from a after the reader subscribed at b with 10;
     # b's REC_DONE comes with stable 11 only: adopting it would lose nothing but could not
-    # continue the ids held, so the link resubscribes by ids, and b refuses (ahead).
+    # continue the ids held, so the link resubscribes by ids (b now serves a subscriber
+    # ahead of it, filtered until it catches up: state/buffer.py AheadView).
     net = make_net("memory")
     a, b, link, sink = await a_fails_b_reconciles(net)
     async with running(link.run()):
@@ -470,17 +471,12 @@ async def test_a_corrections_source_behind_the_link_is_not_adopted() -> None:
         await a.publish([S(11), S(12)])
         await wait_until(lambda: link.last_stable_id == 12)
         await b.publish([undo(10), S(11), rec_done(115)])
-        await wait_until(
-            lambda: (
-                link.failures + link.reconnects >= 1
-                and link.connected
-                and link.current == a.address
-            )
-        )
+        await wait_until(lambda: link.failures + link.reconnects >= 1 and link.connected)
         await a.publish([S(13)])
+        await b.publish([S(12), S(13)])  # b catches up: 12 the link holds, 13 is new
         await wait_until(lambda: link.last_stable_id == 13)
         assert link.corrections_applied == 0
-    assert sink.raw == stable(1, 13)  # all from a: nothing of b, not even its REC_DONE
+    assert sink.raw == stable(1, 13)  # no stable tuple twice, nothing taken back
     for p in (a, b):
         await p.stop()
 

@@ -323,7 +323,6 @@ def test_publishing_to_an_unknown_stream_is_a_local_error() -> None:
 BAD = {
     "batch": (Batch("s", (S(1),)), "sent a Batch"),
     "unknown stream": (Subscribe("nope", "x", 0, 0), "unknown stream 'nope'"),
-    "ahead": (Subscribe("s", "x", 99, 0), "ahead of this replica"),
     "trimmed": (Subscribe("s", "x", 0, 0), "already trimmed"),
     "unexpected": (HeartbeatRequest("x", 1), "unexpected HeartbeatRequest"),
     "ack unknown stream": (Ack("nope", "x", 1), "Ack for unknown stream"),

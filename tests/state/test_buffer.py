@@ -79,6 +79,24 @@ def test_replay_for_a_subscriber_ahead_of_this_replica_raises() -> None:
         b.replay(4, 0)
 
 
+def test_a_subscriber_ahead_gets_fresh_tentatives_and_never_loses_its_stable_prefix() -> None:
+    """It holds stable 1-4 from a partner; this replica (in UP_FAILURE) has stable 1-2 and
+    tentative 3-6. It gets tentative 5-6 now, its reconciliation's UNDO(2) as UNDO(4), the
+    corrections after 4 and the REC_DONE; then the stream passes unfiltered."""
+    b = buf(S(1), S(2), T(3), B(30), T(4), T(5), T(6))
+    first, ahead = b.replay_ahead(4, 0)
+    assert first == [B(30), T(5), T(6)]
+    later = ahead.view([U(2), S(3), S(4), S(5), RD, S(6)])
+    assert later == [U(4), S(5), RD, S(6)]
+    assert ahead.passing and ahead.view([T(7)]) == [T(7)]
+    # It held tentatives of its own past 4 (from the partner): they are taken back first.
+    first, ahead = buf(S(1), S(2), T(3)).replay_ahead(4, 6)
+    assert first == [U(4)] and not ahead.passing
+    # Nothing tentative went out after 4: an UNDO below 4 and its REC_DONE stay here.
+    ahead = buf(S(1), S(2), T(3)).replay_ahead(4, 0)[1]
+    assert ahead.view([U(2), S(3), RD, S(4), S(5)]) == [S(5)]
+
+
 def test_undo_deletes_from_the_first_undone_tuple_and_keeps_the_controls_before_it() -> None:
     b = buf(S(1), S(2), B(20), T(3), B(30), T(4), RD)
     b.append([U(3)])
