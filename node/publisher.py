@@ -23,7 +23,9 @@ Invariants:
   a connection ends, its subscriptions go, and the buffer still holds what they had not
   acknowledged: the subscriber resubscribes, here or at another replica.
 * A (stream, subscriber) has at most one live subscription: a new Subscribe replaces the
-  old one, on whatever connection it was.
+  old one, on whatever connection it was, unless it comes on a connection accepted before
+  the one holding the subscription (a Subscribe that was late on an abandoned connection):
+  that one is refused, so the newer connection keeps the feed.
 * Bad input from a peer (garbage bytes, a Batch, an unknown stream, a replay the buffer
   cannot serve, an unexpected message, silence for ``hello_timeout`` after connecting) is
   logged with the peer's name and closes that connection only (STYLE.md 9).
@@ -106,10 +108,11 @@ class _Subscription:
 class _Session:
     """One consumer connection: its subscriptions and its writer's wake-up call."""
 
-    __slots__ = ("conn", "replies", "subs", "wakeup")
+    __slots__ = ("conn", "replies", "seq", "subs", "wakeup")
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Connection, seq: int) -> None:
         self.conn = conn
+        self.seq = seq  # accept order: a later connection of a subscriber is its newer one
         self.subs: dict[tuple[str, str], _Subscription] = {}
         self.replies: list[Message] = []  # answers to requests, sent before any batch
         self.wakeup = asyncio.Event()
@@ -147,6 +150,7 @@ class Publisher:
         self._live: dict[str, dict[str, _Subscription]] = {s: {} for s in buffers}
         self._room = asyncio.Event()
         self._room_waiters = 0
+        self._accepted = 0  # connections accepted so far (each session's seq)
 
     # ------------------------------------------------------------------ producing
     def publish(self, stream: str, tuples: Iterable[Tuple]) -> None:
@@ -217,7 +221,8 @@ class Publisher:
     # ------------------------------------------------------------------ serving
     async def handle(self, conn: Connection) -> None:
         """Serve one consumer connection until it ends (the data port's Handler)."""
-        session = _Session(conn)
+        self._accepted += 1
+        session = _Session(conn, self._accepted)
         try:
             async with asyncio.TaskGroup() as tg:
                 writer = tg.create_task(self._write_loop(session))
@@ -312,6 +317,12 @@ class Publisher:
             return f"subscribed {name!r} to unknown stream {stream!r} ({self._streams()})"
         if self.refusing is not None:
             return f"subscribed {name!r} to {stream!r}, refused: this replica is {self.refusing}"
+        held = self._live.get(stream, {}).get(name)
+        if held is not None and held.session.seq > session.seq:
+            # A Subscribe that was late on an older connection (a delayed link): the
+            # subscriber has moved on to the newer one, which must keep the feed.
+            return (f"subscribed {name!r} to {stream!r} on an older connection than the one "
+                    "that holds its subscription: superseded")
         ahead: AheadView | None = None
         try:
             catchup = buffer.replay(msg.last_stable_id, msg.last_tentative_id)

@@ -299,6 +299,27 @@ async def test_a_new_subscribe_replaces_the_old_one_and_unsubscribe_ends_it(net:
     await prod.stop()
 
 
+async def test_a_late_subscribe_on_an_older_connection_does_not_steal_the_feed(
+        net: Net) -> None:
+    """A Subscribe delayed on a connection the subscriber has left (found by dpc simulate,
+    seed 4063: a delay fault on the client's link) arrives after the one on its newer
+    connection: the older connection is refused, the newer keeps the subscription."""
+    prod = await Producer(net).start()
+    await prod.publish(stable(1, 5))
+    older = await net.transport("x").connect(net.host, prod.port)
+    await wait_until(lambda: len(prod.conns) == 1)  # accepted first
+    newer = await raw_subscribe(net, prod, "x", Subscribe("s", "x", 3, 0))
+    async with asyncio.timeout(GUARD):
+        assert await newer.receive() == Batch("s", tuple(stable(4, 5)))
+        await older.send(Subscribe("s", "x", 3, 0))  # the late one
+        assert await older.receive() is None  # refused: that connection is closed
+        await prod.publish([S(6)])
+        assert await newer.receive() == Batch("s", (S(6),))
+    for c in (older, newer):
+        await c.close()
+    await prod.stop()
+
+
 async def test_acks_of_consumers_trim_the_buffer_and_others_are_ignored(net: Net) -> None:
     prod = await Producer(net).start()
     prod.buffers["s"].set_consumers(["c1"])
