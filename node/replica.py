@@ -460,10 +460,12 @@ class Replica:
         return {"state": self.state, "state_hashes": self.state_hashes()}
 
     def state_hashes(self) -> dict[str, str]:
-        """A digest of each operator's state (SUnion's buffers hold arrival times: left out);
-        replicas that processed the same stable input have the same digests."""
+        """A digest of each operator's state (``digest_state``: no undo-log bookkeeping;
+        SUnion's buffers hold arrival times: left out); replicas that processed the same
+        stable input have the same digests."""
         return {
-            op.name: hashlib.sha256(orjson.dumps(op.snapshot(), option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+            op.name: hashlib.sha256(
+                orjson.dumps(op.digest_state(), option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
             for op in self.network.operators if not isinstance(op, SUnion)
         }
 

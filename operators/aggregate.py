@@ -285,6 +285,12 @@ class Aggregate(Operator):
         ]
         return {"closed_below": self._closed_below, "panes": panes}
 
+    def digest_state(self) -> Plain:
+        """The panes without the log sequence number of their first tuple."""
+        state = self.snapshot_state()
+        return {"closed_below": state["closed_below"],
+                "panes": [[ps, groups] for ps, _, groups in state["panes"]]}
+
     def restore_state(self, state: Plain) -> None:
         n = self._n_key
         self._closed_below = state["closed_below"]

@@ -263,6 +263,13 @@ class Operator(ABC):
         self._feed(port, batch, out)
         return out
 
+    def digest_state(self) -> Plain:
+        """The state replicas must agree on, as plain data: ``snapshot_state`` without the
+        undo log's bookkeeping (sequence numbers count every input logged, tentative ones
+        that were undone included, so they differ between replicas that saw different
+        failures). Operators whose state holds sequence numbers override it."""
+        return self.snapshot_state()
+
     def snapshot(self) -> Plain:
         """Everything, as plain data: ``restore(snapshot())`` preserves future behaviour.
 

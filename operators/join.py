@@ -167,6 +167,10 @@ class Join(Operator):
             for side in self._sides
         ]
 
+    def digest_state(self) -> Plain:
+        """The stored tuples in arrival order, without their log sequence numbers."""
+        return [[e[:3] for e in side] for side in self.snapshot_state()]
+
     def restore_state(self, state: Plain) -> None:
         self.clear()
         for port, entries in enumerate(state):

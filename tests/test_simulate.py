@@ -120,11 +120,13 @@ def test_the_cli_prints_figures_and_the_failing_schedule(tmp_path: Path,
 
 
 # Seeds that once failed, each for its own bug (the commit that fixed it says how):
+# 2007: consumers refused by a partner behind them in stable ids (AheadView);
+# 4063: a Subscribe late on an abandoned connection stole the client's feed;
 # 104, 131, 274: a receive on a delayed connection hung when its link closed it;
 # 428: a replay spun on a bucket released tentatively after the REC_REQUEST;
 # 364: a restarted replica refused a consumer its partner had not served yet;
 # 450: a replica cut off from its whole upstream node advertised STABLE.
-@pytest.mark.parametrize("seed", [104, 131, 274, 364, 428, 450])
+@pytest.mark.parametrize("seed", [104, 131, 274, 364, 428, 450, 2007, 4063])
 def test_seeds_that_once_failed_are_valid(config, tmp_path: Path, seed: int) -> None:  # type: ignore[no-untyped-def]
     r = simulate_one(config, seed, tmp_path)
     assert r.ok, r.failures
