@@ -29,7 +29,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TextIO
@@ -49,6 +49,7 @@ __all__ = [
     "restart_replica",
     "start_cluster",
     "stop_cluster",
+    "wait_until",
 ]
 
 READY_TIMEOUT = 30.0
@@ -87,7 +88,9 @@ def _start(config_path: Path, name: str, kind: str, rd: RunDir, *, recover: bool
     return Launched(name, kind, proc)
 
 
-def _wait(cond: Callable[[], bool], timeout: float, procs: list[Launched]) -> bool:
+def wait_until(cond: Callable[[], bool], timeout: float, procs: Sequence[Launched] = ()) -> bool:
+    """Poll ``cond`` until it holds (True), ``timeout`` s pass or one of ``procs`` dies
+    (False)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cond():
@@ -125,7 +128,7 @@ def start_cluster(config: ClusterConfig, rd: RunDir, out: TextIO = sys.stdout,
         def all_ready(group: list[Launched] = started) -> bool:
             return all(rd.is_ready(p.name) for p in group)
 
-        ok = _wait(all_ready, READY_TIMEOUT, procs)
+        ok = wait_until(all_ready, READY_TIMEOUT, procs)
         if not ok:
             bad = [p for p in procs if p.proc.poll() is not None] or [p for p in started if not rd.is_ready(p.name)]
             for p in bad:
@@ -144,7 +147,7 @@ def restart_replica(config: ClusterConfig, rd: RunDir, name: str,
     rd.clear_ready(name)
     p = _start(config.path, name, "replica", rd, recover=True)
     print(f"  restarted replica {name:<12} pid {p.proc.pid} (recovering)", file=out, flush=True)
-    if not _wait(lambda: rd.is_ready(name), READY_TIMEOUT, [p]):
+    if not wait_until(lambda: rd.is_ready(name), READY_TIMEOUT, [p]):
         raise RuntimeError(f"replica {name} did not restart (exit {p.proc.poll()}):\n{_tail(rd, name)}")
     return p
 
@@ -176,7 +179,7 @@ def drain_streams(procs: list[Launched], rd: RunDir, *, out: TextIO = sys.stdout
         if p.kind == "source" and p.proc.poll() is None:
             p.proc.send_signal(signal.SIGUSR1)  # end your stream, keep serving
     names = clients if clients is not None else [p.name for p in procs if p.kind == "client"]
-    drained = _wait(lambda: all(rd.is_done(c) for c in names), DRAIN_TIMEOUT, [])
+    drained = wait_until(lambda: all(rd.is_done(c) for c in names), DRAIN_TIMEOUT, [])
     print(f"  drain: {'every client saw the end of its stream' if drained else 'TIMED OUT'}", file=out)
     return drained
 

@@ -33,7 +33,6 @@ import json
 import signal
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -45,7 +44,7 @@ from node.runlog import RunDir
 from .check import run_check
 from .fault import FaultError, post_action
 from .history import HistoryWriter, merge_states
-from .launch import Launched, drain_streams, progress, start_cluster, stop_cluster
+from .launch import Launched, drain_streams, progress, start_cluster, stop_cluster, wait_until
 from .nemesis import InjectError, Nemesis
 from .scenario import Scenario, ScenarioError, load_scenario
 from .schedule import Fault
@@ -158,12 +157,9 @@ class _Player:
 
     def wait_for_first_results(self, timeout: float = 30.0) -> None:
         """Until every client logged a tuple: start-up ends there (the history's ``ready``)."""
-        deadline = time.monotonic() + timeout
-        while not all(self.rd.count_lines(self.rd.client_log(c)) for c in self.config.clients):
-            if time.monotonic() > deadline:
-                self.problem(f"a client received nothing {timeout:g} s after the start")
-                return
-            time.sleep(0.05)
+        if not wait_until(lambda: all(self.rd.count_lines(self.rd.client_log(c))
+                                      for c in self.config.clients), timeout):
+            self.problem(f"a client received nothing {timeout:g} s after the start")
 
     def run(self) -> None:
         s, rd = self.scenario, self.rd
@@ -237,7 +233,7 @@ class _Player:
         replicas = [r for r in self.nemesis.replicas if r not in self.nemesis.down]
         # STABLE and past the end of stream: a replica that did not feed the client may still
         # be closing the last windows when the client saw the end.
-        if not _poll(lambda: all((st := fetch_status(self.config, r) or {}).get("state") == "STABLE"
+        if not wait_until(lambda: all((st := fetch_status(self.config, r) or {}).get("state") == "STABLE"
                                  and st.get("ended") for r in replicas), STABLE_TIMEOUT):
             states = {r: (fetch_status(self.config, r) or {}).get("state", "unreachable")
                       for r in replicas}
@@ -264,15 +260,6 @@ class _Player:
         if self.procs and not stop_cluster(self.procs, self.rd, drain=False, out=self.out):
             self.history.record("note", text="a process did not stop cleanly (see above)")
         self.procs.clear()
-
-
-def _poll(cond: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.1)
-    return cond()
 
 
 def play_scenario(scenario: Scenario, run_dir: Path, out: TextIO | None = None) -> RunOutcome:

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from node.client import Client
-from node.clock import use_clock
+from node.clock import now_us, use_clock
 from node.config import ClusterConfig, ReplicaConfig
 from node.control import ActionError
 from node.memory import MemoryTransport
@@ -302,8 +302,7 @@ def simulate_one(config: ClusterConfig, seed: int, run_dir: Path, opts: SimOptio
     shutil.copyfile(config.path, rd.config)
     (rd.path / "scenario.toml").write_text(scenario_text(config, seed, faults, opts))
     result = SimResult(seed, False, list(faults), run_dir=rd.path)
-    with HistoryWriter(rd.history, lambda: 0) as history, _virtual_process(rd, verbose) as loop:
-        history._clock = lambda: EPOCH_US + int(loop.time() * 1_000_000)
+    with _virtual_process(rd, verbose) as loop, HistoryWriter(rd.history, now_us) as history:
         try:
             loop.run_until_complete(_play(config, faults, rd, opts, history))
         except BaseException as e:  # a crash of the simulated program is a failure

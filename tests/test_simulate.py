@@ -130,3 +130,11 @@ def test_the_cli_prints_figures_and_the_failing_schedule(tmp_path: Path,
 def test_seeds_that_once_failed_are_valid(config, tmp_path: Path, seed: int) -> None:  # type: ignore[no-untyped-def]
     r = simulate_one(config, seed, tmp_path)
     assert r.ok, r.failures
+
+
+def test_bad_options_and_a_missing_cluster_are_clear_errors(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--runs", "0"]) == 2
+    assert "--runs must be >= 1" in capsys.readouterr().err
+    assert main(["simulate", "--runs", "1", "--cluster", str(tmp_path / "nope.toml")]) == 2
+    assert "nope.toml" in capsys.readouterr().err
