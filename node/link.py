@@ -60,7 +60,9 @@ Invariants:
   reader does not subscribe at the main session's producer (``current``); before the main
   session subscribes at the reader's producer, the reader closes its connection, and the
   main session connects only after that (the corrections connection that delivered a
-  REC_DONE is adopted instead, when possible).
+  REC_DONE is adopted instead, when possible). A handover waiting for the main loop holds
+  a subscription too: the reader closes it before subscribing at its producer again, and
+  before handing over another one (``_drop_handover_at``).
 * A peer's garbage or unexpected message is logged with the producer's name and ends that
   connection only; the link goes on with the next producer. An exception of ``on_batch``
   ends ``run`` (a local failure, STYLE.md 8; it arrives in an ``ExceptionGroup``, from the
@@ -542,6 +544,8 @@ class InputLink:
             return
         handed_over = False
         try:
+            if not (self._fix_changed.is_set() or target == self.current):
+                await self._drop_handover_at(target, name)
             if self._fix_changed.is_set() or target == self.current:
                 return  # not wanted any more, or the main session reads it already
             s = self.last_stable_id
@@ -577,6 +581,9 @@ class InputLink:
                 return
             # REC_DONE: hand the connection to the main loop, which leaves its producer
             # (never mid-batch) and adopts it. From here on the producer is the data source.
+            await self._drop_handover_at(None, name)  # a handover not taken yet is stale now
+            if self._fix_changed.is_set():
+                return
             self._handover = _Handover(conn, target, fix)
             handed_over = True
             self.corrections = None
@@ -590,6 +597,22 @@ class InputLink:
                 await conn.close()
             self._fix_at = None
             self._fix_closed.set()
+
+    async def _drop_handover_at(self, target: Address | None, name: str) -> None:
+        """Close the handover waiting for the main loop if it is at ``target`` (None: at
+        any producer). Its connection still holds a subscription there, which a new
+        Subscribe of the reader would silently replace at the publisher: the main loop
+        would then adopt a connection nothing is sent on any more. It is stale anyway: the
+        reader reads ``target`` again only after ``switch_to`` sent the link elsewhere
+        (``current`` moved off it), and the main loop drops a handover that is not at the
+        producer it goes to. Nothing of it was delivered, so nothing is lost."""
+        handover = self._handover
+        if handover is None or target not in (None, handover.address):
+            return
+        self._handover = None
+        self._log.info("%s: dropped the corrections buffered from %s:%d (REC_DONE): the link "
+                       "moved on before adopting them", name, *handover.address)
+        await handover.conn.close()
 
     async def _receive_corrections(self, conn: Connection, fix: _Corrections) -> tuple[int, str]:
         """Buffer batches until one carries a REC_DONE (returns ``problem == ""``) or the

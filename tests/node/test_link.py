@@ -534,3 +534,74 @@ async def test_the_monitor_reads_corrections_beside_fresh_data_and_keeps_the_new
     assert stable_ids(sink.raw) == list(range(1, 16))
     for p in (a, b):
         await p.stop()
+
+
+
+class _Held:
+    """The server side of a connection whose sends wait while ``gate`` is clear: its
+    Subscribe is taken, but nothing is sent on it yet."""
+
+    def __init__(self, conn: Connection, gate: asyncio.Event) -> None:
+        self._conn, self._gate = conn, gate
+        self.peer = conn.peer
+
+    async def send(self, message: Batch) -> None:
+        await self._gate.wait()
+        await self._conn.send(message)
+
+    async def receive(self) -> object:
+        return await self._conn.receive()
+
+    async def close(self) -> None:
+        await self._conn.close()
+
+
+async def test_a_rec_done_the_link_moved_away_from_is_dropped_before_reading_there_again(
+    net: Net,
+) -> None:
+    # simulate seed 9811: b's REC_DONE reached the reader while on_batch held a batch of a,
+    # so its connection waited for the main loop; the monitor sent the link back to a and
+    # read corrections at b again (that Subscribe replaced the waiting connection's
+    # subscription at b), then moved the link to b and stopped the reader before its
+    # REC_DONE came. The main loop adopted the waiting connection, which b sent nothing on
+    # any more: the link starved. A waiting connection now counts as a subscription: the
+    # reader closes it before subscribing at its producer again.
+    a, b, link, sink = await a_fails_b_reconciles(net)
+    gate, sends = asyncio.Event(), asyncio.Event()
+    gate.set()
+    sends.set()
+    sink.gate = gate
+    handle = b.pub.handle
+
+    async def held_handle(conn: Connection) -> None:
+        await handle(_Held(conn, sends))  # type: ignore[arg-type]
+
+    b.pub.handle = held_handle  # type: ignore[method-assign]
+    async with running(link.run()):
+        await wait_until(lambda: link.last_stable_id == 10)
+        await a.publish([T(11), T(12)])
+        await wait_until(lambda: link.last_tentative_id == 12)
+        gate.clear()
+        await a.publish([T(13)])
+        async with asyncio.timeout(GUARD):
+            await sink.holding.wait()  # the main loop is held from here on
+        await b.publish([undo(10), S(11), S(12), S(13), rec_done(135)])
+        link.correct_from(b.address)
+        await wait_until(lambda: link.current == b.address and link.corrections is None)
+        link.switch_to(a.address, tmax=True)  # the REC_DONE waits; the link goes back to a
+        sends.clear()
+        first = b.subscribers()["c1"]["peer"]
+        link.correct_from(b.address)  # read at b again: subscribed, nothing sent yet
+        await wait_until(lambda: b.subscribers().get("c1", {}).get("peer") not in (None, first))
+        link.switch_to(b.address)
+        link.correct_from(None)
+        await wait_until(lambda: not b.subscribers())  # the second reader is gone
+        sends.set()
+        gate.set()
+        await b.publish([S(14)])
+        await wait_until(lambda: link.last_stable_id == 14)
+        assert link.current == b.address and list(b.subscribers()) == ["c1"]
+    assert sink.in_force() == [*stable(1, 13), rec_done(135), S(14)]
+    assert stable_ids(sink.raw) == list(range(1, 15))
+    for p in (a, b):
+        await p.stop()
