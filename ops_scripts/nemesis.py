@@ -48,6 +48,7 @@ from .launch import Launched, restart_replica
 from .rules import ActiveRules, Cut, Heal, Op, Shape, Stall, Unstall
 from .schedule import Fault
 from .status import fetch_status
+from .timeline import blocked
 
 __all__ = [
     "InjectError",
@@ -156,27 +157,12 @@ class Nemesis:
 
     # -------------------------------------------------------- faults
     def blocked(self, fault: Fault) -> str | None:
-        """Why ``fault`` must wait, if it must: a kill or pause of a process that is still
-        down (an earlier kill or pause of it was held up), or of a replica while no other
-        replica of its node is up with a state (every other one down or RECOVERING)."""
-        if fault.kind not in ("kill", "pause"):
-            return None
-        me = fault.params["process"]
-        if me in self.down:  # a kill or pause that started late may outlast its schedule
-            return f"{me} is still {self.down[me]}"
-        if me not in self._node_of:
-            return None
-        partners = [r for r, n in self._node_of.items() if n == self._node_of[me] and r != me]
-        why = []
-        for r in partners:
-            if r in self.down:
-                why.append(f"{r} is {self.down[r]}")
-                continue
+        """Why ``fault`` must wait, if it must (``timeline.blocked``: a kill or pause that
+        would leave a node with no replica holding a state); states from ``/status``."""
+        def state_of(r: str) -> str | None:
             st = fetch_status(self.config, r)
-            if st is not None and st.get("state") != "RECOVERING":
-                return None
-            why.append(f"{r} is {'unreachable' if st is None else 'RECOVERING'}")
-        return "; ".join(why) + f": {me} is the last replica of its node with a state"
+            return None if st is None else str(st.get("state"))
+        return blocked(fault, self._node_of, self.down, state_of)
 
     def inject(self, fid: int, fault: Fault) -> None:
         """Put ``fault`` (number ``fid``) in force; :class:`InjectError` if refused."""

@@ -12,7 +12,8 @@ logs. Steps, each printed as it happens:
 4. the schedule on the wall clock: at each fault's time, ``fault`` is recorded and the
    fault injected; ``for`` seconds later (counted from when it was injected) it is healed
    and ``heal`` recorded. A kill or pause that would leave a node with no replica holding
-   a state waits for one (``Nemesis.blocked``), at most ``BLOCKED_LIMIT`` seconds;
+   a state waits for one (``Nemesis.blocked``), at most ``BLOCKED_LIMIT`` seconds (the
+   timeline's rules, ``timeline.py``, which ``dpc simulate`` plays too);
 5. heal of everything (``heal_all``), ``quiet`` seconds, the drain (the sources end their
    streams; every client sees the end), each replica's ``digest`` once all are STABLE (or
    after ``STABLE_TIMEOUT``), every process stopped by pid, the replicas' state changes
@@ -28,7 +29,6 @@ checker says). Ctrl-C stops every process by pid (paused ones are continued firs
 
 from __future__ import annotations
 
-import heapq
 import json
 import signal
 import sys
@@ -49,6 +49,7 @@ from .nemesis import InjectError, Nemesis
 from .scenario import Scenario, ScenarioError, load_scenario
 from .schedule import Fault
 from .status import fetch_status
+from .timeline import BLOCKED_LIMIT, Timeline
 
 __all__ = [
     "RunOutcome",
@@ -60,9 +61,7 @@ __all__ = [
     "run_scenario",
 ]
 
-BLOCKED_LIMIT = 60.0  # seconds a kill or pause may wait for a partner with a state
 STABLE_TIMEOUT = 30.0  # seconds to wait for every replica to be STABLE before the digests
-RETRY = 0.25  # seconds between two looks at a blocked fault
 
 
 def now_us() -> int:
@@ -185,32 +184,26 @@ class _Player:
         self.stop()
 
     def play_schedule(self) -> None:
-        faults = self.scenario.faults
-        # (time, heals before faults at one time, fault id, action)
-        events: list[tuple[float, int, int, str]] = [(f.at, 1, i, "fault") for i, f in enumerate(faults)]
-        heapq.heapify(events)
+        timeline = Timeline(self.scenario.faults)
         waiting: set[int] = set()
-        while events:
-            at, _, fid, action = heapq.heappop(events)
+        while timeline:
+            at, fid, action = timeline.next()
             self.wait_until(self.t0 + at)
-            fault = faults[fid]
+            fault = timeline.faults[fid]
             if action == "heal":
                 self.heal(fid, fault)
                 continue
             why = self.nemesis.blocked(fault)
-            late = time.monotonic() - self.t0 - fault.at
-            if why is not None and late < BLOCKED_LIMIT:
+            if why is None:
+                self.inject(fid, fault)
+                timeline.injected(fid, time.monotonic() - self.t0)
+            elif timeline.wait(fid, time.monotonic() - self.t0):
                 if fid not in waiting:
                     waiting.add(fid)
                     self.say(f"fault #{fid} waits: {why}")
-                heapq.heappush(events, (at + RETRY, 1, fid, "fault"))
-                continue
-            if why is not None:
+            else:
                 self.problem(f"fault #{fid} ({fault.describe()}) not injected: waited "
                              f"{BLOCKED_LIMIT:g} s, and still {why}")
-                continue
-            self.inject(fid, fault)
-            heapq.heappush(events, (time.monotonic() - self.t0 + fault.duration, 0, fid, "heal"))
 
     def inject(self, fid: int, fault: Fault) -> None:
         self.say(f"fault #{fid}: {fault.describe()}")

@@ -8,6 +8,8 @@ Faults come from :func:`~ops_scripts.schedule.random_faults` drawn from the run'
 are made through the same hooks as on real processes: cuts and shaping through each
 replica's ``Faults`` (node/faults.py), kills as a crash of the replica's tasks followed by a
 restart with recovery from a partner (node/recovery.py), stalls through the replay gate.
+The schedule is played by the rules ``dpc run`` follows (``timeline.py``: heals counted
+from the injection, a kill that would leave a node with no replica holding a state waits).
 Each run writes an ordinary run directory (logs, history) and is judged by the same
 checker as a real run (``dpc check``).
 
@@ -58,6 +60,7 @@ from node.virtual_time import VirtualTimeLoop
 from .history import HistoryWriter, merge_states
 from .rules import ActiveRules, Cut, Heal, Op, Shape, Stall, Unstall
 from .schedule import Fault, dump_faults, random_faults
+from .timeline import BLOCKED_LIMIT, Timeline, blocked
 
 __all__ = ["SIM_KINDS", "SimOptions", "SimResult", "simulate_many", "simulate_one"]
 
@@ -215,24 +218,38 @@ async def _play(config: ClusterConfig, faults: Sequence[Fault], rd: RunDir, opts
         history.record("ready")
         await asyncio.sleep(opts.settle)
         t0 = loop.time()
-        # The timeline: (time, order, fault id, what); heals before starts at equal times.
-        timeline = sorted([(f.at, 1, i, "fault") for i, f in enumerate(faults)]
-                          + [(f.heal_at, 0, i, "heal") for i, f in enumerate(faults)])
-        for at, _, i, what in timeline:
+        timeline = Timeline(faults)
+        node_of = {r.name: n.name for n in config.nodes.values() for r in n.replicas}
+        down: dict[str, str] = {}
+
+        def state_of(name: str) -> str | None:
+            r = cluster.replicas.get(name)
+            return None if r is None else r.state
+
+        while timeline:
+            at, i, what = timeline.next()
             await asyncio.sleep(max(0.0, t0 + at - loop.time()))
             f = faults[i]
-            if what == "fault":
-                history.fault(i, f, config)
-                if f.kind == "kill":
-                    await cluster.kill(f.params["process"])
-                else:
-                    cluster.rules.add(i, f)
-            else:
+            if what == "heal":
                 history.record("heal", id=i)
                 if f.kind == "kill":
+                    down.pop(f.params["process"])
                     cluster.restart(f.params["process"])
                 else:
                     cluster.rules.remove(i)
+            elif (why := blocked(f, node_of, down, state_of)) is not None:
+                if not timeline.wait(i, loop.time() - t0):
+                    history.record("note", text=f"fault #{i} ({f.describe()}) not injected: "
+                                                f"waited {BLOCKED_LIMIT:g} s, and still {why}")
+                continue
+            else:
+                history.fault(i, f, config)
+                timeline.injected(i, loop.time() - t0)
+                if f.kind == "kill":
+                    down[f.params["process"]] = "killed"
+                    await cluster.kill(f.params["process"])
+                else:
+                    cluster.rules.add(i, f)
             cluster.enforce()
         cluster.heal_all()
         history.record("heal_all")

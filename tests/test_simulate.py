@@ -119,14 +119,39 @@ def test_the_cli_prints_figures_and_the_failing_schedule(tmp_path: Path,
     assert "[[faults]]" in scenario.read_text()
 
 
+def test_a_kill_waits_until_the_partner_it_would_leave_alone_has_recovered(
+        config, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # n2a is restarted at 1.1 and rebuilds from n2b's state; n2b's kill, due at 1.15, would
+    # leave n2 with no replica holding a state (seed 5362: both waited for the other
+    # forever). It waits until n2a has rejoined, as on real processes (timeline.py).
+    import json
+
+    faults = parse_faults([
+        {"at": 1.0, "for": 0.1, "fault": "kill", "process": "n2a"},
+        {"at": 1.15, "for": 0.3, "fault": "kill", "process": "n2b"},
+    ], config)
+    r = simulate_one(config, 0, tmp_path, SimOptions(duration=4.0), faults=faults)
+    assert r.ok, r.failures
+    events = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
+    restarted = next(e["t"] for e in events if e["event"] == "heal" and e["id"] == 0)
+    rejoined = next(e["t"] for e in events if e["event"] == "state" and e["process"] == "n2a"
+                    and e["t"] > restarted and e["state"] == "STABLE")
+    second_kill = next(e for e in events if e["event"] == "fault" and e["id"] == 1)
+    assert second_kill["t"] >= rejoined
+    heal = next(e for e in events if e["event"] == "heal" and e["id"] == 1)
+    assert heal["t"] - second_kill["t"] == pytest.approx(300_000, abs=1_000)  # from injection
+
+
 # Seeds that once failed, each for its own bug (the commit that fixed it says how):
 # 2007: consumers refused by a partner behind them in stable ids (AheadView);
 # 4063: a Subscribe late on an abandoned connection stole the client's feed;
 # 104, 131, 274: a receive on a delayed connection hung when its link closed it;
 # 428: a replay spun on a bucket released tentatively after the REC_REQUEST;
 # 364: a restarted replica refused a consumer its partner had not served yet;
-# 450: a replica cut off from its whole upstream node advertised STABLE.
-@pytest.mark.parametrize("seed", [104, 131, 274, 364, 428, 450, 2007, 4063])
+# 450: a replica cut off from its whole upstream node advertised STABLE;
+# 5362: a kill of the one replica a recovering partner could rebuild from (timeline.py);
+# 9811: a link adopted a REC_DONE connection whose subscription a later one replaced.
+@pytest.mark.parametrize("seed", [104, 131, 274, 364, 428, 450, 2007, 4063, 5362, 9811])
 def test_seeds_that_once_failed_are_valid(config, tmp_path: Path, seed: int) -> None:  # type: ignore[no-untyped-def]
     r = simulate_one(config, seed, tmp_path)
     assert r.ok, r.failures
