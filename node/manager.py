@@ -43,7 +43,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from operators import NetworkOutput, QueryNetwork
@@ -129,6 +129,10 @@ class Manager:
         self.input_open.set()
         self._suspended = False
         self._replay: asyncio.Task[None] | None = None
+        # Tasks the manager starts (the replay, partner requests and their readers): held
+        # here, cancelled and awaited when run() ends; one that fails ends run() with it.
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._failure: BaseException | None = None
         self.replay_gate = asyncio.Event()  # fault hook: cleared, the replay stalls
         self.replay_gate.set()
         self.changed = asyncio.Event()  # the machine moved: the tick loop re-reads its deadline
@@ -199,15 +203,32 @@ class Manager:
                 "stalled": not self.replay_gate.is_set()}
 
     async def run(self) -> None:
-        """Feed Tick at the machine's deadlines, forever (until cancelled)."""
+        """Feed Tick at the machine's deadlines, forever (until cancelled, or until a task
+        the manager started fails: its exception ends run)."""
         try:
             await self._tick_loop()
         finally:
-            if self._replay is not None:
-                self._replay.cancel()
+            tasks = list(self._tasks)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coro, name=f"{self.owner} {name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+        return task
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None and self._failure is None:
+            self._failure = task.exception()
+            self.changed.set()  # the tick loop raises it
 
     async def _tick_loop(self) -> None:
         while True:
+            if self._failure is not None:
+                raise self._failure
             self.changed.clear()
             deadline = cm.next_deadline(self.machine)
             if deadline is None:
@@ -288,8 +309,7 @@ class Manager:
                 for name, tuples in part.outputs.items():
                     out.outputs.setdefault(name, []).extend(tuples)
                 out.signals.extend(part.signals)
-        self._replay = asyncio.get_running_loop().create_task(
-            self._replay_rest(method, started), name="replay")
+        self._replay = self._spawn(self._replay_rest(method, started), "replay")
         self._gate_input()
         self._emit(out, now)  # the first step (its signals are fed after this step)
 
@@ -341,7 +361,7 @@ class Manager:
             return
         msg = ReconcileRequest(self.owner, self.node, request, self.machine.policy.rank)
         for p in self.partners:
-            asyncio.get_running_loop().create_task(self._send(p, msg))
+            self._spawn(self._send(p, msg), f"request to {p.name}")
 
     def _self_grant(self, request: int, why: str) -> None:
         self.stats["self_grants"] += 1
@@ -352,7 +372,7 @@ class Manager:
         try:
             if p.conn is None:
                 p.conn = await self.transport.connect(*p.address)
-                asyncio.get_running_loop().create_task(self._read(p, p.conn))
+                self._spawn(self._read(p, p.conn), f"answers of {p.name}")
             await p.conn.send(msg)
         except OSError as exc:
             self._log.info("%s: cannot ask partner %s: %r", self.owner, p.name, exc)
