@@ -14,10 +14,7 @@ pause)."""
 from __future__ import annotations
 
 import asyncio
-import itertools
-import logging
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +23,10 @@ import pytest
 from node.config_load import load_config
 from node.control import ActionError
 from node.errors import NodeError
-from node.faults import Cut, CutKind, Direction, Faults, FaultyConnection, FaultyTransport
+from node.faults import Cut, CutKind, Direction, Faults
 from node.memory import MemoryTransport
 from node.replica import Replica
 from node.runlog import RunDir
-from node.shaping import frame_size
-from node.tcp import TcpTransport
-from node.transport import Connection, Server, Transport
 from protocol.messages import (
     Ack,
     Batch,
@@ -45,6 +39,7 @@ from protocol.messages import (
     Subscribe,
     Unsubscribe,
 )
+from tests.node.fault_world import CLEAN, FLOOD, LOG, World, closed_by_peer, flood
 from tests.node.test_transport import (
     GUARD,
     assert_nothing_leaked,
@@ -57,7 +52,6 @@ pytestmark = pytest.mark.filterwarnings(
     "error::ResourceWarning", "error::pytest.PytestUnraisableExceptionWarning"
 )
 
-LOG = logging.getLogger("tests.faults")
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
@@ -66,119 +60,6 @@ async def _no_leaks() -> AsyncIterator[None]:
     before = open_fds()
     yield
     await assert_nothing_leaked(before)
-
-
-@dataclass
-class Proc:
-    """One process: its faults, its transport, its server and what the server received."""
-
-    name: str
-    inner: Transport
-    faults: Faults
-    transport: FaultyTransport
-    server: Server | None = None
-    accepted: list[FaultyConnection] = field(default_factory=list)
-    inbox: asyncio.Queue[Message] = field(default_factory=asyncio.Queue)
-    times: list[float] = field(default_factory=list)  # loop time of each inbox arrival
-    ended: int = 0  # accepted connections whose receive returned None or raised
-
-    @property
-    def port(self) -> int:
-        assert self.server is not None
-        return self.server.port
-
-    async def keep(self, conn: Connection) -> None:
-        assert isinstance(conn, FaultyConnection) and conn.peer_name is None
-        self.accepted.append(conn)
-        try:
-            while (msg := await conn.receive()) is not None:
-                self.times.append(asyncio.get_running_loop().time())
-                await self.inbox.put(msg)
-        except ConnectionError:
-            pass
-        self.ended += 1
-
-
-class World:
-    """Processes on one network; closes every server and connection it made at the end."""
-
-    def __init__(self, kind: str, queue_size: int = 64) -> None:
-        self.kind = kind
-        self.host = "127.0.0.1" if kind == "tcp" else "mem"
-        self.memory = None if kind == "tcp" else MemoryTransport(queue_size=queue_size)
-        self.names: dict[tuple[str, int], str] = {}
-        self.procs: list[Proc] = []
-        self.opened: list[Connection] = []
-
-    async def start(self, name: str, connect_timeout: float = GUARD) -> Proc:
-        inner: Transport = TcpTransport() if self.memory is None else self.memory.for_process(name)
-        faults = Faults(name, log=LOG)
-        transport = FaultyTransport(inner, faults, self.names, connect_timeout=connect_timeout)
-        proc = Proc(name, inner, faults, transport)
-        proc.server = await transport.serve(self.host, 0, proc.keep)
-        self.names[(self.host, proc.port)] = name
-        self.procs.append(proc)
-        return proc
-
-    async def connect(self, src: Proc, dst: Proc) -> FaultyConnection:
-        conn = await src.transport.connect(self.host, dst.port)
-        self.opened.append(conn)
-        return conn
-
-    async def link(self, src: Proc, dst: Proc) -> tuple[FaultyConnection, FaultyConnection]:
-        """``src`` connects to ``dst`` and says hello: (src's end, dst's end)."""
-        conn = await self.connect(src, dst)
-        assert conn.peer_name == dst.name
-        await conn.send(HeartbeatRequest(src.name, 0))
-        async with asyncio.timeout(GUARD):
-            assert await dst.inbox.get() == HeartbeatRequest(src.name, 0)
-        served = dst.accepted[-1]
-        assert served.peer_name == src.name  # learned from the hello
-        return conn, served
-
-    async def close(self) -> None:
-        for conn in self.opened:
-            await conn.close()
-        for proc in self.procs:
-            if proc.server is not None:
-                await proc.server.close()
-
-
-@pytest.fixture(params=["tcp", "memory"])
-async def world(request: pytest.FixtureRequest) -> AsyncIterator[World]:
-    w = World(request.param)
-    try:
-        yield w
-    finally:
-        await w.close()
-
-
-def flood(world: World, i: int) -> Batch:
-    # TCP: ~48 MB in all, beyond the socket buffers (a reader that stops reading would
-    # stall the sender long before the end).
-    return big_batch(i, n=16, width=1000) if world.kind == "tcp" else big_batch(i)
-
-
-FLOOD = 3000
-CLEAN = {
-    "cut": [],
-    "rules": {},
-    "shapes": {},
-    "dropped_in": 0,
-    "dropped_out": 0,
-    "closed_on_heal": 0,
-    "reset": 0,
-    "refused": 0,
-}
-
-
-async def closed_by_peer(conn: Connection) -> bool:
-    """Whether the next thing ``conn`` gets is the end: None, or a broken connection."""
-    try:
-        async with asyncio.timeout(GUARD):
-            return await conn.receive() is None
-    except ConnectionError:
-        return True
 
 
 # ---------------------------------------------------------------------------- over a network
@@ -670,176 +551,6 @@ async def test_a_reset_replaces_a_blackhole_and_ends_a_delayed_connection(world:
     await wait_until(lambda: a.ended == 1)  # a's held receive woke up at the reset
     assert a.inbox.empty()
     # The autouse fixture checks that the pumps are gone with the connection.
-
-
-# ---------------------------------------------------------------------------- shapes
-async def test_a_delay_is_latency_each_way_not_a_pause_per_message(world: World) -> None:
-    delay, n = 0.1, 40
-    a, b = await world.start("a"), await world.start("b")
-    b_to_a, a_served = await world.link(b, a)
-    a.faults.shape(["b"], delay=delay)
-    loop = asyncio.get_running_loop()
-    # From the peer: handed over no earlier than `delay` after it was sent, in order.
-    start = loop.time()
-    sent = []
-    for i in range(n):
-        sent.append(loop.time())
-        await b_to_a.send(Ack("s", "b", i))
-    got = []
-    async with asyncio.timeout(GUARD):
-        for _ in range(n):
-            got.append(await a.inbox.get())
-    assert got == [Ack("s", "b", i) for i in range(n)]
-    assert all(t - s >= delay for s, t in zip(sent, a.times[-n:], strict=True))
-    assert a.times[-1] - start < n * delay / 4  # latency, not a pause per message
-    # To the peer: leaves no earlier than `delay` after send, in order; send returns early.
-    start = loop.time()
-    sent, arrived = [], []
-    for i in range(n):
-        sent.append(loop.time())
-        await a_served.send(Ack("s", "a", i))
-    async with asyncio.timeout(GUARD):
-        for i in range(n):
-            assert await b_to_a.receive() == Ack("s", "a", i)
-            arrived.append(loop.time())
-    assert all(t - s >= delay for s, t in zip(sent, arrived, strict=True))
-    assert arrived[-1] - start < n * delay / 4
-    # A round trip crosses the delay twice.
-    start = loop.time()
-    await b_to_a.send(Ack("s", "b", -1))
-    async with asyncio.timeout(GUARD):
-        assert await a.inbox.get() == Ack("s", "b", -1)
-    await a_served.send(Ack("s", "a", -1))
-    async with asyncio.timeout(GUARD):
-        assert await b_to_a.receive() == Ack("s", "a", -1)
-    assert loop.time() - start >= 2 * delay
-
-
-async def test_close_lets_delayed_sends_leave(world: World) -> None:
-    a, b = await world.start("a"), await world.start("b")
-    a_to_b, _ = await world.link(a, b)
-    a.faults.shape(["b"], delay=0.05)
-    for i in range(5):
-        await a_to_b.send(Ack("s", "a", i))
-    await a_to_b.close()  # as TCP flushes on close: what was sent arrives, then the end
-    async with asyncio.timeout(GUARD):
-        assert [await b.inbox.get() for _ in range(5)] == [Ack("s", "a", i) for i in range(5)]
-    await wait_until(lambda: b.ended == 1)
-
-
-@pytest.mark.parametrize("healed", [False, True])
-async def test_close_ends_a_receive_pending_on_a_delayed_connection(
-    world: World, healed: bool
-) -> None:
-    # An input link ends a session by closing the connection while its receive loop waits
-    # (node/link.py): that receive must end, also once the reader pump outlived its delay.
-    a, b = await world.start("a"), await world.start("b")
-    a_to_b, b_served = await world.link(a, b)
-    a.faults.shape(["b"], delay=0.01)
-    await b_served.send(Ack("s", "b", 1))
-    async with asyncio.timeout(GUARD):
-        assert await a_to_b.receive() == Ack("s", "b", 1)  # the read-ahead pump runs now
-    if healed:
-        a.faults.heal(["b"])
-    pending = asyncio.create_task(a_to_b.receive())
-    await asyncio.sleep(0.02)  # it waits for the pump
-    assert not pending.done()
-    await a_to_b.close()
-    async with asyncio.timeout(GUARD):
-        assert await pending is None  # this end closed: nothing more
-    assert await a_to_b.receive() is None
-
-
-def sized(i: int) -> Batch:
-    return big_batch(i, n=4, width=200)
-
-
-async def test_bandwidth_paces_each_way(world: World) -> None:
-    n, seconds = 30, 0.3
-    size = frame_size(sized(0))
-    rate = n * size / seconds  # bytes/s: n messages take `seconds`
-    a, b = await world.start("a"), await world.start("b")
-    b_to_a, a_served = await world.link(b, a)
-    a.faults.shape(["b"], bandwidth=rate)
-    loop = asyncio.get_running_loop()
-    # To the peer: a's own sends wait for their turn.
-    start = loop.time()
-    for i in range(n):
-        await a_served.send(sized(i))
-    assert loop.time() - start >= 0.8 * (n - 1) * size / rate
-    async with asyncio.timeout(GUARD):
-        for i in range(n):
-            assert await b_to_a.receive() == sized(i)
-    # From the peer: a reads no faster than the bandwidth.
-    for i in range(n):
-        await b_to_a.send(sized(i))
-    async with asyncio.timeout(GUARD):
-        assert [await a.inbox.get() for _ in range(n)] == [sized(i) for i in range(n)]
-    assert a.times[-1] - a.times[-n] >= 0.8 * (n - 2) * size / rate
-
-
-async def test_bandwidth_back_pressure_reaches_the_remote_sender() -> None:
-    queue, n, seconds = 2, 30, 0.3
-    size = frame_size(sized(0))
-    rate = n * size / seconds
-    world = World("memory", queue_size=queue)
-    try:
-        a, b = await world.start("a"), await world.start("b")
-        b_to_a, _ = await world.link(b, a)
-        a.faults.shape(["b"], bandwidth=rate)
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        for i in range(n):
-            await b_to_a.send(sized(i))  # b has no shape: only a's reading holds it back
-        # The last send found room: a had read all but `queue` of them, one per size/rate.
-        assert loop.time() - start >= 0.8 * (n - queue - 1) * size / rate
-        async with asyncio.timeout(GUARD):
-            assert [await a.inbox.get() for _ in range(n)] == [sized(i) for i in range(n)]
-    finally:
-        await world.close()
-
-
-async def test_a_slow_reader_backs_up_the_sender() -> None:
-    queue, n, slow = 4, 12, 0.05
-    world = World("memory", queue_size=queue)
-    try:
-        a, b = await world.start("a"), await world.start("b")
-        b_to_a, _ = await world.link(b, a)
-        a.faults.shape(["b"], slow=slow)
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        for i in range(n):
-            await b_to_a.send(Ack("s", "b", i))
-            # Back-pressure: b's sends are never more than the queue, plus one in a's
-            # hands, ahead of what a handed over (a.times counts the hello too).
-            assert i + 1 <= queue + 1 + (len(a.times) - 1)
-        assert loop.time() - start >= 0.8 * (n - queue - 1) * slow
-        async with asyncio.timeout(GUARD):
-            assert [await a.inbox.get() for _ in range(n)] == [Ack("s", "b", i) for i in range(n)]
-        gaps = [t1 - t0 for t0, t1 in itertools.pairwise(a.times[-n:])]
-        assert sum(gaps) >= 0.8 * (n - 1) * slow  # one read per `slow` at most
-    finally:
-        await world.close()
-
-
-async def test_a_heal_removes_shapes_and_closes_nothing_for_them(world: World) -> None:
-    a, b = await world.start("a"), await world.start("b")
-    b_to_a, a_served = await world.link(b, a)
-    a.faults.shape(["b"], delay=0.01, bandwidth=1e6, slow=0.001)
-    await b_to_a.send(Ack("s", "b", 1))
-    await a_served.send(Ack("s", "a", 1))
-    async with asyncio.timeout(GUARD):
-        assert await a.inbox.get() == Ack("s", "b", 1)
-        assert await b_to_a.receive() == Ack("s", "a", 1)
-    assert a.faults.heal(["b"]) == ["b"]
-    assert a.faults.status() == CLEAN  # no shape, nothing closed
-    assert a.faults.shape_of("b") is None
-    await b_to_a.send(Ack("s", "b", 2))  # the same connection goes on
-    await a_served.send(Ack("s", "a", 2))
-    async with asyncio.timeout(GUARD):
-        assert await a.inbox.get() == Ack("s", "b", 2)
-        assert await b_to_a.receive() == Ack("s", "a", 2)
-    assert a.ended == 0
 
 
 # ---------------------------------------------------------------------------- control plane
