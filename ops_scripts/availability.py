@@ -1,10 +1,10 @@
 """Availability at the client: the paper's Delay_new, counts of what arrived, and the bound.
 
 Role: pure functions of a client's log (``(arrival_us, Tuple)`` rows in arrival order, as
-``node/runlog.py`` stores them), plus one loader, :func:`load_availability`, that reads a run
-directory. ``dpc check`` prints :func:`assess` and the distribution of :func:`judge_delays`
-per client; with a run history, the availability verdict (``ops_scripts/properties.py``)
-judges the delays :func:`judge_delays` did not excuse. ``dpc demo`` uses :func:`delay_new`
+``node/runlog.py`` stores them and ``ops_scripts/recorded.py`` reads them). ``dpc check``
+prints :func:`assess` and the distribution of :func:`judge_delays` per client; with a run
+history, the availability verdict (``ops_scripts/properties.py``) judges the delays
+:func:`judge_delays` did not excuse. ``dpc demo`` uses :func:`delay_new`
 and :func:`apply_undos` on its simulated client.
 
 Theory of operation. A source stamps each tuple with the wall clock (``tmax = time``) and
@@ -13,11 +13,11 @@ tuple ``arrival - tmax`` is its end-to-end delay. The paper measures availabilit
 Delay_new: the worst delay of a *new* result, leaving out corrections, which are by nature
 late (they re-send results the client already had, tentatively). The paper identifies
 corrections as the tuples between an UNDO and its REC_DONE. That rule alone does not fit our
-clients: a client that switches replicas receives an UNDO and then the other replica's
-stream, which replays stable results the client already holds, with no REC_DONE to close
-the "correction" span; the old rule would then either count the replay as new (an inflated
-delay) or exclude everything after the switch. And within a reconciliation, SOutput emits
-results the failed node never produced at all, which are new and must count.
+clients: a client that switches replicas while holding tentative results may receive an
+UNDO and then the other replica's versions of them, with no REC_DONE to close the
+"correction" span; the rule would then either count those as new (an inflated delay) or
+exclude everything after the switch. And within a reconciliation, SOutput emits results
+the failed node never produced at all, which are new and must count.
 
 So :func:`delay_new` decides by content, not by position: **a data tuple (STABLE or
 TENTATIVE) is new iff its tmax is greater than the tmax of every data tuple received before
@@ -28,30 +28,26 @@ how DPC keeps results flowing during a failure.
 
 Caveat of the rule: a new tuple emitted after a sibling with a larger tmax (the groups of one
 window, which close together) is not counted, and its delay exceeds the sibling's by the
-difference of their tmax: at most one window length for an aggregate, usually much less.
-In ``dpc demo`` the worst tentative window gives 2.62 s, while a sibling group uncounted by
-the rule had 2.65 s. Join matches for one input share its tmax, so they lose nothing.
+difference of their tmax: at most one window length for an aggregate, usually much less
+(in ``dpc demo``, a few hundredths of a second). Join matches for one input share its tmax,
+so they lose nothing.
 
 The bound is the paper's property 1: a result is delayed at most ``X`` by each node it
 crosses, so a client of a stream produced ``k`` nodes away from the sources waits at most
 ``k * X``. Nodes may each set their own ``X``; :func:`bound_for` sums each node's ``X``
 along the path whose sum is largest (with equal ``X`` that is the path with most nodes).
 
-Invariants: every function except :func:`load_availability` is pure (no I/O, no clock);
-:func:`load_availability` never raises for a missing or unreadable client log, it skips
-that client and says why in ``notes``.
+Invariants: every function is pure (no I/O, no clock).
 """
 
 from __future__ import annotations
 
 import bisect
 import math
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from node.config import ClusterConfig, NodeConfig
-from node.runlog import RunDir, read_client_parquet, read_jsonl_tuples
 from protocol.tuples import DATA_KINDS, Kind, Tuple
 
 __all__ = [
@@ -63,7 +59,6 @@ __all__ = [
     "bound_for",
     "delay_new",
     "judge_delays",
-    "load_availability",
     "new_results",
     "percentile",
 ]
@@ -258,34 +253,3 @@ def judge_delays(client: str, stream: str, rows: Sequence[Row], bound: int,
         worst=max(checked, key=lambda r: r.delay, default=None),
         first_late=late[0] if late else None,
     )
-
-
-def load_availability(
-    run_dir: RunDir | str | os.PathLike[str],
-    config: ClusterConfig,
-    *,
-    notes: list[str] | None = None,
-) -> list[ClientAvailability]:
-    """:func:`assess` every client of ``config`` from its log in ``run_dir`` (the JSONL log,
-    or its Parquet copy when the JSONL is gone, as ``dpc check`` reads them). A client whose
-    log is missing or unreadable is skipped, and a line saying why is appended to ``notes``
-    (when given): a report on what is there, never a crash."""
-    rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
-    found: list[ClientAvailability] = []
-    for c in config.clients.values():
-        path = rd.client_log(c.name)
-        try:
-            if path.exists():
-                rows = read_jsonl_tuples(path)
-            elif rd.client_parquet(c.name).exists():
-                path = rd.client_parquet(c.name)
-                rows = read_client_parquet(path)
-            else:
-                if notes is not None:
-                    notes.append(f"client {c.name}: no log ({path} is missing), skipped")
-                continue
-            found.append(assess(config, c.name, rows))
-        except Exception as e:  # a report: one bad log must not hide the others
-            if notes is not None:
-                notes.append(f"client {c.name}: cannot assess {path}: {type(e).__name__}: {e}")
-    return found

@@ -12,7 +12,7 @@ import pytest
 
 from node.config import ClusterConfig
 from node.config_load import load_config
-from node.runlog import JsonlTupleWriter, RunDir, read_jsonl_tuples
+from node.runlog import JsonlTupleWriter, read_jsonl_tuples
 from ops_scripts.availability import (
     ClientAvailability,
     apply_undos,
@@ -20,7 +20,6 @@ from ops_scripts.availability import (
     bound_for,
     delay_new,
     judge_delays,
-    load_availability,
     percentile,
 )
 from ops_scripts.history import HistoryError
@@ -180,32 +179,6 @@ def test_assess_counts_and_flags_an_exceeded_bound(basic: ClusterConfig) -> None
     assert worse.delay_new_us == 8400 * MS and worse.exceeded
     at_bound = [*rows, (3600 * MS, stable(6, 600 * MS))]  # exactly X: kept
     assert not assess(basic, "c1", at_bound).exceeded
-
-
-# ---------------------------------------------------------------- load_availability
-def test_load_availability_reads_each_client_log_and_skips_a_missing_one(
-    tmp_path: Path, chain4: ClusterConfig
-) -> None:
-    config = dataclasses.replace(
-        chain4,
-        clients={**chain4.clients, "c2": dataclasses.replace(chain4.clients["c1"], name="c2")},
-    )
-    rd = RunDir(tmp_path / "run").ensure()
-    rows = steady(20, lag=40 * MS)
-    with JsonlTupleWriter(rd.client_log("c1")) as w:
-        for arrival, t in rows:
-            w.write([t], arrival)
-    notes: list[str] = []
-    (got,) = load_availability(rd, config, notes=notes)
-    assert got == assess(config, "c1", rows)
-    assert got.delay_new_us == 40 * MS and got.bound_us == 13 * SECOND and not got.exceeded
-    assert len(notes) == 1 and "client c2" in notes[0] and "c2.jsonl" in notes[0]
-    assert load_availability(tmp_path / "run", config) == [got]  # notes are optional
-
-    rd.client_log("c1").write_bytes(b"garbage\n" + rd.client_log("c1").read_bytes())
-    notes.clear()
-    assert load_availability(rd, config, notes=notes) == []
-    assert "cannot assess" in notes[0] and "line 1" in notes[0]
 
 
 # ---------------------------------------------------------------- dpc check's report
