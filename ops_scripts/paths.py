@@ -19,8 +19,9 @@ node producing a client's stream -> the client. At a time tau:
   down. Both directions count: data flows one way, heartbeats, acks and subscriptions the
   other. A slowed link (delay, bandwidth, slow reader) counts as broken: **availability is
   judged on clean paths only**, so a result late because of a slowed link is excused, not
-  checked. A ``stall`` breaks no edge, but while one is in force the clients downstream
-  of that replica's node are not served (see :func:`served`).
+  checked. A ``stall`` breaks nothing: the client reads fresh data from the stalled
+  replica's partner meanwhile (it is served through ``state/buffer.py`` ``AheadView`` if it
+  took part of the stalled corrections), so results during a stall are judged.
 * a source is **live** if not down; a replica is live if not down and at least one of its
   node's input streams has a live producer over an unbroken edge (SUnion releases results,
   tentative, with an input missing); a client is **served** if a live producer of its
@@ -91,18 +92,15 @@ class FaultSpan:
     cut: frozenset[Pair]
     down: frozenset[str]
     impaired: frozenset[Pair]
-    stalled: frozenset[str] = frozenset()  # a stall: that replica's reconciliation held
 
 
 @dataclass(frozen=True, slots=True)
 class Conditions:
-    """What is broken at one time: directed pairs cut and impaired, processes down,
-    replicas whose reconciliation is stalled."""
+    """What is broken at one time: directed pairs cut and impaired, processes down."""
 
     cut: frozenset[Pair] = frozenset()
     impaired: frozenset[Pair] = frozenset()
     down: frozenset[str] = frozenset()
-    stalled: frozenset[str] = frozenset()
 
     def edge_ok(self, x: str, y: str) -> bool:
         """The edge x-y is usable: both ends up, neither direction cut nor slowed."""
@@ -163,13 +161,10 @@ def fault_spans(events: Iterable[Mapping[str, Any]]) -> list[FaultSpan]:
         down = e["down"]
         if not isinstance(down, list | tuple):
             raise HistoryError(f"{where}: down must be a list of names, got {down!r}")
-        stalled: frozenset[str] = frozenset()
-        if kind == "stall" and isinstance(raw, Mapping) and "process" in raw:
-            stalled = frozenset([str(raw["process"])])
         out.append(FaultSpan(
             e["id"], kind, Span(e["t"], ends.get(i)), str(e.get("describe", "")),
             _pairs(e["cut"], where), frozenset(str(p) for p in down),
-            _pairs(e["impaired"], where), stalled))
+            _pairs(e["impaired"], where)))
     return out
 
 
@@ -214,7 +209,6 @@ def conditions_at(faults: Sequence[FaultSpan], down: Mapping[str, Sequence[Span]
         cut=frozenset().union(*(f.cut for f in active)),
         impaired=frozenset().union(*(f.impaired for f in active)),
         down=frozenset(p for p, spans in down.items() if any(s.covers(t) for s in spans)),
-        stalled=frozenset().union(*(f.stalled for f in active)),
     )
 
 
@@ -249,29 +243,11 @@ def live_processes(config: ClusterConfig, cond: Conditions) -> frozenset[str]:
     return frozenset(live)
 
 
-def _upstream_replicas(config: ClusterConfig, stream: str) -> set[str]:
-    """Every replica of every node the stream's data passes through."""
-    out: set[str] = set()
-    todo = [stream]
-    while todo:
-        producer = config.producer_of(todo.pop())
-        if isinstance(producer, NodeConfig):
-            out |= {r.name for r in producer.replicas}
-            todo += list(producer.inputs)
-    return out
-
-
 def served(config: ClusterConfig, client: str, cond: Conditions,
            live: frozenset[str] | None = None) -> bool:
-    """A live producer of the client's stream reaches it over an unbroken edge, and no
-    replica on the way has its reconciliation stalled (a stall holds that replica's new
-    input mid-correction; a consumer that took part of its corrections cannot take fresh
-    data from the partner without having a stable tuple undone: the k*X bound assumes a
-    reconciliation that ends, so a stall suspends it)."""
+    """A live producer of the client's stream reaches it over an unbroken edge."""
     live = live_processes(config, cond) if live is None else live
     stream = config.clients[client].stream
-    if cond.stalled & _upstream_replicas(config, stream):
-        return False
     return any(p in live and cond.edge_ok(p, client) for p in _producers(config, stream))
 
 
@@ -279,9 +255,6 @@ def why_not_served(config: ClusterConfig, client: str, cond: Conditions,
                    live: frozenset[str] | None = None) -> str:
     """Per producer of the client's stream, what keeps it from serving the client."""
     live = live_processes(config, cond) if live is None else live
-    stalled = cond.stalled & _upstream_replicas(config, config.clients[client].stream)
-    if stalled:
-        return f"reconciliation stalled at {', '.join(sorted(stalled))}"
     reasons = []
     for p in _producers(config, config.clients[client].stream):
         if p in cond.down:
