@@ -19,13 +19,17 @@ node producing a client's stream -> the client. At a time tau:
   down. Both directions count: data flows one way, heartbeats, acks and subscriptions the
   other. A slowed link (delay, bandwidth, slow reader) counts as broken: **availability is
   judged on clean paths only**, so a result late because of a slowed link is excused, not
-  checked. A ``stall`` breaks nothing: the client reads fresh data from the stalled
-  replica's partner meanwhile (it is served through ``state/buffer.py`` ``AheadView`` if it
-  took part of the stalled corrections), so results during a stall are judged.
-* a source is **live** if not down; a replica is live if not down and at least one of its
-  node's input streams has a live producer over an unbroken edge (SUnion releases results,
-  tentative, with an input missing); a client is **served** if a live producer of its
-  stream reaches it over an unbroken edge.
+  checked.
+* a replica is **stalled** while a ``stall`` of it is in force: any reconciliation it
+  starts holds its new input until the heal, and the k*X bound assumes a reconciliation
+  that ends. Whether it reconciled meanwhile is not asked: a stalled replica counts as
+  serving nothing new. Its partner still serves the client if live (the client reads fresh
+  data there, through ``state/buffer.py`` ``AheadView`` if it took part of the stalled
+  corrections), so a stall excuses nothing while another replica of the node can serve.
+* a source is **live** if not down; a replica is live if neither down nor stalled and at
+  least one of its node's input streams has a live producer over an unbroken edge (SUnion
+  releases results, tentative, with an input missing); a client is **served** if a live
+  producer of its stream reaches it over an unbroken edge.
 
 An :class:`Outage` is a maximal interval where a client is not served. Before the history's
 ``ready`` event (the cluster up and every client holding a first result) every client is in
@@ -92,15 +96,18 @@ class FaultSpan:
     cut: frozenset[Pair]
     down: frozenset[str]
     impaired: frozenset[Pair]
+    stalled: frozenset[str] = frozenset()  # a stall: that replica's reconciliation held
 
 
 @dataclass(frozen=True, slots=True)
 class Conditions:
-    """What is broken at one time: directed pairs cut and impaired, processes down."""
+    """What is broken at one time: directed pairs cut and impaired, processes down,
+    replicas whose reconciliation is stalled."""
 
     cut: frozenset[Pair] = frozenset()
     impaired: frozenset[Pair] = frozenset()
     down: frozenset[str] = frozenset()
+    stalled: frozenset[str] = frozenset()
 
     def edge_ok(self, x: str, y: str) -> bool:
         """The edge x-y is usable: both ends up, neither direction cut nor slowed."""
@@ -161,10 +168,13 @@ def fault_spans(events: Iterable[Mapping[str, Any]]) -> list[FaultSpan]:
         down = e["down"]
         if not isinstance(down, list | tuple):
             raise HistoryError(f"{where}: down must be a list of names, got {down!r}")
+        stalled: frozenset[str] = frozenset()
+        if kind == "stall" and isinstance(raw, Mapping) and "process" in raw:
+            stalled = frozenset([str(raw["process"])])
         out.append(FaultSpan(
             e["id"], kind, Span(e["t"], ends.get(i)), str(e.get("describe", "")),
             _pairs(e["cut"], where), frozenset(str(p) for p in down),
-            _pairs(e["impaired"], where)))
+            _pairs(e["impaired"], where), stalled))
     return out
 
 
@@ -209,6 +219,7 @@ def conditions_at(faults: Sequence[FaultSpan], down: Mapping[str, Sequence[Span]
         cut=frozenset().union(*(f.cut for f in active)),
         impaired=frozenset().union(*(f.impaired for f in active)),
         down=frozenset(p for p, spans in down.items() if any(s.covers(t) for s in spans)),
+        stalled=frozenset().union(*(f.stalled for f in active)),
     )
 
 
@@ -236,7 +247,7 @@ def live_processes(config: ClusterConfig, cond: Conditions) -> frozenset[str]:
     for node in config.nodes.values():
         feeders = [p for stream in node.inputs for p in _producers(config, stream)]
         for r in node.replicas:
-            if r.name not in cond.down and any(
+            if r.name not in cond.down and r.name not in cond.stalled and any(
                 p in live and cond.edge_ok(p, r.name) for p in feeders
             ):
                 live.add(r.name)
@@ -259,6 +270,8 @@ def why_not_served(config: ClusterConfig, client: str, cond: Conditions,
     for p in _producers(config, config.clients[client].stream):
         if p in cond.down:
             reasons.append(f"{p} down")
+        elif p in cond.stalled:
+            reasons.append(f"{p} stalled")
         elif p not in live:
             reasons.append(f"{p} has no live input")
         elif client in cond.down:

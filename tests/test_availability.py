@@ -330,12 +330,18 @@ def test_judge_delays_excuses_within_the_bound_of_an_outage_and_describes_the_re
     assert percentile([1, 2, 3, 4], 50) == 2 and percentile([7], 99) == 7
 
 
-def test_start_up_is_an_outage_and_a_stalled_reconciliation_is_not(basic: ClusterConfig) -> None:
-    """Before ``ready`` the cluster was starting. A stalled reconciliation breaks nothing:
-    the client reads fresh data from the partner meanwhile, so its results are judged."""
+def test_start_up_is_an_outage_and_a_stall_only_where_no_partner_serves(
+        basic: ClusterConfig) -> None:
+    """Before ``ready`` the cluster was starting. A stalled replica serves nothing new, but
+    its partner does: a stall is an outage only while no other replica can serve."""
     events = [{"t": 0, "event": "start"}, {"t": SECOND, "event": "ready"},
               fault(2 * SECOND, 1, basic, fault="stall", process="n1b"), heal(3 * SECOND, 1)]
     outages = client_outages(basic, events)["c1"]
     assert [(o.start, o.end) for o in outages] == [(0, SECOND)]
     assert outages[0].why == "the cluster was starting"
+    events[3:3] = [fault(2500 * MS, 2, basic, fault="kill", process="n1a"),
+                   heal(2800 * MS, 2)]
+    outages = client_outages(basic, events)["c1"]
+    assert [(o.start, o.end) for o in outages] == [(0, SECOND), (2500 * MS, 2800 * MS)]
+    assert outages[1].why == "n1a down; n1b stalled"
     assert spans(basic, [{"t": 0, "event": "start"}]) == []  # no ready: nothing excused

@@ -7,6 +7,7 @@ fixed sleeps, and stops every process it started, by pid.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import signal
@@ -27,6 +28,7 @@ from node.config_load import load_config
 from node.ports import free_port
 from node.runlog import RunDir
 from ops_scripts.launch import Launched, start_cluster, stop_cluster
+from ops_scripts.processes import alive, runs_node
 from protocol.codec import encode
 from protocol.messages import Subscribe
 
@@ -242,20 +244,31 @@ def test_demo_shows_a_failure_and_its_correction_on_real_processes(tmp_path: Pat
     assert "eventual-consistency  client c1 (n1.out)    valid" in out and "-> PASS" in out
 
 
+def _interruptible() -> None:
+    # A suite started in the background by a non-interactive shell inherits SIGINT ignored,
+    # and so would dpc launch (Python installs its KeyboardInterrupt handler only where
+    # SIGINT is not ignored): give the child the terminal's default, as Ctrl-C finds it.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_stops_launch_and_every_process_cleanly(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     proc = subprocess.Popen([DPC, "launch", str(small("basic.toml", tmp_path, limit=10**9)),
                              "--run-dir", str(run_dir)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, cwd=ROOT)
+                            text=True, cwd=ROOT, preexec_fn=_interruptible)
+    rd = RunDir(run_dir)
     try:
-        rd = RunDir(run_dir)
         wait_for(lambda: run_dir.exists() and rd.is_ready("c1"), timeout=60, what="the cluster to start")
         wait_for(lambda: rd.count_lines(rd.client_log("c1")) > 100, what="the client to receive data")
         proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
         out, _ = proc.communicate(timeout=120)
     finally:
-        if proc.poll() is None:
+        if proc.poll() is None:  # it did not stop: stop it and the processes it started
             proc.kill()
+            for name in ("c1", "n1a", "n1b", "s1", "s2", "s3"):
+                pid = rd.read_pid(name) if run_dir.exists() else None
+                if pid is not None and alive(pid) and runs_node(pid, name, rd):
+                    os.kill(pid, signal.SIGKILL)
     assert proc.returncode == 0, out
     assert "interrupted" in out and "stopped cleanly" in out
     pids = [int(m) for m in re.findall(r"pid (\d+)", out)]
