@@ -84,6 +84,7 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         """One loop turn at the same virtual time."""
         self._spins += 1
         if self._spins > SPIN_LIMIT:
+            self._spins = 0  # whoever catches it may still cancel the tasks on this loop
             raise SimulationDeadlock(
                 f"livelock: {SPIN_LIMIT} loop turns without virtual time moving "
                 f"(at t={self._virtual_now:.6f} s)")
