@@ -46,7 +46,7 @@ from protocol.errors import DPCError
 from .fault import FaultError, post_action
 from .launch import Launched, restart_replica
 from .rules import ActiveRules, Cut, Heal, Op, Shape, Stall, Unstall
-from .schedule import Fault
+from .schedule import Fault, node_of
 from .status import fetch_status
 from .timeline import blocked
 
@@ -139,7 +139,7 @@ class Nemesis:
         self.rules = ActiveRules(config)
         self.active: dict[int, Fault] = {}
         self.down: dict[str, str] = {}  # process (replica or source) -> "killed" | "paused"
-        self._node_of = {r.name: n.name for n in config.nodes.values() for r in n.replicas}
+        self._node_of = node_of(config)
 
     @property
     def replicas(self) -> list[str]:

@@ -59,6 +59,7 @@ __all__ = [
     "cut_pairs",
     "dump_faults",
     "impaired_pairs",
+    "node_of",
     "parse_faults",
     "random_faults",
     "replica_rules",
@@ -164,7 +165,8 @@ def _links(config: ClusterConfig) -> list[tuple[str, str]]:
     return pairs
 
 
-def _node_of(config: ClusterConfig) -> dict[str, str]:
+def node_of(config: ClusterConfig) -> dict[str, str]:
+    """Each replica's node."""
     return {r.name: n.name for n in config.nodes.values() for r in n.replicas}
 
 
@@ -299,11 +301,11 @@ def _check_live_partner(faults: Sequence[Fault], config: ClusterConfig) -> None:
                 raise ScheduleError(
                     f"faults at {f.at:g} s and {g.at:g} s: {f.params['process']} is "
                     f"{f.kind}ed already when the {g.kind} starts")
-    node_of = _node_of(config)
-    down = [f for f in stops if f.params["process"] in node_of]
+    nodes = node_of(config)
+    down = [f for f in stops if f.params["process"] in nodes]
     for f in down:
-        node = node_of[f.params["process"]]
-        at_once = {g.params["process"] for g in down if node_of.get(g.params["process"]) == node
+        node = nodes[f.params["process"]]
+        at_once = {g.params["process"] for g in down if nodes.get(g.params["process"]) == node
                    and g.at < f.heal_at and f.at < g.heal_at}
         if len(at_once) == len(config.nodes[node].replicas) and any(
             g.kind == "kill" for g in down if g.params["process"] in at_once

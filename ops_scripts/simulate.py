@@ -59,7 +59,7 @@ from node.virtual_time import VirtualTimeLoop
 
 from .history import HistoryWriter, merge_states
 from .rules import ActiveRules, Cut, Heal, Op, Shape, Stall, Unstall
-from .schedule import Fault, dump_faults, random_faults
+from .schedule import Fault, dump_faults, node_of, random_faults
 from .timeline import BLOCKED_LIMIT, Timeline, blocked
 
 __all__ = ["SIM_KINDS", "SimOptions", "SimResult", "simulate_many", "simulate_one"]
@@ -219,7 +219,7 @@ async def _play(config: ClusterConfig, faults: Sequence[Fault], rd: RunDir, opts
         await asyncio.sleep(opts.settle)
         t0 = loop.time()
         timeline = Timeline(faults)
-        node_of = {r.name: n.name for n in config.nodes.values() for r in n.replicas}
+        nodes = node_of(config)
         down: dict[str, str] = {}
 
         def state_of(name: str) -> str | None:
@@ -237,7 +237,7 @@ async def _play(config: ClusterConfig, faults: Sequence[Fault], rd: RunDir, opts
                     cluster.restart(f.params["process"])
                 else:
                     cluster.rules.remove(i)
-            elif (why := blocked(f, node_of, down, state_of)) is not None:
+            elif (why := blocked(f, nodes, down, state_of)) is not None:
                 if not timeline.wait(i, loop.time() - t0):
                     history.record("note", text=f"fault #{i} ({f.describe()}) not injected: "
                                                 f"waited {BLOCKED_LIMIT:g} s, and still {why}")

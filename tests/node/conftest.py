@@ -7,12 +7,19 @@ from collections.abc import AsyncIterator
 import pytest
 
 from tests.node.fault_world import World
+from tests.node.test_transport import assert_nothing_leaked, open_fds
 
 
 @pytest.fixture(params=["tcp", "memory"])
 async def world(request: pytest.FixtureRequest) -> AsyncIterator[World]:
-    w = World(request.param)
-    try:
+    async with World(request.param) as w:
         yield w
-    finally:
-        await w.close()
+
+
+@pytest.fixture
+async def no_leaks() -> AsyncIterator[None]:
+    """No task of the test still runs and no socket it opened is still open after it (used
+    through ``LEAK_FREE``, tests/node/test_transport.py)."""
+    before = open_fds()
+    yield
+    await assert_nothing_leaked(before)

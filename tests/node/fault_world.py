@@ -86,6 +86,12 @@ class World:
         assert served.peer_name == src.name  # learned from the hello
         return conn, served
 
+    async def __aenter__(self) -> World:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
     async def close(self) -> None:
         for conn in self.opened:
             await conn.close()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -16,16 +15,13 @@ from protocol.messages import Batch, MessageType, Subscribe
 from tests.node.test_publisher import LOG, Producer, S, make_link, running, stable
 from tests.node.test_transport import (
     GUARD,
+    LEAK_FREE,
     MAX_FRAME,
-    assert_nothing_leaked,
     make_net,
-    open_fds,
     wait_until,
 )
 
-pytestmark = pytest.mark.filterwarnings(
-    "error::ResourceWarning", "error::pytest.PytestUnraisableExceptionWarning"
-)
+pytestmark = LEAK_FREE
 
 HELLO_TIMEOUT = 0.2
 SUBSCRIBE = encode(Subscribe("s", "x", 0, 0))
@@ -57,12 +53,6 @@ CASES: dict[str, tuple[bytes, bool, str]] = {
     "disconnect mid-frame": (SUBSCRIBE[:9], True, "closed in the middle of a frame"),
 }
 
-
-@pytest.fixture(autouse=True)
-async def _no_leaks() -> AsyncIterator[None]:
-    before = open_fds()
-    yield
-    await assert_nothing_leaked(before)
 
 
 async def closed_by_server(reader: asyncio.StreamReader) -> bool:

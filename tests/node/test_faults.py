@@ -14,7 +14,7 @@ pause)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,24 +42,15 @@ from protocol.messages import (
 from tests.node.fault_world import CLEAN, FLOOD, LOG, World, closed_by_peer, flood
 from tests.node.test_transport import (
     GUARD,
-    assert_nothing_leaked,
+    LEAK_FREE,
     big_batch,
-    open_fds,
     wait_until,
 )
 
-pytestmark = pytest.mark.filterwarnings(
-    "error::ResourceWarning", "error::pytest.PytestUnraisableExceptionWarning"
-)
+pytestmark = LEAK_FREE
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
-
-@pytest.fixture(autouse=True)
-async def _no_leaks() -> AsyncIterator[None]:
-    before = open_fds()
-    yield
-    await assert_nothing_leaked(before)
 
 
 # ---------------------------------------------------------------------------- over a network

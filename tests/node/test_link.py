@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -29,23 +28,14 @@ from tests.node.test_publisher import (
 )
 from tests.node.test_transport import (
     GUARD,
+    LEAK_FREE,
     Net,
-    assert_nothing_leaked,
     make_net,
-    open_fds,
     wait_until,
 )
 
-pytestmark = pytest.mark.filterwarnings(
-    "error::ResourceWarning", "error::pytest.PytestUnraisableExceptionWarning"
-)
+pytestmark = LEAK_FREE
 
-
-@pytest.fixture(autouse=True)
-async def _no_leaks() -> AsyncIterator[None]:
-    before = open_fds()
-    yield
-    await assert_nothing_leaked(before)
 
 
 @pytest.fixture(params=["tcp", "memory", "memory-codec"])

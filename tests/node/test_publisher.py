@@ -23,25 +23,16 @@ from protocol.tuples import DATA_KINDS, Kind, Tuple, make_tuple
 from state.buffer import OutputBuffer
 from tests.node.test_transport import (
     GUARD,
+    LEAK_FREE,
     Net,
-    assert_nothing_leaked,
     make_net,
-    open_fds,
     wait_stalled,
     wait_until,
 )
 
-pytestmark = pytest.mark.filterwarnings(
-    "error::ResourceWarning", "error::pytest.PytestUnraisableExceptionWarning"
-)
+pytestmark = LEAK_FREE
 LOG = logging.getLogger("test.publisher")
 
-
-@pytest.fixture(autouse=True)
-async def _no_leaks() -> AsyncIterator[None]:
-    before = open_fds()
-    yield
-    await assert_nothing_leaked(before)
 
 
 @pytest.fixture(params=["tcp", "memory", "memory-codec"])

@@ -12,25 +12,21 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator
 
 import pytest
 
 from node.shaping import frame_size
 from protocol.messages import Ack, Batch
 from tests.node.fault_world import CLEAN, World
-from tests.node.test_transport import GUARD, assert_nothing_leaked, big_batch, open_fds, wait_until
-
-pytestmark = pytest.mark.filterwarnings(
-    "error::ResourceWarning", "error::pytest.PytestUnraisableExceptionWarning"
+from tests.node.test_transport import (
+    GUARD,
+    LEAK_FREE,
+    big_batch,
+    wait_until,
 )
 
+pytestmark = LEAK_FREE
 
-@pytest.fixture(autouse=True)
-async def _no_leaks() -> AsyncIterator[None]:
-    before = open_fds()
-    yield
-    await assert_nothing_leaked(before)
 
 
 # ---------------------------------------------------------------------------- shapes
@@ -143,8 +139,7 @@ async def test_bandwidth_back_pressure_reaches_the_remote_sender() -> None:
     queue, n, seconds = 2, 30, 0.3
     size = frame_size(sized(0))
     rate = n * size / seconds
-    world = World("memory", queue_size=queue)
-    try:
+    async with World("memory", queue_size=queue) as world:
         a, b = await world.start("a"), await world.start("b")
         b_to_a, _ = await world.link(b, a)
         a.faults.shape(["b"], bandwidth=rate)
@@ -156,14 +151,11 @@ async def test_bandwidth_back_pressure_reaches_the_remote_sender() -> None:
         assert loop.time() - start >= 0.8 * (n - queue - 1) * size / rate
         async with asyncio.timeout(GUARD):
             assert [await a.inbox.get() for _ in range(n)] == [sized(i) for i in range(n)]
-    finally:
-        await world.close()
 
 
 async def test_a_slow_reader_backs_up_the_sender() -> None:
     queue, n, slow = 4, 12, 0.05
-    world = World("memory", queue_size=queue)
-    try:
+    async with World("memory", queue_size=queue) as world:
         a, b = await world.start("a"), await world.start("b")
         b_to_a, _ = await world.link(b, a)
         a.faults.shape(["b"], slow=slow)
@@ -179,8 +171,6 @@ async def test_a_slow_reader_backs_up_the_sender() -> None:
             assert [await a.inbox.get() for _ in range(n)] == [Ack("s", "b", i) for i in range(n)]
         gaps = [t1 - t0 for t0, t1 in itertools.pairwise(a.times[-n:])]
         assert sum(gaps) >= 0.8 * (n - 1) * slow  # one read per `slow` at most
-    finally:
-        await world.close()
 
 
 async def test_a_heal_removes_shapes_and_closes_nothing_for_them(world: World) -> None:

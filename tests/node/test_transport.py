@@ -35,9 +35,16 @@ from protocol.messages import (
 from protocol.tuples import Kind, boundary, make_tuple, rec_done, tentative_boundary, undo
 
 # An unclosed socket or transport warns when collected: make that a failure.
-pytestmark = pytest.mark.filterwarnings(
-    "error::ResourceWarning", "error::pytest.PytestUnraisableExceptionWarning"
-)
+#: The marks of a test module whose every test must leave no task running and no socket
+#: open behind it (the ``no_leaks`` fixture, tests/node/conftest.py), and whose unclosed
+#: resources are errors.
+LEAK_FREE = [
+    pytest.mark.filterwarnings(
+        "error::ResourceWarning", "error::pytest.PytestUnraisableExceptionWarning"
+    ),
+    pytest.mark.usefixtures("no_leaks"),
+]
+pytestmark = LEAK_FREE
 
 GUARD = 10.0  # seconds: only ever a bound on a wait for a condition, never asserted on
 
@@ -79,12 +86,6 @@ async def assert_nothing_leaked(fds_before: int) -> None:
     # Fewer is no leak: a descriptor open before the test (not the test's) may have closed.
     assert open_fds() <= fds_before, "file descriptors (sockets) left open"
 
-
-@pytest.fixture(autouse=True)
-async def _no_leaks():
-    before = open_fds()
-    yield
-    await assert_nothing_leaked(before)
 
 
 @dataclass
