@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo test fast lint typecheck unit bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,11 @@ typecheck: $(STAMP)
 
 unit: $(STAMP)
 	$(VENV)/bin/pytest
+
+# The suite without the real-process tests of tests/integration/ (marked slow): a quick loop
+# while developing. `make test` runs everything.
+fast: $(STAMP)
+	$(VENV)/bin/pytest -m 'not slow'
 
 bench: $(STAMP)
 	$(VENV)/bin/dpc bench core

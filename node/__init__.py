@@ -1,4 +1,4 @@
 """The node process and its edges (DESIGN.md section 4): configuration, transport, runtime.
 
-Only the runtime and link modules await; ``node.config`` is pure.
+Only the runtime and link modules await; ``node.config.model`` is pure.
 """

@@ -2,7 +2,7 @@
 
 Role: the one place the runtime reads the time of day. Tuple times, arrival times, SUnion
 deadlines and heartbeat times are all :func:`now_us`. A process normally reads the wall
-clock; the deterministic simulation (``node/virtual_time.py``, ``ops_scripts/simulate.py``)
+clock; the deterministic simulation (``node/virtual_time.py``, ``ops_scripts/harness/simulate.py``)
 runs a whole cluster in one process on a virtual clock and installs it with
 :func:`use_clock` for the length of a run.
 

@@ -16,7 +16,7 @@ deadlock of the simulated program, raised as :class:`SimulationDeadlock` rather 
 hanging; so is a livelock (``SPIN_LIMIT`` loop turns in a row while time stands still).
 
 Invariants: virtual time never goes backwards and moves only while the loop is idle; no
-real I/O is awaited (the simulated network is ``node/memory.py``; files are written
+real I/O is awaited (the simulated network is ``node/net/memory.py``; files are written
 synchronously); the loop is single-threaded.
 """
 

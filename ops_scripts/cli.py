@@ -5,7 +5,7 @@ command        does                                                             
 =============  =====================================================================  =============
 demo           a failure, tentative results and their correction, end to end         demo.py
 launch         start every process of a cluster config locally; drain and stop       launch.py
-node           one process of a cluster (what launch runs)                            node/process.py
+node           one process of a cluster (what launch runs)                            node/procs/entry.py
 status         each replica's state and streams, from the control planes              status.py
 fault          cut / heal / stall at one replica (``POST /fault``)                    fault.py
 inject         one fault or heal in a running cluster (by a run dir's pid files)      inject.py
@@ -79,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="stall / unstall: hold this replica's reconciliations mid-replay")
     fault.add_argument("peers", nargs="*", help="process names (heal without names: heal all)")
 
-    from .inject import add_inject_parser
+    from ops_scripts.harness.inject import add_inject_parser
 
     add_inject_parser(sub)
 
@@ -150,30 +150,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "demo":
-            from .demo import run_demo, run_simulated_demo
+            from ops_scripts.cluster.demo import run_demo, run_simulated_demo
 
             if args.simulated_only:
                 return run_simulated_demo(seed=args.seed, method=args.method)
             return run_demo(seed=args.seed, method=args.method, cluster_seconds=args.seconds,
                             failure_seconds=args.failure)
         if args.command == "launch":
-            from .launch import launch
+            from ops_scripts.cluster.launch import launch
 
             return launch(args.config, args.duration, args.run_dir)
         if args.command == "node":
-            from node.process import run_process
+            from node.procs.entry import run_process
 
             return run_process(args.config, args.name, args.run_dir, recover=args.recover)
         if args.command == "status":
-            from node.config_load import load_config
-
-            from .status import print_status, resolve_config
+            from node.config.load import load_config
+            from ops_scripts.cluster.status import print_status, resolve_config
 
             return print_status(load_config(resolve_config(args.target)))
         if args.command == "fault":
-            from node.config_load import load_config
-
-            from .fault import FaultError, cut, heal, stall, unstall
+            from node.config.load import load_config
+            from ops_scripts.harness.fault import FaultError, cut, heal, stall, unstall
 
             config = load_config(args.config)
             replicas = [r.name for n in config.nodes.values() for r in n.replicas]
@@ -198,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 2
             return 0
         if args.command == "simulate":
-            from .simulate import DEFAULT_CLUSTER, SimOptions, run_simulate
+            from ops_scripts.harness.simulate import DEFAULT_CLUSTER, SimOptions, run_simulate
 
             if args.runs < 1 or args.faults < 0 or args.duration <= 0:
                 print("dpc: error: --runs must be >= 1, --faults >= 0, --duration > 0",
@@ -208,29 +206,29 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_simulate(args.cluster or DEFAULT_CLUSTER, args.seed, args.runs,
                                 args.run_dir, jobs=args.jobs, opts=opts, keep=args.keep)
         if args.command == "check":
-            from .check import run_check
+            from ops_scripts.check.compose import run_check
 
             return run_check(args.run_dir)
         if args.command == "inject":
-            from .inject import run_inject
+            from ops_scripts.harness.inject import run_inject
 
             return run_inject(args)
         if args.command == "torture":
-            from .torture import DEFAULT_CLUSTER, TortureOptions, run_torture
+            from ops_scripts.harness.torture import DEFAULT_CLUSTER, TortureOptions, run_torture
 
             return run_torture(TortureOptions(
                 seed=args.seed, runs=args.runs, cluster=args.cluster or DEFAULT_CLUSTER,
                 run_dir=args.run_dir, faults=args.faults, duration=args.duration))
         if args.command == "run":
-            from .runner import run_scenario
+            from ops_scripts.harness.runner import run_scenario
 
             return run_scenario(args.scenario, args.run_dir)
         if args.command == "bench" and args.which == "core":
-            from .bench import run_core_bench
+            from ops_scripts.bench.core import run_core_bench
 
             return run_core_bench(tuples=args.tuples, repeat=args.repeat, frame=args.frame)
         if args.command == "bench" and args.which == "throughput":
-            from .bench_throughput import run_throughput_bench
+            from ops_scripts.bench.throughput import run_throughput_bench
 
             return run_throughput_bench(args.config, seconds=args.seconds, start_rate=args.start_rate,
                                         max_rate=args.max_rate, max_steps=args.steps, keys=args.keys)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
 from operators import QueryNetwork
 from protocol.tuples import Kind, boundary, make_tuple
+from tests.paths import ROOT
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = ROOT / "README.md"
 
 
 def test_readme_network_example_builds_and_produces_output() -> None:

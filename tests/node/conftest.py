@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.node.fault_world import World
-from tests.node.test_transport import assert_nothing_leaked, open_fds
+from tests.node.faults.fault_world import World
+from tests.node.net.test_transport import assert_nothing_leaked, open_fds
 
 
 @pytest.fixture(params=["tcp", "memory"])
@@ -19,7 +19,7 @@ async def world(request: pytest.FixtureRequest) -> AsyncIterator[World]:
 @pytest.fixture
 async def no_leaks() -> AsyncIterator[None]:
     """No task of the test still runs and no socket it opened is still open after it (used
-    through ``LEAK_FREE``, tests/node/test_transport.py)."""
+    through ``LEAK_FREE``, tests/node/net/test_transport.py)."""
     before = open_fds()
     yield
     await assert_nothing_leaked(before)

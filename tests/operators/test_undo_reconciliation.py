@@ -79,7 +79,7 @@ def kinds(stream: list[Tuple]) -> str:
 def run(seed: int, *, fail: tuple[int, int] | None, replay_step: int | None) -> list[Tuple]:
     """Feed the ticks; with ``fail = (a, b)`` stream s3 is silent from bucket a to bucket b
     (exclusive) and its missed input arrives at bucket b, then the node reconciles by
-    undo/redo as node/manager.py does: UNDO_START, then ``replay`` steps, then REC_DONE."""
+    undo/redo as node/replica/manager.py does: UNDO_START, then ``replay`` steps, then REC_DONE."""
     net = QueryNetwork(spec())
     u = net.operator("u")
     sout = net.operator("out")

@@ -1,0 +1,338 @@
+"""Load and validate a cluster config (TOML) into :class:`node.config.model.ClusterConfig`.
+
+Role: the one place a cluster file is read. Everything is checked here, once, before any
+process starts (STYLE.md 9); every error is a :class:`ConfigError` whose message is
+``"<file>: <key path>: expected <what>, found <what>"``, the key path written like
+``nodes.n1.replicas[1].data_port``. This module reads each table (types, ranges, unknown
+keys) through :mod:`node.config.read`; :mod:`node.config.check` checks what spans tables
+and builds the networks.
+
+The format (``examples/README.md`` has the long version)::
+
+    [cluster]                  # required
+    name = "basic"
+    token = "change-me"        # shared secret for mutating control-plane requests, non-empty
+    control_host = "127.0.0.1" # optional
+
+    [defaults]                 # optional; every key optional, these are the defaults
+    x = 3.0                    # the delay bound X, seconds (> 0)
+    alpha = 0.9                # 0 < alpha < 1; SUnion waits alpha * X
+    bucket = 0.1               # SUnion bucket width, seconds (> 0)
+    heartbeat_interval = 0.1   # seconds, 0 < h <= 0.1
+    heartbeat_misses = 3       # integer >= 1
+    checkpoint_interval = 0.2  # seconds (> 0)
+    reconciliation = "checkpoint"  # "checkpoint" | "undo"
+    up_failure = "process"         # "delay" | "process"
+    stabilization = "process"      # "suspend" | "delay" | "process"
+    replay_step = 10           # buckets re-released per event-loop turn while reconciling
+
+    [sources.s1]
+    schema = ["key", "value"]  # non-empty, distinct names
+    host = "127.0.0.1"         # optional
+    port = 7001                # 1..65535
+    rate = 1000.0              # tuples/s, > 0
+    boundary_interval = 0.1    # seconds, optional, default: defaults.bucket
+    generator = "synthetic"    # optional; "synthetic" | "file"
+    seed = 1                   # optional, default 0
+    limit = 50000              # optional, >= 1; default: run until stopped
+    [sources.s1.attributes]    # synthetic only; a missing attribute is int in [0, 100]
+    key = { kind = "key", n = 10, dist = "zipf", s = 1.2 }  # dist "uniform" | "zipf"
+    value = { kind = "int", min = 0, max = 100 }            # also "float", and "seq"
+    # generator = "file" takes file = "data.csv" instead of attributes: a .csv or .parquet
+    # file, relative to the config file, that has a column for each schema attribute.
+
+    [nodes.n1]
+    inputs = ["s1"]            # source names or "<node>.<soutput operator>" streams
+    x = 3.0                    # any [defaults] key may be overridden per node
+    [[nodes.n1.operators]]     # the query network (README.md "Query networks"); operator
+    name = "u"                 # parameters are in the core's units (microseconds)
+    type = "sunion"
+    inputs = ["s1"]
+    [[nodes.n1.operators]]
+    name = "out"
+    type = "soutput"
+    inputs = ["u"]
+    [[nodes.n1.replicas]]      # at least one
+    name = "n1a"
+    host = "127.0.0.1"         # optional
+    data_port = 7101
+    control_port = 8101
+
+    [clients.c1]
+    stream = "n1.out"          # a node output stream
+
+Invariants of the result: times are integer microseconds (seconds in the file, rounded to
+the nearest microsecond); every ``soutput`` of a node is an output, stream
+``"<node>.<operator>"``; a node's ``network.inputs`` maps its input streams, in file order,
+to their schemas; SUnion ``bucket``, ``wait`` (alpha*X), ``mode`` (up_failure) and
+``recovery`` (reconciliation) are filled from the node's settings unless the operator sets
+them; ``nodes`` is in topological order; ``streams`` holds every stream's schema; a synthetic
+source's ``attributes`` has one entry per schema attribute; a file source's ``file`` is an
+absolute path; ``raw`` is the parsed TOML.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from node.config.check import (
+    NodeDraft,
+    build_node,
+    check_clients,
+    check_names,
+    check_ports,
+    order_nodes,
+)
+from node.config.model import (
+    AttributeGen,
+    ClientConfig,
+    ClusterConfig,
+    NodeConfig,
+    NodeSettings,
+    ReplicaConfig,
+    SourceConfig,
+)
+from node.config.read import MISSING, NAME_RE, Table, config_error
+from node.errors import ConfigError
+from operators import OPERATORS  # the package import registers every operator type
+from operators.errors import SpecError
+from operators.spec import OperatorSpec
+from protocol.tuples import Schema
+
+__all__ = ["DEFAULT_HOST", "DEFAULT_SETTINGS", "load_config", "parse_config"]
+
+DEFAULT_HOST = "127.0.0.1"
+#: The [defaults] table when the file says nothing (times in microseconds).
+DEFAULT_SETTINGS = NodeSettings(
+    x=3_000_000,
+    alpha=0.9,
+    bucket=100_000,
+    heartbeat_interval=100_000,
+    heartbeat_misses=3,
+    checkpoint_interval=200_000,
+    reconciliation="checkpoint",
+    up_failure="process",
+    stabilization="process",
+)
+_MAX_HEARTBEAT = 100_000  # the paper's 100 ms
+
+
+def load_config(path: str | Path) -> ClusterConfig:
+    """Read, parse and validate the cluster file at ``path``."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{p}: cannot read the cluster config: {e}") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{p}: not valid TOML: {e}") from None
+    return parse_config(raw, p)
+
+
+def parse_config(raw: Mapping[str, Any], path: Path) -> ClusterConfig:
+    """Validate already-parsed TOML; ``path`` names the file in errors and anchors the
+    relative paths in it (source data files)."""
+    root = Table(path, "", raw)
+    cluster = root.table("cluster", required=True)
+    defaults = root.table("defaults")
+    sources_t, nodes_t = root.table("sources"), root.table("nodes")
+    clients_t = root.table("clients")
+    root.finish()
+
+    name = cluster.string("name", nonempty=True)
+    token = cluster.string("token", nonempty=True)
+    control_host = cluster.string("control_host", DEFAULT_HOST, nonempty=True)
+    cluster.finish()
+    base = _settings(defaults, DEFAULT_SETTINGS)
+    defaults.finish()
+
+    sources = {n: _source(t, n, base.bucket) for n, t in sources_t.entries()}
+    drafts = {n: _node(t, n, base) for n, t in nodes_t.entries()}
+    clients = {n: _client(t, n) for n, t in clients_t.entries()}
+    if not sources:
+        raise config_error(
+            path, "sources", "expected at least one [sources.NAME] table, found none"
+        )
+    if not drafts:
+        raise config_error(path, "nodes", "expected at least one [nodes.NAME] table, found none")
+
+    check_names(path, sources, drafts, clients)
+    check_ports(path, sources, drafts)
+    streams: dict[str, Schema] = {n: s.schema for n, s in sources.items()}
+    outputs: dict[str, Schema] = {}
+    nodes: dict[str, NodeConfig] = {}
+    for n in order_nodes(path, sources, drafts):
+        nodes[n], outs = build_node(path, drafts[n], streams)
+        streams.update(outs)
+        outputs.update(outs)
+    check_clients(path, clients, outputs, sources)
+    return ClusterConfig(
+        path=path.resolve(),
+        name=name,
+        token=token,
+        control_host=control_host,
+        sources=sources,
+        nodes=nodes,
+        clients=clients,
+        streams=streams,
+        raw=raw,
+    )
+
+
+# ------------------------------------------------------------------------------ sections
+def _settings(t: Table, base: NodeSettings) -> NodeSettings:
+    """The [defaults] keys of table ``t``, each falling back to ``base``."""
+    return NodeSettings(
+        x=t.seconds("x", base.x),
+        alpha=t.number("alpha", base.alpha, lambda v: 0 < v < 1, "a number with 0 < alpha < 1"),
+        bucket=t.seconds("bucket", base.bucket),
+        heartbeat_interval=t.seconds("heartbeat_interval", base.heartbeat_interval, _MAX_HEARTBEAT),
+        heartbeat_misses=t.integer("heartbeat_misses", base.heartbeat_misses, lo=1),
+        checkpoint_interval=t.seconds("checkpoint_interval", base.checkpoint_interval),
+        reconciliation=t.string(
+            "reconciliation", base.reconciliation, choices=("checkpoint", "undo")
+        ),
+        up_failure=t.string("up_failure", base.up_failure, choices=("delay", "process")),
+        stabilization=t.string(
+            "stabilization", base.stabilization, choices=("suspend", "delay", "process")
+        ),
+        replay_step=t.integer("replay_step", base.replay_step, lo=1),
+    )
+
+
+def _source(t: Table, name: str, default_boundary: int) -> SourceConfig:
+    schema = t.names("schema")
+    host = t.string("host", DEFAULT_HOST, nonempty=True)
+    port = t.integer("port", lo=1, hi=65535)
+    rate = float(t.number("rate", MISSING, lambda v: v > 0, "a number of tuples per second > 0"))
+    boundary_interval = t.seconds("boundary_interval", default_boundary)
+    generator = t.string("generator", "synthetic", choices=("synthetic", "file"))
+    seed = t.integer("seed", 0)
+    limit = t.integer("limit", 0, lo=1) if t.has("limit") else None
+    t.allow("limit", "attributes", "file")
+    attributes: dict[str, AttributeGen] = {}
+    file: Path | None = None
+    if generator == "synthetic":
+        if t.has("file"):
+            raise t.fail("file", 'no file for generator = "synthetic"', t.raw["file"])
+        given = t.table("attributes")
+        for attr, a in given.entries(names=False):
+            if attr not in schema:
+                raise given.fail(attr, f"an attribute of the schema ({', '.join(schema)})", attr)
+            attributes[attr] = _attribute(a)
+        given.finish()
+        attributes = {a: attributes.get(a, AttributeGen("int", min=0, max=100)) for a in schema}
+    else:
+        if t.has("attributes"):
+            raise t.fail("attributes", 'no attributes for generator = "file"', t.raw["attributes"])
+        file = _data_file(t, schema)
+    t.finish()
+    return SourceConfig(
+        name, schema, host, port, rate, boundary_interval, generator, seed, attributes, file, limit
+    )
+
+
+def _attribute(t: Table) -> AttributeGen:
+    kind = t.string("kind", choices=("key", "int", "float", "seq"))
+    gen = AttributeGen(kind)
+    if kind == "key":
+        dist = t.string("dist", "uniform", choices=("uniform", "zipf"))
+        s = t.number("s", gen.s, lambda v: v > 0, "a zipf exponent > 0")
+        if t.has("s") and dist != "zipf":
+            raise t.fail("s", 'no exponent s unless dist = "zipf"', t.raw["s"])
+        gen = AttributeGen(kind, n=t.integer("n", lo=1), dist=dist, s=s)
+    elif kind == "int":
+        imin = t.integer("min", 0)
+        gen = AttributeGen(kind, min=imin, max=t.integer("max", 100, lo=imin))
+    elif kind == "float":
+        fmin = t.number("min", 0.0, math.isfinite, "a finite number")
+        fmax = t.number("max", 100.0, lambda v: v > fmin, f"a finite number > min ({fmin})")
+        gen = AttributeGen(kind, min=fmin, max=fmax)
+    t.finish()
+    return gen
+
+
+def _data_file(t: Table, schema: Schema) -> Path:
+    given = t.string("file", nonempty=True)
+    path = (t.file.parent / given).resolve()
+    expected = f"a .csv or .parquet file with the columns {', '.join(schema)}"
+    if path.suffix not in (".csv", ".parquet"):
+        raise t.fail("file", expected, given)
+    try:
+        if path.suffix == ".csv":
+            with path.open(newline="", encoding="utf-8") as f:
+                columns = next(csv.reader(f), [])
+        else:
+            import pyarrow.parquet as pq  # heavy: only when a config uses Parquet
+
+            columns = list(pq.read_schema(path).names)
+    except (OSError, ValueError) as e:
+        raise t.fail_text("file", expected, f"{given!r}, which cannot be read ({e})") from None
+    missing = [a for a in schema if a not in columns]
+    if missing:
+        raise t.fail_text("file", expected, f"{given!r} without the column(s) {', '.join(missing)}")
+    return path
+
+
+def _node(t: Table, name: str, base: NodeSettings) -> NodeDraft:
+    inputs = t.names("inputs")
+    ops: list[OperatorSpec] = []
+    for i, raw in enumerate(t.array("operators")):
+        key = f"{t.key('operators')}[{i}]"
+        try:
+            op = OperatorSpec.from_dict(raw, f"{t.file}: {key}")
+        except SpecError as e:
+            raise ConfigError(str(e)) from None
+        if op.type not in OPERATORS:  # first: later checks would only see its consequences
+            raise config_error(
+                t.file,
+                f"{key}.type",
+                f"expected an operator type (known types: {', '.join(sorted(OPERATORS))}), "
+                f"found {op.type!r} (unknown operator type)",
+            )
+        if op.type == "soutput" and not NAME_RE.match(op.name):
+            raise config_error(
+                t.file,
+                f"{key}.name",
+                f"expected an soutput name of letters, digits, '_' or '-', found {op.name!r}",
+            )
+        ops.append(op)
+    if not ops:
+        raise t.fail_text("operators", f"at least one [[{t.key('operators')}]] table", "none")
+    if not any(o.type == "soutput" for o in ops):
+        kinds = ", ".join(o.type for o in ops)
+        raise t.fail_text("operators", "at least one soutput (the node's outputs)", f"only {kinds}")
+    replicas = tuple(_replica(r, name) for r in t.tables("replicas"))
+    if not replicas:
+        raise t.fail_text("replicas", f"at least one [[{t.key('replicas')}]] table", "none")
+    settings = _settings(t, base)
+    t.finish()
+    return NodeDraft(name, inputs, tuple(ops), replicas, settings)
+
+
+def _replica(t: Table, node: str) -> ReplicaConfig:
+    name = t.string("name", nonempty=True)
+    if not NAME_RE.match(name):
+        raise t.fail("name", "a name of letters, digits, '_' or '-'", name)
+    r = ReplicaConfig(
+        name=name,
+        node=node,
+        host=t.string("host", DEFAULT_HOST, nonempty=True),
+        data_port=t.integer("data_port", lo=1, hi=65535),
+        control_port=t.integer("control_port", lo=1, hi=65535),
+    )
+    t.finish()
+    return r
+
+
+def _client(t: Table, name: str) -> ClientConfig:
+    c = ClientConfig(name, t.string("stream", nonempty=True))
+    t.finish()
+    return c

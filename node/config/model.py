@@ -1,0 +1,153 @@
+"""The cluster config: a TOML file describing sources, replicated nodes and clients.
+
+This module is the data model; :func:`load_config` (in ``node/config/load.py``) parses and
+validates a file into it, once, naming file and key in every error. All times are integer
+microseconds here (the file says seconds).
+
+Streams have global names: a source's stream is the source's name (``"s1"``); a node's
+output stream is ``"<node>.<soutput operator>"`` (``"n1.out"``). A node's query network
+uses those global names for its input streams.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from operators.spec import NetworkSpec
+from protocol.tuples import Schema
+
+__all__ = [
+    "AttributeGen",
+    "ClientConfig",
+    "ClusterConfig",
+    "NodeConfig",
+    "NodeSettings",
+    "ReplicaConfig",
+    "SourceConfig",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaConfig:
+    """One replica (one OS process) of a node."""
+
+    name: str  # unique in the cluster, e.g. "n1a"
+    node: str
+    host: str
+    data_port: int
+    control_port: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSettings:
+    """Per-node fault-tolerance settings (section [defaults] overridden per node)."""
+
+    x: int  # the delay bound X
+    alpha: float
+    bucket: int  # SUnion bucket width = expected boundary interval
+    heartbeat_interval: int
+    heartbeat_misses: int
+    checkpoint_interval: int
+    reconciliation: str  # "checkpoint" | "undo"
+    up_failure: str  # "delay" | "process"
+    stabilization: str  # "suspend" | "delay" | "process"
+    replay_step: int = 10  # SUnion buckets re-released per event-loop turn when reconciling
+
+    @property
+    def wait(self) -> int:
+        """alpha * X: how long an SUnion holds a bucket before releasing it tentative."""
+        return int(self.alpha * self.x)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    name: str
+    inputs: tuple[str, ...]  # global stream names consumed
+    network: NetworkSpec  # inputs = {global stream: schema}; sunion params filled in
+    outputs: Mapping[str, str]  # global output stream -> soutput operator name
+    replicas: tuple[ReplicaConfig, ...]
+    settings: NodeSettings
+
+
+@dataclass(frozen=True, slots=True)
+class AttributeGen:
+    """How a synthetic source draws one attribute.
+
+    kind "key": an int in [0, n), ``dist`` "uniform" or "zipf" (exponent ``s``);
+    kind "int": uniform in [min, max]; kind "float": uniform in [min, max);
+    kind "seq": the tuple's sequence number (1, 2, ...)."""
+
+    kind: str
+    n: int = 0
+    dist: str = "uniform"
+    s: float = 1.1
+    min: float = 0
+    max: float = 100
+
+
+@dataclass(frozen=True, slots=True)
+class SourceConfig:
+    name: str  # also the name of its stream
+    schema: Schema
+    host: str
+    port: int
+    rate: float  # tuples per second
+    boundary_interval: int
+    generator: str  # "synthetic" | "file"
+    seed: int = 0
+    attributes: Mapping[str, AttributeGen] = field(default_factory=dict)  # synthetic
+    file: Path | None = None  # CSV or Parquet with the schema's columns (generator "file")
+    limit: int | None = None  # stop after this many tuples (None: run until stopped)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConfig:
+    name: str
+    stream: str  # a node output stream, e.g. "n1.out"
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    path: Path
+    name: str
+    token: str
+    control_host: str  # where control planes bind (127.0.0.1 unless the file says so)
+    sources: Mapping[str, SourceConfig]
+    nodes: Mapping[str, NodeConfig]  # in topological order (upstream first)
+    clients: Mapping[str, ClientConfig]
+    streams: Mapping[str, Schema]  # every global stream and its schema
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    def replica(self, name: str) -> ReplicaConfig:
+        for node in self.nodes.values():
+            for r in node.replicas:
+                if r.name == name:
+                    return r
+        raise KeyError(name)
+
+    def producer_of(self, stream: str) -> SourceConfig | NodeConfig:
+        """The source or node whose output ``stream`` is."""
+        if stream in self.sources:
+            return self.sources[stream]
+        node, _, _ = stream.partition(".")
+        return self.nodes[node]
+
+    def addresses(self) -> dict[tuple[str, int], str]:
+        """Every data port in the cluster -> the name of the process serving it."""
+        out = {(s.host, s.port): s.name for s in self.sources.values()}
+        for node in self.nodes.values():
+            out.update({(r.host, r.data_port): r.name for r in node.replicas})
+        return out
+
+    def consumers_of(self, stream: str) -> tuple[str, ...]:
+        """Everyone who subscribes to ``stream``: every replica of every consuming node,
+        then every consuming client (their names: what buffers wait acks from)."""
+        names: list[str] = []
+        for node in self.nodes.values():
+            if stream in node.inputs:
+                names.extend(r.name for r in node.replicas)
+        names.extend(c.name for c in self.clients.values() if c.stream == stream)
+        return tuple(names)

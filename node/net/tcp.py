@@ -1,0 +1,233 @@
+"""The TCP transport: :class:`~node.net.transport.Transport` on asyncio streams (DESIGN.md 4).
+
+Each message travels as one frame of :mod:`protocol.codec`. Invariants:
+
+* ``send`` writes one whole frame and awaits ``drain()``: once the kernel and asyncio
+  buffers of a connection are full, the sender waits for the reader (back-pressure);
+  nothing is dropped. A message the codec refuses raises ``LocalProtocolError`` before
+  any byte is written (a local misuse), and the connection stays usable.
+* ``receive`` feeds whatever arrived into one :class:`~protocol.codec.FrameDecoder` and
+  hands the messages out one by one. When the decoder refuses the bytes, the messages it
+  completed before the bad frame are returned first and the
+  :class:`~protocol.errors.RemoteProtocolError` is raised after them, and again on every
+  later call: the caller logs it with ``peer`` and closes. Memory per connection stays
+  bounded by the decoder's limit plus one read chunk.
+* ``close`` flushes what is buffered when the peer reads it within a short grace period
+  and otherwise aborts (a peer that stopped reading must not hold us); it is idempotent.
+  ``abort`` resets at once (fault injection's reset cuts, node/faults/rules.py).
+* A server owns the tasks that run its handler (asyncio creates one per accepted
+  connection); ``close`` cancels the running ones and waits for them.
+
+TCP_NODELAY is set on every connection: frames are already batched by the publisher, and
+Nagle's delay would only add latency to small frames at low rates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import struct
+from typing import Any
+
+from node.net.transport import Handler
+from protocol.codec import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode
+from protocol.errors import RemoteProtocolError
+from protocol.messages import Message
+
+__all__ = ["TcpConnection", "TcpServer", "TcpTransport"]
+
+_log = logging.getLogger(__name__)
+# Bytes asked of the socket per read: large enough for ~20 full batches per wake-up.
+_READ_CHUNK = 64 * 1024
+# How long close() lets buffered frames drain before aborting the connection.
+_CLOSE_GRACE = 1.0
+
+
+def _address(info: Any) -> str:
+    """``host:port`` of a socket address (IPv4 pair or IPv6 4-tuple), else its repr."""
+    if isinstance(info, tuple) and len(info) >= 2:
+        return f"{info[0]}:{info[1]}"
+    return str(info)
+
+
+class TcpConnection:
+    """One framed message connection over an asyncio stream pair."""
+
+    __slots__ = ("_closed", "_decoder", "_error", "_limit", "_peer", "_reader", "_ready", "_writer")
+
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_frame_size: int
+    ) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._limit = max_frame_size
+        self._decoder = FrameDecoder(max_frame_size)
+        self._ready: list[Message] = []  # decoded, not yet handed out (in reverse order)
+        self._error: RemoteProtocolError | None = None  # raised once _ready is empty
+        self._closed = False
+        self._peer = _address(writer.get_extra_info("peername"))
+        sock = writer.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    @property
+    def peer(self) -> str:
+        return self._peer
+
+    @property
+    def local(self) -> str:
+        """``host:port`` of this end."""
+        return _address(self._writer.get_extra_info("sockname"))
+
+    async def send(self, message: Message) -> None:
+        frame = encode(message, max_frame_size=self._limit)
+        if self._closed or self._writer.is_closing():
+            raise ConnectionResetError(f"connection to {self._peer} is closed")
+        self._writer.write(frame)
+        await self._writer.drain()
+
+    async def receive(self) -> Message | None:
+        while True:
+            if self._ready:
+                return self._ready.pop()
+            if self._error is not None:
+                raise self._error
+            if self._closed:
+                return None
+            data = await self._reader.read(_READ_CHUNK)
+            try:
+                if not data:
+                    self._decoder.eof()  # raises if the peer stopped mid-frame
+                    self._closed = True
+                    return None
+                messages = self._decoder.feed(data)
+            except RemoteProtocolError as exc:
+                self._error = exc
+                messages = exc.messages
+            if len(messages) == 1:
+                return messages[0]  # the common case: no list juggling
+            messages.reverse()
+            self._ready = messages
+
+    def abort(self) -> None:
+        """Reset the connection at once: unsent and unread frames are dropped, the peer
+        sees a reset (RST, else end of stream); ``receive`` then returns ``None`` and
+        ``send`` raises. ``close`` still ends it cleanly (fault injection uses this)."""
+        self._closed = True
+        self._ready.clear()
+        sock = self._writer.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):  # linger 0: close sends RST, not FIN
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self._writer.transport.abort()
+
+    async def close(self) -> None:
+        if self._closed and self._writer.is_closing():
+            return
+        self._closed = True
+        writer = self._writer
+        writer.close()
+        try:
+            async with asyncio.timeout(_CLOSE_GRACE):
+                await writer.wait_closed()
+        except TimeoutError:
+            writer.transport.abort()  # the peer does not read: drop the unsent frames
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+        except OSError:
+            pass  # already broken: closed is closed
+
+
+class TcpServer:
+    """A listening socket and the handler tasks of its connections."""
+
+    def __init__(self, handler: Handler, max_frame_size: int, log: logging.Logger) -> None:
+        self._handler = handler
+        self._limit = max_frame_size
+        self._log = log
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._closing = False
+        self._host = ""
+        self._port = 0
+
+    async def _start(self, host: str, port: int) -> None:
+        self._server = await asyncio.start_server(self._on_connect, host, port)
+        self._host, self._port = self._server.sockets[0].getsockname()[:2]
+
+    @property
+    def host(self) -> str:
+        return self._host
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = TcpConnection(reader, writer, self._limit)
+        if self._closing:  # accepted just before close(): refuse politely
+            await conn.close()
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            try:
+                await self._handler(conn)
+            finally:
+                await conn.close()
+        except asyncio.CancelledError:
+            # Only close() cancels these tasks (it awaits them). Ending normally matters:
+            # asyncio's done-callback for this task calls exception(), which a cancelled
+            # task would raise from inside the callback.
+            pass
+        except Exception:
+            self._log.exception("handler for peer %s failed; connection closed", conn.peer)
+        finally:
+            self._tasks.discard(task)
+
+    async def close(self) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        assert self._server is not None
+        self._server.close()  # stop listening first: no new handler starts after this
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._server.wait_closed()
+
+
+class TcpTransport:
+    """:class:`~node.net.transport.Transport` over TCP.
+
+    ``max_frame_size`` bounds the frames sent and accepted. ``hello_timeout`` bounds the
+    opening handshake of ``connect`` (an unreachable host would otherwise hold a link for
+    the kernel's SYN retries, minutes); the first *message* on a connection is the
+    business of its handler (see ``Publisher``).
+    """
+
+    def __init__(
+        self,
+        *,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        hello_timeout: float = 5.0,
+        log: logging.Logger = _log,
+    ) -> None:
+        FrameDecoder(max_frame_size)  # validates the limit now, not at the first connection
+        self.max_frame_size = max_frame_size
+        self.hello_timeout = hello_timeout
+        self._log = log
+
+    async def serve(self, host: str, port: int, handler: Handler) -> TcpServer:
+        server = TcpServer(handler, self.max_frame_size, self._log)
+        await server._start(host, port)
+        return server
+
+    async def connect(self, host: str, port: int) -> TcpConnection:
+        async with asyncio.timeout(self.hello_timeout):
+            reader, writer = await asyncio.open_connection(host, port)
+        return TcpConnection(reader, writer, self.max_frame_size)

@@ -1,0 +1,101 @@
+"""Entry point of every process of a cluster: ``dpc node CLUSTER.toml NAME``.
+
+NAME is a replica, a source or a client of the config. The process logs to
+RUN_DIR/logs/<NAME>.log (and stderr), runs on uvloop (installed here, at the entry point
+only), freezes its start-up heap out of the cyclic GC (DESIGN.md section 7), and stops
+cleanly on SIGINT or SIGTERM: links closed, logs flushed, exit 0. A source also takes
+SIGUSR1: end your stream (publish the end-of-stream boundary) and keep serving replays.
+A replica restarted after a crash takes ``--recover`` (node/replica/recovery.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from node.config.model import ClusterConfig
+from node.errors import NodeError
+from node.net.tcp import TcpTransport
+from node.procs.rundir import RunDir
+
+__all__ = ["run_process"]
+
+
+def _component(config: ClusterConfig, name: str, run_dir: RunDir, recover: bool):  # type: ignore[no-untyped-def]
+    transport = TcpTransport()
+    if name in config.sources:
+        from node.procs.source import Source
+
+        return Source(config, name, run_dir, transport)
+    if name in config.clients:
+        from node.procs.client import Client
+
+        return Client(config, name, run_dir, transport)
+    try:
+        config.replica(name)
+    except KeyError:
+        known = sorted([*config.sources, *config.clients,
+                        *(r.name for n in config.nodes.values() for r in n.replicas)])
+        raise NodeError(f"{config.path}: no process named {name!r}; known: {', '.join(known)}") from None
+    from node.replica.runtime import Replica
+
+    return Replica(config, name, run_dir, transport, recover=recover)
+
+
+def _check_recoverable(config: ClusterConfig, name: str) -> None:
+    """``--recover`` rebuilds from another replica of the node (node/replica/recovery.py)."""
+    node = next((n for n in config.nodes.values() if name in {r.name for r in n.replicas}), None)
+    if node is None:
+        raise NodeError(f"{name!r}: only a node replica can --recover")
+    if len(node.replicas) < 2:
+        raise NodeError(f"{name!r}: cannot --recover: node {node.name!r} has no other replica "
+                        "to rebuild from (start it without --recover for a fresh start)")
+
+
+def _setup_logging(run_dir: RunDir, name: str) -> None:
+    fmt = logging.Formatter(f"%(asctime)s {name} %(levelname)s %(name)s: %(message)s")
+    root = logging.getLogger()
+    root.setLevel(logging.INFO)
+    for handler in (logging.FileHandler(run_dir.process_log(name)), logging.StreamHandler(sys.stderr)):
+        handler.setFormatter(fmt)
+        root.addHandler(handler)
+
+
+async def _main(component: object) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    end_stream = getattr(component, "end_stream", None)
+    if end_stream is not None:  # sources: SIGUSR1 ends the stream, the process keeps serving
+        loop.add_signal_handler(signal.SIGUSR1, end_stream)
+    # Start-up objects live as long as the process: keep the cyclic GC off them.
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 100)
+    await component.run(stop)  # type: ignore[attr-defined]
+
+
+def run_process(config_path: Path, name: str, run_dir: Path, *, recover: bool = False) -> int:
+    from node.config.load import load_config
+
+    config = load_config(config_path)
+    rd = RunDir(run_dir)
+    rd.ensure()
+    _setup_logging(rd, name)
+    if recover:
+        _check_recoverable(config, name)
+    component = _component(config, name, rd, recover)
+    try:
+        import uvloop
+
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(_main(component))
+    except OSError as e:
+        logging.getLogger("dpc").error("%s cannot start: %s", name, e)
+        return 1
+    return 0

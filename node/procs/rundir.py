@@ -1,0 +1,430 @@
+"""The run directory: where the processes of one run record what happened, for ``dpc check``.
+
+Role: one place that fixes the layout of a run directory and the formats of its logs. Source,
+client and replica processes write them; the checker (``ops_scripts/check/compose.py``) reads them.
+Layout of ``RUN_DIR``::
+
+    config.toml                     copy of the cluster config the run used
+    run.json                        what ``dpc launch`` started, and when
+    logs/<process>.log              each process's text log
+    status/<process>.ready          marker: the process is up (:meth:`RunDir.mark_ready`)
+    status/<process>.done           marker: a client saw its stream's end (:meth:`RunDir.mark_done`)
+    status/<process>.pid            the pid of the process's current incarnation (:meth:`RunDir.write_pid`)
+    history.jsonl                   faults, heals, state changes (ops_scripts/check/history.py)
+    scenario.toml                   the scenario ``dpc run`` played (ops_scripts/harness/scenario.py)
+    sources/<source>.arrow          every tuple a source produced (Arrow IPC stream file)
+    clients/<client>.jsonl          every tuple a client received, with its arrival time
+    clients/<client>.parquet        the same, written at the client's shutdown
+    replicas/<replica>/<stream>.jsonl   every tuple a replica emitted on an output stream
+    check.json                      the verdicts of ``dpc check``
+
+Formats and invariants:
+
+* ``sources/<source>.arrow`` is written with :class:`state.tuplelog.TupleLogWriter` (columns
+  ``kind, id, time, tmax`` then the stream's attributes). It holds the source's data tuples,
+  and a source flushes a batch to it *before* it sends that batch: every tuple any consumer
+  can ever see is in the log (a crash loses at most tuples nobody received). Read it with
+  :func:`read_source_log`, which keeps every complete batch of a log whose writer was killed.
+* ``*.jsonl`` (clients and replicas): one JSON object per tuple, one per line, in the order
+  received (or emitted)::
+
+      {"kind": "STABLE", "id": 7, "time": 1200000, "tmax": 1190000, "values": ["a", 3],
+       "arrival": 1215000}
+
+  ``kind`` is a :class:`protocol.tuples.Kind` name (STABLE, TENTATIVE, UNDO, BOUNDARY,
+  REC_DONE, ...); ``time``, ``tmax`` and ``arrival`` are integer microseconds; ``values`` is
+  the positional attribute list (``[]`` for control tuples). :class:`JsonlTupleWriter` writes
+  and flushes each batch to the OS before :meth:`JsonlTupleWriter.write` returns, so a
+  killed process loses at most the batch being written; that leaves at worst a torn last
+  line, which :func:`read_jsonl_tuples` drops (and which a writer reopening the file cuts
+  off before appending). Any other unreadable line is corruption and raises
+  :class:`RunLogError` naming the file and the line number. Line ``n`` of a file is always
+  element ``n-1`` of what is read back: the checker cites line numbers as evidence.
+* ``clients/<client>.parquet`` (:func:`write_client_parquet`): the JSONL fields as
+  columns, in order: ``kind`` (string, the Kind name), ``id``, ``time``, ``tmax`` (int64),
+  ``values`` (string: the JSON array of the values, since attributes of one tuple may have
+  different types, which an Arrow list column cannot hold; Spark reads it with
+  ``from_json``) and ``arrival`` (int64).
+
+Process, source, client, replica and stream names become file names: they must be
+non-empty and contain no path separator and no leading dot (``n1.out`` is fine).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from node.errors import NodeError
+from protocol.tuples import Kind, Tuple, make_tuple
+from state.tuplelog import read_tuple_log
+
+__all__ = [
+    "JsonlTupleWriter",
+    "RunDir",
+    "RunLogError",
+    "read_client_parquet",
+    "read_jsonl_tuples",
+    "read_source_log",
+    "write_client_parquet",
+]
+
+_KIND_NAMES: tuple[str, ...] = tuple(k.name for k in Kind)
+_KIND_BY_NAME: dict[str, Kind] = {k.name: k for k in Kind}
+_FIELDS = ("kind", "id", "time", "tmax", "values", "arrival")
+_INT_FIELDS = ("id", "time", "tmax", "arrival")
+_PARQUET_SCHEMA = pa.schema(
+    [(f, pa.string() if f in ("kind", "values") else pa.int64()) for f in _FIELDS]
+)
+
+
+class RunLogError(NodeError):
+    """A run-directory log cannot be written or read; the message names the file (and the
+    line, for a corrupt JSONL line)."""
+
+
+def _safe_name(what: str, name: str) -> str:
+    if not name or "/" in name or "\\" in name or name.startswith(".") or "\0" in name:
+        raise RunLogError(f"run directory: {what} name {name!r} cannot be a file name")
+    return name
+
+
+class RunDir:
+    """Paths of one run directory (see the module docstring). Creates nothing but in
+    :meth:`ensure`; every helper validates the name it turns into a file name."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.config = self.path / "config.toml"
+        self.check_json = self.path / "check.json"
+        self.logs = self.path / "logs"
+        self.status = self.path / "status"
+        self.sources = self.path / "sources"
+        self.clients = self.path / "clients"
+        self.replicas = self.path / "replicas"
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    def process_log(self, process: str) -> Path:
+        return self.logs / f"{_safe_name('process', process)}.log"
+
+    def source_log(self, source: str) -> Path:
+        return self.sources / f"{_safe_name('source', source)}.arrow"
+
+    def client_log(self, client: str) -> Path:
+        return self.clients / f"{_safe_name('client', client)}.jsonl"
+
+    def client_parquet(self, client: str) -> Path:
+        return self.clients / f"{_safe_name('client', client)}.parquet"
+
+    def replica_output(self, replica: str, stream: str) -> Path:
+        return (
+            self.replicas / _safe_name("replica", replica) / f"{_safe_name('stream', stream)}.jsonl"
+        )
+
+    def replica_output_before(self, replica: str, stream: str, incarnation: int) -> Path:
+        """The output log of an earlier incarnation (``1``: the first) of a replica that was
+        restarted with ``--recover``; the current one is :meth:`replica_output`."""
+        return self.replica_output(replica, stream).with_suffix(f".incarnation-{incarnation}.jsonl")
+
+    def replica_recoveries(self, replica: str) -> Path:
+        """JSONL: one line per recovery of ``replica`` (node/replica/recovery.py)."""
+        return self.replicas / _safe_name("replica", replica) / "recoveries.jsonl"
+
+    def replica_states(self, replica: str) -> Path:
+        """JSONL: one line per consistency-state change of ``replica``, ``{"t", "state"}``
+        (``t`` in microseconds of the cluster's clock); the run's history merges them."""
+        return self.replicas / _safe_name("replica", replica) / "states.jsonl"
+
+    @property
+    def history(self) -> Path:
+        """JSONL: the run's history (``ops_scripts/check/history.py``): faults, heals, state
+        changes, final digests."""
+        return self.path / "history.jsonl"
+
+    def ensure(self) -> RunDir:
+        """Create the directory and its ``logs``, ``status``, ``sources``, ``clients`` and
+        ``replicas`` subdirectories (existing ones are kept). Returns ``self``."""
+        for d in (self.path, self.logs, self.status, self.sources, self.clients, self.replicas):
+            d.mkdir(parents=True, exist_ok=True)
+        return self
+
+    # Markers: empty files whose existence is the signal (cheap to poll from a launcher).
+    def _marker(self, process: str, what: str) -> Path:
+        return self.status / f"{_safe_name('process', process)}.{what}"
+
+    def mark_ready(self, process: str) -> None:
+        self.status.mkdir(parents=True, exist_ok=True)
+        self._marker(process, "ready").touch()
+
+    def clear_ready(self, process: str) -> None:
+        """Forget ``process`` was ready (before restarting it)."""
+        self._marker(process, "ready").unlink(missing_ok=True)
+
+    def is_ready(self, process: str) -> bool:
+        return self._marker(process, "ready").exists()
+
+    def mark_done(self, process: str) -> None:
+        self.status.mkdir(parents=True, exist_ok=True)
+        self._marker(process, "done").touch()
+
+    def is_done(self, process: str) -> bool:
+        return self._marker(process, "done").exists()
+
+    def pid_file(self, process: str) -> Path:
+        """``status/<process>.pid``: the pid of the process's current incarnation, written by
+        whoever started it (``ops_scripts/cluster/launch.py``), read by ``dpc inject RUN_DIR``."""
+        return self._marker(process, "pid")
+
+    def write_pid(self, process: str, pid: int) -> None:
+        """Record ``pid`` as ``process``'s (replacing an earlier incarnation's)."""
+        self.status.mkdir(parents=True, exist_ok=True)
+        path = self.pid_file(process)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(f"{pid}\n")
+        tmp.replace(path)  # a reader never sees a half-written pid
+
+    def read_pid(self, process: str) -> int | None:
+        """``process``'s recorded pid, or None if none was recorded; :class:`RunLogError`
+        naming the file if it holds anything but a pid."""
+        path = self.pid_file(process)
+        try:
+            text = path.read_text().strip()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise RunLogError(f"pid file {path}: cannot read: {e}") from None
+        if not text.isdigit() or int(text) <= 0:
+            raise RunLogError(f"pid file {path}: expected a pid, found {text[:40]!r}")
+        return int(text)
+
+    @staticmethod
+    def count_lines(path: str | os.PathLike[str]) -> int:
+        """Complete lines in ``path`` (0 if it does not exist): tuples in a JSONL log."""
+        n = 0
+        try:
+            with open(path, "rb") as f:
+                while chunk := f.read(1 << 20):
+                    n += chunk.count(b"\n")
+        except FileNotFoundError:
+            return 0
+        return n
+
+
+def _encode(t: Tuple, arrival: int) -> dict[str, Any]:
+    return {
+        "kind": _KIND_NAMES[t[0]],
+        "id": t[1],
+        "time": t[2],
+        "tmax": t[3],
+        "values": t[4],
+        "arrival": arrival,
+    }
+
+
+def _cut_torn_tail(path: Path) -> None:
+    """If ``path`` ends in a partial line (its writer was killed mid-write), cut it off."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return
+    if size == 0:
+        return
+    with open(path, "rb") as f:
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return
+        end = size - 1
+        chunk = 65536
+        while end > 0:
+            start = max(0, end - chunk)
+            f.seek(start)
+            k = f.read(end - start).rfind(b"\n")
+            if k >= 0:
+                end = start + k + 1
+                break
+            end = start
+    os.truncate(path, end)
+
+
+class JsonlTupleWriter:
+    """Append tuples to a JSONL log (created with its parent directories if missing).
+
+    Each :meth:`write` encodes the whole batch and hands it to the OS before returning, so a
+    process killed afterwards loses nothing of it. Reopening a file whose last line was torn
+    cuts that line off first, so that a restarted process never leaves a corrupt line in the
+    middle. Not thread-safe; one writer per file.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False) -> None:
+        self.path = Path(path)
+        self._fsync = fsync
+        self.written = 0  #: tuples written through this writer
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            _cut_torn_tail(self.path)
+            self._file = open(self.path, "ab")  # noqa: SIM115 (closed in close())
+        except OSError as e:
+            raise RunLogError(f"tuple log {self.path}: cannot open for appending: {e}") from None
+        self._closed = False
+
+    def write(self, tuples: Iterable[Tuple], arrival: int) -> None:
+        """Append one line per tuple, all with ``arrival`` (microseconds), and flush."""
+        if self._closed:
+            raise RunLogError(f"tuple log {self.path}: write after close")
+        lines: list[bytes] = []
+        for t in tuples:
+            try:
+                lines.append(orjson.dumps(_encode(t, arrival)))
+            except (TypeError, IndexError) as e:
+                raise RunLogError(
+                    f"tuple log {self.path}: cannot encode tuple {t!r} as JSON: {e}"
+                ) from None
+        if not lines:
+            return
+        lines.append(b"")
+        try:
+            self._file.write(b"\n".join(lines))
+            self.flush()
+        except OSError as e:
+            raise RunLogError(f"tuple log {self.path}: write failed: {e}") from None
+        self.written += len(lines) - 1
+
+    def flush(self) -> None:
+        """Hand buffered bytes to the OS (and fsync if asked). :meth:`write` already does."""
+        if self._closed:
+            return
+        self._file.flush()
+        if self._fsync:
+            os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        """Flush and close. Idempotent."""
+        if self._closed:
+            return
+        try:
+            self.flush()
+        finally:
+            self._closed = True
+            self._file.close()
+
+    def __enter__(self) -> JsonlTupleWriter:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def _decode(obj: Any) -> tuple[int, Tuple]:
+    """One parsed line -> (arrival, tuple); ValueError saying what is wrong."""
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a JSON object, found {type(obj).__name__}")
+    missing = [f for f in _FIELDS if f not in obj]
+    if missing:
+        raise ValueError(f"missing field(s) {', '.join(missing)}")
+    kind = _KIND_BY_NAME.get(obj["kind"]) if isinstance(obj["kind"], str) else None
+    if kind is None:
+        raise ValueError(f"'kind' must be one of {', '.join(_KIND_NAMES)}, found {obj['kind']!r}")
+    for f in _INT_FIELDS:
+        v = obj[f]
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise ValueError(f"{f!r} must be an integer, found {v!r}")
+    values = obj["values"]
+    if not isinstance(values, list):
+        raise ValueError(f"'values' must be a list, found {values!r}")
+    return obj["arrival"], make_tuple(kind, obj["id"], obj["time"], obj["tmax"], tuple(values))
+
+
+def read_jsonl_tuples(path: str | os.PathLike[str]) -> list[tuple[int, Tuple]]:
+    """Read a JSONL tuple log: ``[(arrival, tuple), ...]`` in file order.
+
+    A last line without its newline that does not parse (a torn write) is dropped. Any other
+    bad line raises :class:`RunLogError` naming the file and the 1-based line number.
+    """
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise RunLogError(f"tuple log {p}: cannot read: {e}") from None
+    lines = data.split(b"\n")
+    torn = lines.pop()  # b"" when the file ends with a newline
+    out: list[tuple[int, Tuple]] = []
+    for n, line in enumerate(lines, start=1):
+        try:
+            out.append(_decode(orjson.loads(line)))
+        except (orjson.JSONDecodeError, ValueError) as e:
+            text = line[:120].decode("utf-8", "replace")
+            raise RunLogError(f"tuple log {p}, line {n}: corrupt line ({e}): {text!r}") from None
+    if torn:
+        # Unparsable: the writer was killed mid-line; that batch never fully reached the OS.
+        with contextlib.suppress(orjson.JSONDecodeError, ValueError):
+            out.append(_decode(orjson.loads(torn)))
+    return out
+
+
+def write_client_parquet(
+    jsonl_path: str | os.PathLike[str], parquet_path: str | os.PathLike[str]
+) -> int:
+    """Convert a client's JSONL log to Parquet (columns in the module docstring); returns the
+    number of rows. The file appears atomically (written aside, then renamed)."""
+    rows = read_jsonl_tuples(jsonl_path)
+    target = Path(parquet_path)
+    columns: dict[str, list[Any]] = {name: [] for name in _PARQUET_SCHEMA.names}
+    for arrival, t in rows:
+        columns["kind"].append(t.kind.name)
+        columns["id"].append(t.id)
+        columns["time"].append(t.time)
+        columns["tmax"].append(t.tmax)
+        columns["values"].append(orjson.dumps(t.values).decode())
+        columns["arrival"].append(arrival)
+    tmp = target.with_name(target.name + ".tmp")
+    try:
+        table = pa.Table.from_pydict(columns, schema=_PARQUET_SCHEMA)
+        pq.write_table(table, tmp)
+        os.replace(tmp, target)
+    except (OSError, pa.ArrowException) as e:
+        raise RunLogError(f"client parquet {target}: cannot write: {e}") from None
+    return len(rows)
+
+
+def read_client_parquet(path: str | os.PathLike[str]) -> list[tuple[int, Tuple]]:
+    """Read :func:`write_client_parquet` output back: ``[(arrival, tuple), ...]``."""
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as e:
+        raise RunLogError(f"client parquet {os.fspath(path)}: cannot read: {e}") from None
+    if table.column_names != _PARQUET_SCHEMA.names:
+        raise RunLogError(
+            f"client parquet {os.fspath(path)}: expected columns {_PARQUET_SCHEMA.names}, "
+            f"found {table.column_names}"
+        )
+    cols = [table.column(n).to_pylist() for n in _PARQUET_SCHEMA.names]
+    out: list[tuple[int, Tuple]] = []
+    for row, (kind, ident, time, tmax, values, arrival) in enumerate(zip(*cols, strict=True)):
+        k = _KIND_BY_NAME.get(kind)
+        if k is None:
+            raise RunLogError(f"client parquet {os.fspath(path)}, row {row}: unknown kind {kind!r}")
+        out.append((arrival, make_tuple(k, ident, time, tmax, tuple(orjson.loads(values)))))
+    return out
+
+
+def read_source_log(run_dir: RunDir | str | os.PathLike[str], source: str) -> list[Tuple]:
+    """Every tuple source ``source`` logged, oldest first (tolerates a killed writer: a
+    truncated last batch is dropped). Raises :class:`RunLogError` if the log is missing."""
+    rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    path = rd.source_log(source)
+    if not path.exists():
+        raise RunLogError(f"source log {path}: missing (source {source!r} logged nothing)")
+    _schema, tuples = read_tuple_log(path)
+    return tuples

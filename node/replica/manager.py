@@ -1,0 +1,410 @@
+"""The consistency manager's runtime: performs what ``node/replica/consistency.py`` decides.
+
+Role (paper section 5, DESIGN.md section 4). The pure machine decides; this module feeds it
+events (SUnion signals, ticks, partners' permission messages, reconciliation progress) and
+performs its actions on the replica's query network: checkpoints, checkpoint/redo or
+undo/redo reconciliation, REC_DONE, SUnion modes, suspending new input, and the permission
+exchange with the other replicas of the node.
+
+Theory of operation
+-------------------
+*One event at a time.* An action may make the network emit signals (a reconciliation's
+replay releases buckets, which may signal a new failure); those become events queued behind
+the current step, never nested in it: the machine's contract is that the actions of one step
+run in order with no other event in between.
+
+*Reconciliation replays in steps.* ``Reconcile`` rewinds the network to the last
+checkpoint (checkpoint/redo) or pushes UNDO_START into every SUnion (undo/redo); SUnion then
+re-releases its kept buckets ``replay_step`` buckets per event-loop turn (the replay task),
+so the replica keeps answering heartbeats and partners while it reconciles, and ``/status``
+shows the replay's progress. No new input and no timer reaches the network until the replay
+is over (``input_open`` is clear): the paper's "a node suspends processing new input tuples
+while reconciling". Then the progress event that ends STABILIZATION is fed (caught up once
+every SOutput is past its duplicates). ``replay_gate`` is a fault hook: clear, it stalls the
+replay between steps (a slow reconciliation, so tests can start a failure during one).
+
+*Permission.* ``AskPermission`` sends ``ReconcileRequest`` to every partner (the other
+replicas of the node) over a connection kept per partner; an answer to the current request
+from every partner grants it, any refusal refuses it. A partner that cannot be reached, or
+that left ``self_grant_after`` requests unanswered (crashed, cut off, stopped), cannot hold
+fresh data for downstream either, so the replica grants itself (logged).
+
+Invariants
+----------
+* The network is only touched from the event loop's thread, inside ``feed`` or the
+  replica's data path, never concurrently (asyncio, one thread).
+* ``input_open`` is clear only between ``SuspendNewInput`` and ``ResumeNewInput``, and
+  while a replay runs.
+* At most one replay task; it is the only code that touches the network while it runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
+
+from node.config.model import NodeConfig
+from node.net.transport import Connection, Transport
+from node.replica import consistency as cm
+from operators import NetworkOutput, QueryNetwork
+from operators.soutput import SOutput, SOutputMode
+from operators.sunion import SUnion
+from protocol.messages import ReconcileGrant, ReconcileRefuse, ReconcileRequest
+from protocol.tuples import Kind, make_tuple
+from state.checkpoint import CheckpointStore, take_checkpoint
+
+__all__ = ["Manager", "Partner", "policy_of"]
+
+Emit = Callable[[NetworkOutput, int], None]
+
+
+def policy_of(node: NodeConfig, replica: str) -> cm.Policy:
+    """The consistency policy of ``replica`` from its node's settings; its rank is its
+    index among the node's replicas (lower wins a crossed permission request)."""
+    st = node.settings
+    rank = [r.name for r in node.replicas].index(replica)
+    return cm.Policy(
+        up_failure=cm.UpFailureStrategy(st.up_failure),
+        stabilization=cm.StabilizationStrategy(st.stabilization),
+        method=cm.Method(st.reconciliation),
+        checkpoint_interval=st.checkpoint_interval,
+        rank=rank,
+    )
+
+
+class Partner:
+    """Another replica of this node, and our connection to it for permission requests."""
+
+    def __init__(self, name: str, host: str, port: int) -> None:
+        self.name = name
+        self.address = (host, port)
+        self.conn: Connection | None = None
+        self.unanswered = 0  # our requests it has not answered, in a row
+
+
+class Manager:
+    """Owns a replica's consistency machine (see the module docstring)."""
+
+    def __init__(
+        self,
+        owner: str,
+        node: str,
+        policy: cm.Policy,
+        network: QueryNetwork,
+        partners: Sequence[Partner],
+        transport: Transport,
+        emit: Emit,
+        now: Callable[[], int],
+        *,
+        log: logging.Logger,
+        self_grant_after: int = 3,
+        replay_step: int | None = None,
+        on_state: Callable[[cm.State, int], None] | None = None,
+    ) -> None:
+        self.owner = owner
+        self.node = node
+        self.network = network
+        self.sunions = [op for op in network.operators if isinstance(op, SUnion)]
+        self.soutputs = [op for op in network.operators if isinstance(op, SOutput)]
+        for s in self.sunions:
+            s.replay_step = replay_step
+        self.partners = list(partners)
+        self.transport = transport
+        self._emit = emit
+        self._now = now
+        self._log = log
+        self._self_grant_after = self_grant_after
+        self._on_state = on_state  # told of every state change (the run's history)
+        self.checkpoints = CheckpointStore()
+        self.machine, actions = cm.start(policy, now())
+        self._events: deque[cm.Event] = deque()
+        self._busy = False
+        self._reply: Any = None
+        self._answers: dict[str, bool] = {}  # partner -> granted, for our current request
+        self.input_open = asyncio.Event()  # cleared while SUSPEND or a replay holds new input
+        self.input_open.set()
+        self._suspended = False
+        self._replay: asyncio.Task[None] | None = None
+        # Tasks the manager starts (the replay, partner requests and their readers): held
+        # here, cancelled and awaited when run() ends; one that fails ends run() with it.
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._failure: BaseException | None = None
+        self.replay_gate = asyncio.Event()  # fault hook: cleared, the replay stalls
+        self.replay_gate.set()
+        self.changed = asyncio.Event()  # the machine moved: the tick loop re-reads its deadline
+        self.stats: dict[str, Any] = {
+            "reconciliations": 0, "last_reconciliation": None, "self_grants": 0,
+            "permission_requests": 0, "permission_refused": 0, "grants_given": 0,
+        }
+        self._do_all(actions)
+
+    # ------------------------------------------------------------------ events in
+    @property
+    def state(self) -> cm.State:
+        return self.machine.state
+
+    def feed(self, event: cm.Event) -> None:
+        """Queue ``event``; run the machine over the queue unless already running."""
+        self._events.append(event)
+        if self._busy:
+            return
+        self._busy = True
+        try:
+            while self._events:
+                before = self.machine.state
+                self.machine, actions = cm.step(self.machine, self._events.popleft())
+                if self.machine.state is not before and self._on_state is not None:
+                    self._on_state(self.machine.state, self.machine.since)
+                self._do_all(actions)
+                if not self._events:
+                    # A deadline already due (the checkpoint on entering STABLE) is served
+                    # now, before any new input: the next reconciliation replays from here.
+                    deadline, now = cm.next_deadline(self.machine), self._now()
+                    if deadline is not None and deadline <= now:
+                        self._events.append(cm.Tick(now))
+        finally:
+            self._busy = False
+            self.changed.set()
+
+    def on_signals(self, signals: Sequence[tuple[str, Any]], now: int) -> None:
+        """SUnion's UP_FAILURE / REC_REQUEST signals, from a network call."""
+        for _op, sig in signals:
+            if sig.kind is Kind.UP_FAILURE:
+                self.feed(cm.UpFailure(now))
+            elif sig.kind is Kind.REC_REQUEST and all(
+                s.rec_requested or not s.in_failure for s in self.sunions
+            ):
+                self.feed(cm.RecRequest(now))  # every SUnion of the episode is corrected
+        if self.machine.state is cm.State.STABILIZATION:
+            self._progress(now)
+
+    def answer(self, req: ReconcileRequest) -> ReconcileGrant | ReconcileRefuse:
+        """A partner asks permission to reconcile: the machine answers at once."""
+        self._reply = None
+        self.feed(cm.PermissionAsked(self._now(), req.replica, req.rank, req.request))
+        reply = self._reply
+        if reply is None:  # the machine always answers; a missing reply is our bug
+            raise RuntimeError(f"{self.owner}: no answer to {req!r}")
+        return reply  # type: ignore[no-any-return]
+
+    @property
+    def replaying(self) -> bool:
+        return self._replay is not None
+
+    def replay_progress(self) -> dict[str, Any]:
+        """The current (or last) replay: input tuples re-released and to re-release."""
+        done = sum(s.replay_progress[0] for s in self.sunions)
+        total = sum(s.replay_progress[1] for s in self.sunions)
+        return {"in_progress": self.replaying, "replayed": done, "to_replay": total,
+                "stalled": not self.replay_gate.is_set()}
+
+    async def run(self) -> None:
+        """Feed Tick at the machine's deadlines, forever (until cancelled, or until a task
+        the manager started fails: its exception ends run)."""
+        try:
+            await self._tick_loop()
+        finally:
+            tasks = list(self._tasks)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coro, name=f"{self.owner} {name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+        return task
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None and self._failure is None:
+            self._failure = task.exception()
+            self.changed.set()  # the tick loop raises it
+
+    async def _tick_loop(self) -> None:
+        while True:
+            if self._failure is not None:
+                raise self._failure
+            self.changed.clear()
+            deadline = cm.next_deadline(self.machine)
+            if deadline is None:
+                await self.changed.wait()
+                continue
+            delay = (deadline - self._now()) / 1e6
+            if delay > 0:
+                try:
+                    async with asyncio.timeout(delay):
+                        await self.changed.wait()
+                except TimeoutError:
+                    pass
+                continue
+            self.feed(cm.Tick(self._now()))
+
+    # ------------------------------------------------------------------ actions out
+    def _do_all(self, actions: Sequence[cm.Action]) -> None:
+        for action in actions:
+            self._do(action)
+
+    def _do(self, a: cm.Action) -> None:
+        now = self._now()
+        if isinstance(a, cm.TakeCheckpoint):
+            self.take_checkpoint(now)
+        elif isinstance(a, cm.SetSUnionMode):
+            for s in self.sunions:
+                s.mode = a.mode.value
+        elif isinstance(a, cm.AskPermission):
+            self._ask(a.request)
+        elif isinstance(a, cm.Grant):
+            self.stats["grants_given"] += 1
+            self._reply = ReconcileGrant(self.owner, a.request)
+        elif isinstance(a, cm.Refuse):
+            self._reply = ReconcileRefuse(self.owner, a.request, a.reason)
+        elif isinstance(a, cm.Reconcile):
+            self._reconcile(a.method, now)
+        elif isinstance(a, cm.SendRecDone):
+            for op in self.soutputs:
+                done = op.end_reconciliation(now)
+                if done:
+                    self._emit(self.network.inject(op.name, done, now), now)
+        elif isinstance(a, cm.SuspendNewInput):
+            self._suspended = True
+            self._gate_input()
+        elif isinstance(a, cm.ResumeNewInput):
+            self._suspended = False
+            self._gate_input()
+        elif isinstance(a, cm.Log):
+            self._log.info("%s: %s", self.owner, a.message)
+
+    def take_checkpoint(self, now: int) -> int:
+        """Snapshot the network (STABLE only: the machine's action, or an operator's
+        request through the control plane); returns the checkpoint's number."""
+        seq = (self.checkpoints.last_seq or 0) + 1
+        parts = {op.name: op for op in self.network.operators}
+        self.checkpoints.put(take_checkpoint(parts, seq, now))
+        for s in self.sunions:
+            s.truncate()  # buckets released before this checkpoint are never replayed
+        return seq
+
+    def _gate_input(self) -> None:
+        if self._suspended or self._replay is not None:
+            self.input_open.clear()
+        else:
+            self.input_open.set()
+
+    def _reconcile(self, method: cm.Method, now: int) -> None:
+        started = self._now()
+        if method is cm.Method.CHECKPOINT:
+            snap = self.checkpoints.latest().parts
+            out = self.network.rewind(snap, now)
+        else:
+            out = NetworkOutput()
+            undo_start = make_tuple(Kind.UNDO_START, 0, now, now, ())
+            for s in self.sunions:
+                stream = self._input_of(s)
+                part = self.network.push(stream, [undo_start], now)
+                for name, tuples in part.outputs.items():
+                    out.outputs.setdefault(name, []).extend(tuples)
+                out.signals.extend(part.signals)
+        self._replay = self._spawn(self._replay_rest(method, started), "replay")
+        self._gate_input()
+        self._emit(out, now)  # the first step (its signals are fed after this step)
+
+    async def _replay_rest(self, method: cm.Method, started: int) -> None:
+        """The replay's further steps, one per loop turn, then the progress event."""
+        steps = 1
+        while any(s.replaying for s in self.sunions):
+            await asyncio.sleep(0)  # let heartbeats, partners and the control plane in
+            await self.replay_gate.wait()
+            now = self._now()
+            self._emit(self.network.replay(now), now)
+            steps += 1
+        self._replay = None
+        self._gate_input()
+        now = self._now()
+        progress = self.replay_progress()
+        replayed, to_replay = progress["replayed"], progress["to_replay"]
+        ms = (now - started) / 1000
+        self.stats["reconciliations"] += 1
+        self.stats["last_reconciliation"] = {
+            "method": method.value, "at_us": started, "input_tuples_to_replay": to_replay,
+            "input_tuples_replayed": replayed, "steps": steps, "duration_ms": round(ms, 3),
+        }
+        self._log.warning("%s: reconciled by %s/redo: %d input tuples replayed in %d steps, "
+                          "%.1f ms", self.owner, method.value, replayed, steps, ms)
+        self._progress(now)
+
+    def _input_of(self, sunion: SUnion) -> str:
+        """A node input stream feeding ``sunion`` (UNDO_START may enter on any of them)."""
+        spec = next(o for o in self.network.spec.operators if o.name == sunion.name)
+        return spec.inputs[0]  # SUnions read node inputs only (checked when the network is built)
+
+    def _progress(self, now: int) -> None:
+        caught_up = self._replay is None and all(
+            op.mode is not SOutputMode.DROP_DUPLICATES for op in self.soutputs)
+        self.feed(cm.ReconciliationProgress(now, caught_up, 0))
+
+    # ------------------------------------------------------------------ permission
+    def _ask(self, request: int) -> None:
+        self.stats["permission_requests"] += 1
+        self._answers = {}
+        if not self.partners:
+            self._self_grant(request, "the node has no other replica")
+            return
+        for p in self.partners:
+            p.unanswered += 1
+        if all(p.unanswered > self._self_grant_after for p in self.partners):
+            self._self_grant(request, f"no partner answered {self._self_grant_after} requests")
+            return
+        msg = ReconcileRequest(self.owner, self.node, request, self.machine.policy.rank)
+        for p in self.partners:
+            self._spawn(self._send(p, msg), f"request to {p.name}")
+
+    def _self_grant(self, request: int, why: str) -> None:
+        self.stats["self_grants"] += 1
+        self._log.warning("%s: granting reconciliation to itself: %s", self.owner, why)
+        self.feed(cm.PermissionGranted(self._now(), request))
+
+    async def _send(self, p: Partner, msg: ReconcileRequest) -> None:
+        try:
+            if p.conn is None:
+                p.conn = await self.transport.connect(*p.address)
+                self._spawn(self._read(p, p.conn), f"answers of {p.name}")
+            await p.conn.send(msg)
+        except OSError as exc:
+            self._log.info("%s: cannot ask partner %s: %r", self.owner, p.name, exc)
+            p.unanswered = self._self_grant_after + 1  # unreachable: counts as silent
+            if p.conn is not None:
+                await p.conn.close()
+                p.conn = None
+
+    async def _read(self, p: Partner, conn: Connection) -> None:
+        try:
+            while (msg := await conn.receive()) is not None:
+                if isinstance(msg, ReconcileGrant | ReconcileRefuse):
+                    self._answered(p, msg)
+                else:
+                    self._log.error("%s: partner %s sent an unexpected %s; closing",
+                                    self.owner, p.name, type(msg).__name__)
+                    break
+        except Exception as exc:
+            self._log.info("%s: connection to partner %s ended: %r", self.owner, p.name, exc)
+        finally:
+            if p.conn is conn:
+                p.conn = None
+            await conn.close()
+
+    def _answered(self, p: Partner, msg: ReconcileGrant | ReconcileRefuse) -> None:
+        p.unanswered = 0
+        if msg.request != self.machine.request:
+            return  # an answer to an older request: the machine's epochs would drop it too
+        now = self._now()
+        if isinstance(msg, ReconcileRefuse):
+            self.stats["permission_refused"] += 1
+            self.feed(cm.PermissionRefused(now, f"{p.name}: {msg.reason}", msg.request))
+            return
+        self._answers[p.name] = True
+        if all(self._answers.get(q.name) for q in self.partners):
+            self.feed(cm.PermissionGranted(now, msg.request))

@@ -1,0 +1,530 @@
+"""One replica of a node: the runtime around the pure query network (DESIGN.md section 4).
+
+Data path, in the order a tuple travels::
+
+    InputLink (one per input stream, node/streams/link.py)
+      -> QueryNetwork.push (SUnion -> operators -> SOutput, operators/network.py)
+      -> Publisher.publish (output buffer + live subscribers, node/streams/publisher.py)
+      -> this replica's output log (RUN_DIR/replicas/<name>/<stream>.jsonl)
+
+Around it, in one TaskGroup: the data server (which also answers heartbeats and partners'
+permission requests), the control plane, a timer that wakes the network at its next SUnion
+deadline, the consistency manager (node/replica/manager.py: checkpoints in STABLE, reconciliation,
+REC_DONE, permission) and the HA monitor (node/streams/monitor.py: heartbeats to upstream replicas and
+switching the input links). Fault injection (node/faults/rules.py) wraps the transport: the
+control plane's ``POST /fault`` cuts this replica off from named processes, or heals.
+
+Back-pressure: before pushing a batch, the replica waits until every subscriber of its
+outputs has room, so a slow consumer slows this replica, which reads its inputs more
+slowly, which slows its upstream. Nothing is dropped.
+
+The consistency state (STABLE / UP_FAILURE / STABILIZATION) is the manager's machine's,
+driven by SUnion's signals; every output stream reports it in heartbeat answers.
+
+Started with ``recover=True`` (``dpc node ... --recover``, after a crash), the replica is
+RECOVERING first: it rebuilds its state from a partner's and the upstream buffers, refusing
+subscribers and heartbeats until it caught up (node/replica/recovery.py), then rejoins.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from operator import countOf, itemgetter
+from typing import Any
+
+import orjson
+
+from node.clock import now_us
+from node.config.model import ClusterConfig
+from node.faults.rules import Faults, FaultyTransport
+from node.net.transport import Transport
+from node.procs.control import ActionError, ControlPlane
+from node.procs.rundir import JsonlTupleWriter, RunDir
+from node.procs.source import END_OF_STREAM
+from node.replica.manager import Manager, Partner, policy_of
+from node.replica.recovery import (
+    StateAsk,
+    archive_output_logs,
+    fetch_partner_state,
+    http_state_ask,
+    record_recovery,
+)
+from node.streams.link import MUTATION_DUPLICATES, InputLink
+from node.streams.monitor import UpstreamMonitor, upstream_links
+from node.streams.publisher import Publisher
+from operators import NetworkOutput, QueryNetwork, tuple_from_plain, tuple_to_plain
+from operators.spec import OperatorSpec
+from operators.sunion import SUnion
+from protocol.messages import (
+    ConsistencyState,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    Message,
+    ReconcileRequest,
+)
+from protocol.tuples import Kind, Tuple
+from state.buffer import OutputBuffer
+
+__all__ = ["MUTATION_DUPLICATES", "Replica"]
+
+log = logging.getLogger("dpc.replica")
+_KIND = itemgetter(0)
+
+
+def _outputs_fed_by(operators: Sequence[OperatorSpec],
+                    stream_of: Mapping[str, str]) -> dict[str, frozenset[str]]:
+    """Input stream -> the output streams (``stream_of``: SOutput name -> stream) that it
+    feeds, through the operators' inputs."""
+    readers: dict[str, list[str]] = {}
+    for op in operators:
+        for name in op.inputs:
+            readers.setdefault(name, []).append(op.name)
+    fed: dict[str, frozenset[str]] = {}
+    for source in {name for op in operators for name in op.inputs} - {op.name for op in operators}:
+        seen, todo = set(), [source]
+        while todo:
+            for reader in readers.get(todo.pop(), ()):
+                if reader not in seen:
+                    seen.add(reader)
+                    todo.append(reader)
+        fed[source] = frozenset(stream_of[n] for n in seen if n in stream_of)
+    return fed
+
+
+class Replica:
+    """A node replica process's state and tasks. ``run(stop)`` until ``stop`` is set."""
+
+    def __init__(self, config: ClusterConfig, name: str, run_dir: RunDir, transport: Transport,
+                 *, recover: bool = False, control: bool = True,
+                 ask_state: StateAsk | None = None) -> None:
+        """``control=False`` runs without the HTTP control plane (the simulation drives the
+        replica's methods directly); ``ask_state`` replaces the HTTP request for a
+        partner's state during recovery (node/replica/recovery.py)."""
+        self.config = config
+        self._control = control
+        self._ask_state = ask_state
+        self.me = config.replica(name)
+        self.node = config.nodes[self.me.node]
+        self.faults = Faults(name, log=log)
+        transport = FaultyTransport(transport, self.faults, config.addresses())
+        self.transport = transport
+        self.run_dir = run_dir
+        self.network = QueryNetwork(self.node.network)
+        if os.environ.get("DPC_TEST_MUTATION") == MUTATION_DUPLICATES:
+            log.error("%s: TEST MUTATION %s: resubscriptions overlap (duplicates)", name,
+                      MUTATION_DUPLICATES)
+        self.sunions = [op for op in self.network.operators if isinstance(op, SUnion)]
+        # SOutput operator name -> global stream name
+        self.stream_of = {op: stream for stream, op in self.node.outputs.items()}
+        self.fed_by = _outputs_fed_by(self.network.spec.operators, self.stream_of)
+        buffers: dict[str, OutputBuffer] = {}
+        for stream in self.node.outputs:
+            buf = OutputBuffer(stream)
+            buf.set_consumers(config.consumers_of(stream))
+            buffers[stream] = buf
+        self.buffers = buffers
+        self.publisher = Publisher(name, buffers, responder=self._respond, log=log)
+        #: While recovering: what it is waiting for (status), else None.
+        self.recovering: str | None = None
+        self.recovery: dict[str, Any] | None = None  # the last recovery, for status
+        if recover:
+            self._set_recovering("waiting for a partner's state")
+        self.links = [
+            InputLink(transport, stream, name, self._producers(stream), self._on_batch, log=log)
+            for stream in self.node.inputs
+        ]
+        self.monitor = UpstreamMonitor(
+            name, transport, upstream_links(config, self.links),
+            interval=self.node.settings.heartbeat_interval,
+            misses=self.node.settings.heartbeat_misses, log=log,
+        )
+        self.incarnation = 1
+        if recover:  # the crashed incarnation's logs stay, beside the new ones
+            # This incarnation's number: the logs before it are incarnations 1 .. n-1.
+            self.incarnation = archive_output_logs(run_dir, name, list(self.node.outputs)) + 1
+        self.output_logs = {s: JsonlTupleWriter(run_dir.replica_output(name, s)) for s in self.node.outputs}
+        partners = [Partner(r.name, r.host, r.data_port) for r in self.node.replicas if r.name != name]
+        self.manager = Manager(
+            name, self.node.name, policy_of(self.node, name), self.network, partners,
+            transport, self._emit, now_us, log=log, replay_step=self.node.settings.replay_step,
+            on_state=lambda state, at: self._record_state(state.value, at),
+        )
+        self.started = now_us()
+        self.counters: dict[str, Any] = {
+            "tuples_in": dict.fromkeys(self.node.inputs, 0),
+            "tuples_out": dict.fromkeys(self.node.outputs, 0),
+            "tentative_out": dict.fromkeys(self.node.outputs, 0),
+            "undo_out": dict.fromkeys(self.node.outputs, 0),
+        }
+        self._deadline_changed = asyncio.Event()
+
+    def _producers(self, stream: str) -> list[tuple[str, int]]:
+        producer = self.config.producer_of(stream)
+        if stream in self.config.sources:
+            src = self.config.sources[stream]
+            return [(src.host, src.port)]
+        return [(r.host, r.data_port) for r in producer.replicas]  # type: ignore[union-attr]
+
+    # ------------------------------------------------------------------ running
+    async def run(self, stop: asyncio.Event) -> None:
+        server = await self.transport.serve(self.me.host, self.me.data_port, self.publisher.handle)
+        control = None
+        if self._control:
+            control = ControlPlane(
+                self.me.name, self.config.control_host, self.me.control_port, self.config.token,
+                self.status,
+                {"checkpoint": self._checkpoint_action, "shutdown": self._shutdown_action(stop),
+                 "fault": self._fault_action, "digest": self._digest_action,
+                 "state": self.state_for_partner},
+            )
+            await control.start()
+        log.info("replica %s of node %s serving data on %s:%d, control on %s:%d",
+                 self.me.name, self.node.name, self.me.host, self.me.data_port,
+                 self.config.control_host, self.me.control_port)
+        self.run_dir.mark_ready(self.me.name)
+        self._record_state(self.state, now_us())
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tasks: list[asyncio.Task[None]] = []
+
+                async def start() -> None:
+                    if self.recovering:
+                        await self._recover()
+                        tasks.append(tg.create_task(self._rejoin_when_caught_up(), name="rejoin"))
+                    tasks.extend(tg.create_task(link.run(), name=f"link {link.stream}")
+                                 for link in self.links)
+                    tasks.append(tg.create_task(self._timer_loop(), name="timer"))
+                    tasks.append(tg.create_task(self.manager.run(), name="consistency manager"))
+                    tasks.append(tg.create_task(self.monitor.run(), name="ha monitor"))
+
+                tasks.append(tg.create_task(start(), name="start"))
+                await stop.wait()
+                for t in tasks:
+                    t.cancel()
+        finally:
+            await server.close()
+            if control is not None:
+                await control.stop()
+            for w in self.output_logs.values():
+                w.close()
+            log.info("replica %s stopped", self.me.name)
+
+    @property
+    def state(self) -> str:
+        return "RECOVERING" if self.recovering else self.manager.state.value
+
+    # ------------------------------------------------------------------ recovery
+    def _set_recovering(self, why: str | None) -> None:
+        """While ``why`` is set, status says RECOVERING and every Subscribe is refused."""
+        was = self.state if hasattr(self, "manager") else None
+        self.recovering = self.publisher.refusing = why
+        if was is not None and self.state != was:
+            self._record_state(self.state, now_us())
+
+    def _record_state(self, state: str, at: int) -> None:
+        """Append a state change to this replica's states log (merged into the history)."""
+        with open(self.run_dir.replica_states(self.me.name), "ab") as f:
+            f.write(orjson.dumps({"t": at, "state": state}) + b"\n")
+
+    async def _recover(self) -> None:
+        """Rebuild from a partner's state (node/replica/recovery.py, steps 2-3)."""
+        partners = [r for r in self.node.replicas if r.name != self.me.name]
+        if self._ask_state is not None:
+            partner, st = await fetch_partner_state(partners, self._ask_state, log, self.me.name)
+        else:
+            async with http_state_ask(self.config, self.me.name) as ask:
+                partner, st = await fetch_partner_state(partners, ask, log, self.me.name)
+        self.network.restore(st["network"])
+        for link in self.links:
+            link.last_stable_id, link.last_tentative_id = st["inputs"][link.stream]
+        held, trimmed = st.get("held", {}), st.get("trimmed", {})
+        for stream, buf in self.buffers.items():
+            # With the partner's buffered tail, a consumer it had not served yet (a cut
+            # link, a slow reader) can resume here too: otherwise this replica refuses its
+            # Subscribe (trimmed) and that consumer has only the partner to turn to.
+            buf.start_after(st["outputs"][stream],
+                            [tuple_from_plain(p) for p in held.get(stream, ())],
+                            trimmed.get(stream))
+        now = now_us()
+        self.manager.take_checkpoint(now)
+        self._set_recovering("catching up with its inputs")
+        self.recovery = {"from": partner, "restored_at_us": now, "outputs": st["outputs"],
+                         "inputs": st["inputs"], "rejoined_at_us": None}
+        record_recovery(self.run_dir, self.me.name,
+                        {"replica": self.me.name, "incarnation": self.incarnation, **self.recovery})
+        log.warning("%s: recovering: restored %s's state (outputs after %s, inputs from %s); "
+                    "catching up from the upstream buffers", self.me.name, partner,
+                    st["outputs"], st["inputs"])
+
+    async def _rejoin_when_caught_up(self) -> None:
+        """Step 4: refuse subscribers until every input link brought a batch from upstream
+        and every SUnion releases within the catch-up slack (plus a bucket) of now, or the
+        node is in a failure of its own."""
+        slack = self.manager.machine.policy.catch_up_slack + self.node.settings.bucket
+        while self.manager.state.value == "STABLE":
+            fed = all(link.batches_in > 0 for link in self.links)
+            behind = now_us() - min((s.next_bucket * s.width for s in self.sunions), default=0)
+            if fed and behind < slack:
+                break
+            await asyncio.sleep(0.05)
+        self._set_recovering(None)
+        assert self.recovery is not None
+        self.recovery["rejoined_at_us"] = now = now_us()
+        log.warning("%s: recovered: caught up %.2f s after the restore; accepting subscribers",
+                    self.me.name, (now - self.recovery["restored_at_us"]) / 1e6)
+
+    async def state_for_partner(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """A recovering partner asks for this replica's state (node/replica/recovery.py, step 2):
+        ``POST /state``, or a direct call in the simulation. Raises ActionError unless STABLE
+        with nothing tentative in force."""
+        if self.state != "STABLE":
+            raise ActionError(f"{self.me.name} is {self.state}, not STABLE: ask again later")
+        tentative = sorted(s for s, b in self.buffers.items() if b.last_id != b.last_stable_id)
+        if tentative:
+            raise ActionError(f"{self.me.name} has tentative output in force on {tentative}")
+        log.warning("%s: giving its state to %s", self.me.name, body.get("for", "?"))
+        return {
+            "replica": self.me.name,
+            "network": self.network.snapshot(),
+            "inputs": {link.stream: [link.last_stable_id, link.last_tentative_id]
+                       for link in self.links},
+            "outputs": {s: b.last_id for s, b in self.buffers.items()},
+            "held": {s: [tuple_to_plain(t) for t in b] for s, b in self.buffers.items()},
+            "trimmed": {s: b.trimmed_up_to for s, b in self.buffers.items()},
+        }
+
+    def _respond(self, msg: Message) -> Message | None:
+        """The data port's answers: heartbeats (each output stream's state: the node's, but
+        UP_FAILURE where an input it depends on has no upstream replica alive; none while
+        recovering), and partners' permission requests (the consistency manager
+        decides)."""
+        if isinstance(msg, HeartbeatRequest):
+            if self.recovering:
+                return None
+            state = ConsistencyState[self.state]
+            streams = dict.fromkeys(self.node.outputs, state)
+            if state is ConsistencyState.STABLE:
+                # An input with no upstream replica left is a failure (paper section 2),
+                # although the machine learns of it only from SUnion's first tentative
+                # release, which never comes while nothing arrives at all (a lone input):
+                # the outputs it feeds say UP_FAILURE, so that downstream moves to a replica
+                # that still has input.
+                for stream in self.monitor.cut_off():
+                    streams.update(dict.fromkeys(self.fed_by.get(stream, ()),
+                                                 ConsistencyState.UP_FAILURE))
+            return HeartbeatResponse(self.me.name, msg.seq, state, streams)
+        assert isinstance(msg, ReconcileRequest)
+        return self.manager.answer(msg)
+
+    async def _on_batch(self, stream: str, tuples: list[Tuple] | Any) -> None:
+        await self.publisher.wait_for_room()
+        await self.manager.input_open.wait()  # SUSPEND or a replay: hold new input
+        now = now_us()
+        self.counters["tuples_in"][stream] += len(tuples)
+        self._emit(self.network.push(stream, tuples, now), now)
+        self._deadline_changed.set()
+
+    async def _timer_loop(self) -> None:
+        while True:
+            self._deadline_changed.clear()
+            deadline = self.network.next_deadline()
+            if deadline is None:
+                await self._deadline_changed.wait()
+                continue
+            delay = (deadline - now_us()) / 1e6
+            if delay > 0:
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel that
+                # races with the event being set (it is set on every batch), and the
+                # replica would then never stop.
+                try:
+                    async with asyncio.timeout(delay):
+                        await self._deadline_changed.wait()
+                except TimeoutError:
+                    pass
+                continue
+            await self.manager.input_open.wait()  # a replay owns the network meanwhile
+            now = now_us()
+            self._emit(self.network.on_timer(now), now)
+
+    async def _checkpoint_action(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        if self.state != "STABLE":
+            return {"taken": False, "reason": f"checkpoints are taken only in STABLE (now {self.state})"}
+        return {"taken": True, "seq": self.manager.take_checkpoint(now_us())}
+
+    async def _fault_action(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Fault injection at this replica (node/faults/rules.py). One action per body:
+
+        * ``{"cut": [names], "direction": "both"|"in"|"out", "kind": "blackhole"|"reset"}``
+          (direction and kind optional: "both", "blackhole") cuts this replica from those
+          processes, replacing their earlier cut rules;
+        * ``{"shape": [names], "delay": s, "bandwidth": bytes_per_s, "slow": s}`` (each
+          optional, at least one in effect) shapes the links to them, replacing earlier shapes;
+        * ``{"heal": [names]}`` or ``{"heal": "all"}`` removes their cuts and shapes (``"all"``
+          also ends a stall);
+        * ``{"stall": "replay"}`` stalls this replica's reconciliations between two replay
+          steps until ``{"heal": "all"}`` or ``{"unstall": "replay"}``.
+
+        Names must be the cluster's other listening processes. A bad body, key or value is
+        an :class:`ActionError` (a 400) naming it; nothing changes then."""
+        from node.errors import NodeError  # the faults' refusal of a value, turned into a 400
+
+        usage = ('send {"cut": [names]} (optional "direction": "both"|"in"|"out", "kind": '
+                 '"blackhole"|"reset"), {"shape": [names], "delay": s, "bandwidth": '
+                 'bytes_per_s, "slow": s}, {"heal": [names] | "all"} or {"stall": "replay"} / '
+                 '{"unstall": "replay"}')
+        options = {"cut": {"direction", "kind"}, "shape": {"delay", "bandwidth", "slow"},
+                   "heal": set(), "stall": set(), "unstall": set()}
+        actions = [key for key in body if key in options]
+        if len(actions) != 1:
+            raise ActionError(usage)
+        action = actions[0]
+        extra = sorted(set(body) - options[action] - {action})
+        if extra:
+            allowed = sorted(options[action]) or "nothing else"
+            raise ActionError(f"unknown key(s) {extra} with {action!r}: it takes {allowed}; "
+                              f"{usage}")
+        if action in ("stall", "unstall"):
+            if body[action] != "replay":
+                raise ActionError('send {"stall": "replay"} or {"unstall": "replay"}')
+            if action == "stall":
+                self.manager.replay_gate.clear()
+            else:
+                self.manager.replay_gate.set()
+            log.warning("%s: replay %s", self.me.name, "stalled" if action == "stall" else "resumed")
+            return {"replay": self.manager.replay_progress()}
+        if action == "heal" and body["heal"] == "all":
+            self.manager.replay_gate.set()
+            return {"healed": self.faults.heal(), "cut": self.faults.cut_peers}
+        names = body[action]
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise ActionError(f"{action!r}: the names must be a list of process names, "
+                              f"got {names!r}")
+        # Every process: clients too (they listen nowhere, but a replica serves them).
+        known = {*self.config.sources, *self.config.clients,
+                 *(r.name for n in self.config.nodes.values() for r in n.replicas)} - {self.me.name}
+        unknown = sorted(set(names) - known)
+        if unknown:
+            raise ActionError(f"unknown process(es) {unknown}; known: {sorted(known)}")
+        try:
+            if action == "cut":
+                self.faults.cut(names, direction=body.get("direction", "both"),
+                                kind=body.get("kind", "blackhole"))
+                return {"cut": self.faults.cut_peers, "rules": self.faults.status()["rules"]}
+            if action == "shape":
+                self.faults.shape(names, delay=body.get("delay", 0.0),
+                                  bandwidth=body.get("bandwidth"), slow=body.get("slow", 0.0))
+                return {"shapes": self.faults.status()["shapes"]}
+        except NodeError as exc:
+            raise ActionError(str(exc)) from None
+        return {"healed": self.faults.heal(names), "cut": self.faults.cut_peers}
+
+    def _shutdown_action(self, stop: asyncio.Event) -> Any:
+        async def shutdown(body: Mapping[str, Any]) -> dict[str, Any]:
+            stop.set()
+            return {"stopping": True}
+
+        return shutdown
+
+    # ------------------------------------------------------------------ output
+    def _emit(self, result: NetworkOutput, now: int) -> None:
+        for op_name, tuples in result.outputs.items():
+            if not tuples:
+                continue
+            stream = self.stream_of[op_name]
+            self.publisher.publish(stream, tuples)
+            self.output_logs[stream].write(tuples, now)
+            # Counted in C (countOf over the kinds), not by a Python loop per tuple.
+            kinds = list(map(_KIND, tuples))
+            self.counters["tuples_out"][stream] += countOf(kinds, Kind.STABLE)
+            self.counters["tentative_out"][stream] += countOf(kinds, Kind.TENTATIVE)
+            self.counters["undo_out"][stream] += countOf(kinds, Kind.UNDO)
+        if result.signals:
+            for op, signal in result.signals:
+                log.warning("%s: %s signalled %s", self.me.name, op, signal.kind.name)
+            self.manager.on_signals(result.signals, now)
+
+    # ------------------------------------------------------------------ status
+    @property
+    def ended(self) -> bool:
+        """Every SUnion released the end-of-stream boundary: nothing more will change the
+        operators' state, so replicas of one node now have equal digests."""
+        return all(s.next_bucket * s.width >= END_OF_STREAM // 2 for s in self.sunions)
+
+    async def _digest_action(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Operator state digests on request (snapshotting is not for every /status poll)."""
+        return {"state": self.state, "state_hashes": self.state_hashes()}
+
+    def state_hashes(self) -> dict[str, str]:
+        """A digest of each operator's state (``digest_state``: no undo-log bookkeeping;
+        SUnion's buffers hold arrival times: left out); replicas that processed the same
+        stable input have the same digests."""
+        return {
+            op.name: hashlib.sha256(
+                orjson.dumps(op.digest_state(), option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+            for op in self.network.operators if not isinstance(op, SUnion)
+        }
+
+    def status(self) -> dict[str, Any]:
+        now = now_us()
+        m = self.manager.machine
+        names = self.config.addresses()
+        ha = self.monitor.status()
+        replay = self.manager.replay_progress()
+        return {
+            "name": self.me.name,
+            "kind": "replica",
+            "node": self.node.name,
+            "state": self.state,
+            # Every SUnion released the sources' end of stream: what the digests wait for.
+            "ended": self.ended,
+            "time_in_state_s": round((now - m.since) / 1e6, 3),
+            "uptime_s": round((now - self.started) / 1e6, 3),
+            "consistency": {
+                "policy": f"{m.policy.up_failure.value}/{m.policy.stabilization.value}, "
+                          f"{m.policy.method.value}/redo, rank {m.policy.rank}",
+                "permission": m.permission.value,
+                "sunion_mode": m.sunion_mode.value,
+                "replay": replay,
+                "last_reconciliation": self.manager.stats["last_reconciliation"],
+            },
+            "recovery": {"recovering": self.recovering, "last": self.recovery},
+            "faults": {**self.faults.status(), "replay_stalled": not self.manager.replay_gate.is_set()},
+            "inputs": {
+                link.stream: {
+                    "upstream": names.get(link.current) if link.current else None,
+                    "connected": link.connected,
+                    "last_stable_id": link.last_stable_id,
+                    "last_tentative_id": link.last_tentative_id,
+                    "tmax_filter": link.tmax.armed,
+                    **ha.get(link.stream, {}),
+                }
+                for link in self.links
+            },
+            # An output stream's consistency state is the node's (one SUnion per node today).
+            "outputs": {s: {"state": self.state, **st} for s, st in self.publisher.stats().items()},
+            "counters": {
+                **self.counters,
+                "checkpoints": m.checkpoints,
+                "reconciliations": m.reconciliations,
+                "permission_refusals": m.refusals,
+                **{k: v for k, v in self.manager.stats.items() if k != "last_reconciliation"},
+            },
+            "gauges": {
+                "buffer_tuples": {s: st.get("buffered", 0) for s, st in self.publisher.stats().items()},
+                "sunion_buffered": sum(s.buffered for s in self.sunions),
+                "in_failure": int(any(s.in_failure for s in self.sunions)),
+                # The state as its wire code (0 STABLE, 1 UP_FAILURE, 2 STABILIZATION).
+                "consistency_state": ConsistencyState[self.manager.state.value].value,
+                "recovering": int(self.recovering is not None),
+                "time_in_state_seconds": round((now - m.since) / 1e6, 3),
+                "replaying": int(replay["in_progress"]),
+                "replay_replayed_tuples": replay["replayed"],
+                "replay_to_replay_tuples": replay["to_replay"],
+                # Tuples behind a boundary their upstream had already promised: bad input.
+                "late_dropped": sum(s.late_dropped for s in self.sunions),
+            },
+        }

@@ -1,0 +1,637 @@
+"""The input link: the consumer side of one input stream (DESIGN.md 4, paper section 4).
+
+An :class:`InputLink` keeps one subscription to ``stream`` alive for ``subscriber``: it
+connects to one of the stream's producers (replicas of the upstream node, or a source),
+sends ``Subscribe(stream, subscriber, last_stable_id, last_tentative_id)``, hands every
+Batch to ``on_batch`` and acknowledges what was processed. When the connection fails or
+ends it moves on to the next producer, round-robin, after ``retry_interval``;
+``switch_to`` moves it on at once (for an HA monitor that found a better replica).
+
+Resume ids. With ``s`` = ``last_stable_id`` and ``t`` = ``last_tentative_id``, what the
+link holds in force (UNDOs applied) is the stable stream through ``s`` followed, if
+``t > s``, by tentative tuples through ``t``; ``t <= s`` means no tentative tuple is held.
+A STABLE tuple sets ``s``, a TENTATIVE one sets ``t``. ``UNDO(u)`` deletes every data
+tuple after ``u``, so ``t`` becomes ``min(t, u)``, never below ``s`` (stable tuples are
+never undone). That is exactly what ``OutputBuffer.replay(s, t)`` expects: no tentatives
+(case 1) resumes after ``s``; a held tentative run that the producer still has (case 2)
+resumes after ``t``; any other (case 3) starts with ``UNDO(s)``. Control tuples carry no
+id and change neither.
+
+The corrections reader (paper section 4: downstream holds the reconciling replica as its
+corrections source and a replica in UP_FAILURE for fresh data until REC_DONE).
+``correct_from(producer)`` starts a second, background subscription at ``producer`` (an
+upstream replica in STABILIZATION, named by the HA monitor) while the main session keeps
+reading fresh tentative data from the data source; ``correct_from(None)`` stops it. It
+subscribes with ``(s, s)``, ``s`` being ``last_stable_id`` then: it claims no tentative
+tuple, since the ones held came from the other replica and their ids mean nothing here.
+What arrives is *buffered*, never handed to ``on_batch``, in an
+:class:`~state.buffer.OutputBuffer` that applies its UNDOs: the producer's in-force stream
+after data tuple ``s`` (its stable tail, maybe its own tentatives, its UNDO, the corrected
+stable tuples, ... REC_DONE). The reader sends no acks. When a batch with a REC_DONE
+arrives, the reader stops reading and the link switches: the main session leaves its
+producer the way ``switch_to`` makes it (never interrupting ``on_batch``), then, with
+``s`` and ``t`` the ids held at that moment, ``on_batch`` gets ``UNDO(s)`` (only if
+``t > s``: it removes every tentative tuple of the old data source, and nothing stable)
+followed by the buffer's in-force tuples after data tuple ``s`` (its replay case 1, so
+that no stable tuple is delivered twice), the ids advance as usual, and the corrections
+connection *becomes* the main session (acking from then on): no resubscription, no gap.
+That is what a case-3 resubscription at that producer would deliver at that moment (its
+in-force stream after ``s``), without the round trip. ``reconciled`` then says that the
+producer in use finished its reconciliation although its heartbeats may still report
+STABILIZATION for a while (the HA monitor keeps it, node/streams/upstream.py); a TENTATIVE tuple
+from it, or another session, clears it. If the buffer's stable tuples do not reach ``s`` (that producer is behind the
+ids held), the connection is closed and the link resubscribes there by ids instead.
+
+A corrections connection that fails, or a change of ``correct_from``, drops the buffer:
+nothing of it was delivered, so nothing is lost; the reader retries the same producer
+after ``retry_interval`` while it stays the corrections source.
+
+Invariants:
+
+* The ids describe what ``on_batch`` returned from: they move after it returns, with no
+  await in between, so a resubscription neither skips nor repeats a processed data tuple.
+  ``on_batch`` must take a batch whole or not at all (it is cancelled only when the link
+  is). Only the main session calls it; the corrections reader never does, and a stable
+  id is delivered at most once, adoption included.
+* Acks are level-1: every ``ack_interval`` the link sends ``Ack(stream, subscriber, s)``
+  when ``s`` moved since the last one, ``s`` being the last stable id *processed*.
+* The link never holds two subscriptions at one producer (a publisher keeps one
+  subscription per subscriber: a second one would silently replace the first). The
+  reader does not subscribe at the main session's producer (``current``); before the main
+  session subscribes at the reader's producer, the reader closes its connection, and the
+  main session connects only after that (the corrections connection that delivered a
+  REC_DONE is adopted instead, when possible). A handover waiting for the main loop holds
+  a subscription too: the reader closes it before subscribing at its producer again, and
+  before handing over another one (``_drop_handover_at``).
+* A peer's garbage or unexpected message is logged with the producer's name and ends that
+  connection only; the link goes on with the next producer. An exception of ``on_batch``
+  ends ``run`` (a local failure, STYLE.md 8; it arrives in an ``ExceptionGroup``, from the
+  session's TaskGroup). Cancelling ``run`` closes every connection, the reader's too.
+* A blackholed producer (silent, connection open) is not detected here: liveness is the
+  HA monitor's business (heartbeats, node/streams/monitor.py), which then calls ``switch_to``. When a
+  connection fails, the link asks the monitor's ``choose(failed)`` for the next producer
+  (round-robin when it has no opinion).
+* Switching to an UP_FAILURE producer while holding tentative tuples arms the link's
+  :class:`~node.streams.upstream.TmaxFilter` (``switch_to(..., tmax=True)``): tentative tuples not
+  newer than all held are dropped (property 2: no duplicates, only tentatives lost). While
+  unarmed the filter only tracks the highest ``tmax`` seen, at C speed. Adopting the
+  corrections connection disarms it (its ``UNDO(s)`` replaces every held tentative).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Awaitable, Callable, Sequence
+from operator import itemgetter
+
+from node.errors import NodeError
+from node.net.transport import Connection, Transport
+from node.streams.upstream import TmaxFilter
+from protocol.errors import RemoteProtocolError
+from protocol.messages import Ack, Batch, Subscribe
+from protocol.tuples import Kind, Tuple, undo
+from state.buffer import OutputBuffer
+from state.errors import StateError
+
+#: ``DPC_TEST_MUTATION`` value that makes every input link resubscribe one stable tuple
+#: early (duplicate elimination on switching broken on purpose): the harness must catch it.
+MUTATION_DUPLICATES = "resubscribe-overlap"
+
+__all__ = ["InputLink"]
+
+STABLE = Kind.STABLE
+TENTATIVE = Kind.TENTATIVE
+UNDO = Kind.UNDO
+REC_DONE = Kind.REC_DONE
+_kind_of = itemgetter(0)
+Address = tuple[str, int]
+
+
+def _last_index(kinds: list[Kind], kind: Kind, start: int, stop: int) -> int:
+    """Index of the last ``kind`` in ``kinds[start:stop]``, or -1 (a C-level scan)."""
+    seg = kinds[start:stop]
+    seg.reverse()
+    try:
+        return stop - 1 - seg.index(kind)
+    except ValueError:
+        return -1
+
+
+def _index(kinds: list[Kind], kind: Kind, start: int, default: int) -> int:
+    """Index of the first ``kind`` in ``kinds[start:]``, or ``default``."""
+    try:
+        return kinds.index(kind, start)
+    except ValueError:
+        return default
+
+
+class _Corrections:
+    """What the corrections reader received from one producer, subscribed with
+    ``(base, base)``: that producer's in-force stream after data tuple ``base``."""
+
+    __slots__ = ("base", "buffer")
+
+    def __init__(self, stream: str, base: int) -> None:
+        self.base = base
+        self.buffer = OutputBuffer(stream)  # applies the producer's UNDOs; never trimmed
+
+    @property
+    def settled(self) -> bool:
+        """No tentative tuple in force: the producer's corrections are complete."""
+        return self.buffer.last_id == self.buffer.last_stable_id
+
+    def resume_after(self, s: int, t: int) -> list[Tuple] | None:
+        """What turns a consumer holding ``(s, t)`` into one holding this stream (module
+        docstring); None if its stable tuples do not reach ``s`` yet."""
+        buffer = self.buffer
+        if s > max(self.base, buffer.last_stable_id):
+            return None
+        # Every id buffered is above base, so at s == base the whole buffer follows.
+        items = list(buffer) if s == self.base else buffer.replay(s, s)
+        return [undo(s), *items] if t > s else items
+
+
+class _Handover:
+    """A corrections connection that delivered REC_DONE, waiting for the main loop."""
+
+    __slots__ = ("address", "conn", "fix")
+
+    def __init__(self, conn: Connection, address: Address, fix: _Corrections) -> None:
+        self.conn = conn
+        self.address = address
+        self.fix = fix
+
+
+class InputLink:
+    """The subscription of ``subscriber`` to ``stream``. See the module docstring."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        stream: str,
+        subscriber: str,
+        producers: Sequence[Address],
+        on_batch: Callable[[str, Sequence[Tuple]], Awaitable[None]],
+        *,
+        ack_interval: float = 0.1,
+        retry_interval: float = 0.1,
+        choose: Callable[[Address | None], Address | None] | None = None,
+        log: logging.Logger,
+    ) -> None:
+        if not producers:
+            raise NodeError(f"input link {subscriber!r} <- {stream!r}: no producer to connect to")
+        self.stream = stream
+        self.subscriber = subscriber
+        self.producers = tuple(producers)
+        self._transport = transport
+        self._on_batch = on_batch
+        self._ack_interval = ack_interval
+        self._retry_interval = retry_interval
+        self._log = log
+        self.choose = choose  # the HA monitor's opinion on the next producer, if any
+        self.tmax = TmaxFilter()
+        self.current: Address | None = None  # the producer in use or being tried
+        self.switches = 0  # switch_to calls that moved the link
+        self.last_stable_id = 0
+        self.last_tentative_id = 0
+        # Test-only (the fault harness's mutation check): a deliberately broken build whose
+        # resubscriptions overlap what the link already holds, so that duplicates reach it.
+        self._overlap = os.environ.get("DPC_TEST_MUTATION") == MUTATION_DUPLICATES
+        self.producer: str | None = None  # "host:port" while connected
+        self.tuples_in = 0
+        self.batches_in = 0
+        self.connects = 0  # connections that carried a Subscribe
+        self.failures = 0  # connection attempts that failed
+        # The producer in use sent its REC_DONE on the corrections connection the link then
+        # adopted, and no TENTATIVE tuple since (the module docstring; node/streams/upstream.py).
+        self.reconciled = False
+        self.corrections: Address | None = None  # the corrections reader's producer
+        self.corrections_applied = 0  # corrections connections adopted on their REC_DONE
+        self._fix: _Corrections | None = None  # what the reader holds now
+        self._fix_at: Address | None = None  # where the reader holds a subscription
+        self._fix_closed = asyncio.Event()  # set while the reader holds no subscription
+        self._fix_closed.set()
+        self._fix_changed = asyncio.Event()  # set by correct_from() (and to stop the reader)
+        self._handover: _Handover | None = None
+        self._acked = 0
+        self._next = 0  # index (mod len) of the producer to try next
+        self._switching = False
+        self._wake = asyncio.Event()  # set by switch_to() and by a REC_DONE handover
+
+    @property
+    def connected(self) -> bool:
+        return self.producer is not None
+
+    @property
+    def reconnects(self) -> int:
+        """Connections after the first one (each one a resubscription)."""
+        return max(0, self.connects - 1)
+
+    @property
+    def corrections_buffered(self) -> int:
+        """Tuples the corrections reader holds now (in force: undone ones do not count)."""
+        return 0 if self._fix is None else len(self._fix.buffer)
+
+    def __repr__(self) -> str:
+        return (
+            f"InputLink({self.subscriber!r} <- {self.stream!r}, producer={self.producer}, "
+            f"stable={self.last_stable_id}, tentative={self.last_tentative_id}, "
+            f"corrections={self.corrections})"
+        )
+
+    def _check(self, producer: Address) -> None:
+        if producer not in self.producers:
+            raise NodeError(
+                f"input link {self.subscriber!r} <- {self.stream!r}: {producer} is not "
+                f"one of its producers {list(self.producers)}"
+            )
+
+    def switch_to(self, producer: Address | None = None, *, tmax: bool = False) -> None:
+        """Drop the current connection (if any) and subscribe at ``producer`` next
+        (default: the next producer, round-robin), resuming from the ids held. For an HA
+        monitor that found a better replica; ``tmax`` arms the duplicate filter (a switch to
+        an UP_FAILURE producer), otherwise it is disarmed."""
+        if tmax:
+            self.tmax.arm()
+        else:
+            self.tmax.reset()
+        self.switches += 1
+        if producer is not None:
+            self._check(producer)
+            self._next = self.producers.index(producer)
+            self.current = producer  # the monitor's next look sees the switch as done
+        self._switching = True
+        self._wake.set()
+
+    def correct_from(self, producer: Address | None) -> None:
+        """Read corrections from ``producer`` in the background, until its REC_DONE moves
+        the link there (module docstring); None stops the reader and drops what it holds.
+        The producer of the main session (``current``) is never read twice: asking for it
+        stops the reader too."""
+        if producer is not None:
+            self._check(producer)
+            if producer == self.current:
+                producer = None
+        if producer == self.corrections:
+            return
+        self.corrections = producer
+        self._fix_changed.set()
+
+    async def run(self) -> None:
+        """Keep the subscription alive, and the corrections reader, forever (until
+        cancelled)."""
+        name = f"{self.subscriber} <- {self.stream}"
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._corrections_loop(name))
+                await self._main_loop(name)
+        finally:
+            handover, self._handover = self._handover, None
+            if handover is not None:
+                await handover.conn.close()
+
+    # ------------------------------------------------------------------ main session
+    async def _main_loop(self, name: str) -> None:
+        failed: Address | None = None
+        while True:
+            choice = (
+                self.choose(failed) if self.choose is not None and not self._switching else None
+            )
+            if choice is not None and choice in self.producers:
+                self._next = self.producers.index(choice)
+            host, port = self.producers[self._next % len(self.producers)]
+            self.current = (host, port)
+            self._next += 1
+            self._switching = False
+            self._wake.clear()
+            here, address = (host, port), f"{host}:{port}"
+            handover, first = await self._take_handover(here, name)
+            if handover is not None:
+                try:
+                    await self._session(handover.conn, address, name, first, handover.fix)
+                finally:
+                    self.producer = None
+                    await handover.conn.close()
+            else:
+                # No await since _take_handover found none: the reader cannot hand this
+                # producer over any more once told to leave it.
+                await self._release_corrections(here)
+                try:
+                    conn = await self._transport.connect(host, port)
+                except OSError as exc:
+                    self.failures += 1
+                    self._log.warning("%s: cannot connect to producer %s: %r", name, address, exc)
+                else:
+                    try:
+                        await self._session(conn, address, name)
+                    finally:
+                        self.producer = None
+                        await conn.close()
+            failed = None if self._switching else (host, port)
+            if not self._switching:
+                try:  # a switch or a REC_DONE handover cuts the pause short
+                    async with asyncio.timeout(self._retry_interval):
+                        await self._wake.wait()
+                except TimeoutError:
+                    pass
+
+    async def _take_handover(
+        self, here: Address, name: str
+    ) -> tuple[_Handover | None, list[Tuple] | None]:
+        """The corrections connection to adopt at ``here`` with what to deliver first, or
+        (None, None). Any other handover is closed: nothing of it was delivered, so
+        dropping it loses nothing (the link moved elsewhere meanwhile, or that producer is
+        behind the ids held and the link resubscribes there by ids)."""
+        while (handover := self._handover) is not None:
+            self._handover = None
+            if handover.address == here:
+                first = handover.fix.resume_after(self.last_stable_id, self.last_tentative_id)
+                if first is not None:
+                    return handover, first
+            self._log.info(
+                "%s: dropped the corrections buffered from %s:%d (REC_DONE) for %s:%d",
+                name,
+                *handover.address,
+                *here,
+            )
+            await handover.conn.close()  # another handover may arrive meanwhile: loop
+        return None, None
+
+    async def _session(
+        self,
+        conn: Connection,
+        address: str,
+        name: str,
+        first: list[Tuple] | None = None,
+        fix: _Corrections | None = None,
+    ) -> None:
+        """One main session on ``conn``: a fresh subscription, or (``first`` given) the
+        adopted corrections connection, whose buffered corrections ``first`` goes first."""
+        if first is None:
+            s, t = self.last_stable_id, self.last_tentative_id
+            if self._overlap and s > 0:  # the mutation: ask again for the last stable tuple
+                s, t = s - 1, max(t - 1, s - 1)
+            try:
+                await conn.send(Subscribe(self.stream, self.subscriber, s, t))
+            except OSError as exc:
+                self._log.warning("%s: cannot subscribe at producer %s: %r", name, address, exc)
+                return
+            self.connects += 1
+            self.reconciled = False
+            self._log.info(
+                "%s: subscribed at producer %s from stable %d, tentative %d",
+                name,
+                address,
+                self.last_stable_id,
+                self.last_tentative_id,
+            )
+        else:
+            assert fix is not None
+            self.corrections_applied += 1
+            self.tmax.reset()  # UNDO(s) replaces every tentative tuple held: nothing to filter
+            self.reconciled = fix.settled
+            self._log.warning(
+                "%s: REC_DONE from corrections source %s: moving to it, %d tuples of "
+                "corrections after stable %d (tentative %d held)",
+                name,
+                address,
+                len(first),
+                self.last_stable_id,
+                self.last_tentative_id,
+            )
+        self.producer = address
+        self._acked = 0  # the new producer has seen no ack of ours yet
+        async with asyncio.TaskGroup() as tg:
+            # The acker and the switch watcher end a session by closing the connection,
+            # never by cancelling the receiver: on_batch is not interrupted mid-batch.
+            acker = tg.create_task(self._ack_loop(conn, name, address))
+            watcher = tg.create_task(self._close_on(self._wake, conn))
+            try:
+                level, problem = await self._receive_loop(conn, first)
+            finally:
+                acker.cancel()
+                watcher.cancel()
+        if self._switching:
+            self._log.info("%s: left producer %s to switch", name, address)
+        else:
+            self._log.log(level, "%s: producer %s %s", name, address, problem)
+
+    @staticmethod
+    async def _close_on(event: asyncio.Event, conn: Connection) -> None:
+        await event.wait()
+        await conn.close()
+
+    async def _receive_loop(self, conn: Connection, first: list[Tuple] | None) -> tuple[int, str]:
+        """Process batches until the producer closes, fails or misbehaves: how it ended.
+        ``first``, if any, is processed before anything received."""
+        stream, on_batch = self.stream, self._on_batch
+        if first:
+            self.tmax.observe(first)
+            await on_batch(stream, first)
+            self._advance(first)
+            self.tuples_in += len(first)
+            self.batches_in += 1
+        try:
+            while True:
+                msg = await conn.receive()
+                problem = self._bad(msg)
+                if problem is not None:
+                    return problem
+                assert isinstance(msg, Batch)
+                tuples = msg.tuples
+                if not tuples:
+                    continue
+                if self.tmax.armed:
+                    tuples = self.tmax.accept(tuples)  # type: ignore[assignment]
+                    if not tuples:
+                        continue
+                else:
+                    self.tmax.observe(tuples)
+                await on_batch(stream, tuples)
+                self._advance(tuples)  # no await since on_batch returned: see the docstring
+                self.tuples_in += len(tuples)
+                self.batches_in += 1
+        except RemoteProtocolError as exc:
+            return logging.ERROR, f"sent bad data: {exc}; closing the connection"
+        except OSError as exc:
+            return logging.WARNING, f"connection failed: {exc!r}"
+
+    def _bad(self, msg: object) -> tuple[int, str] | None:
+        """Why a received message ends the connection (None: a Batch of our stream)."""
+        if msg is None:
+            return logging.WARNING, "closed the connection"
+        if type(msg) is not Batch:
+            what = f"an unexpected {type(msg).__name__} (expected Batch)"
+            return logging.ERROR, f"sent {what}; closing the connection"
+        if msg.stream != self.stream:
+            what = f"a Batch of stream {msg.stream!r} (expected {self.stream!r})"
+            return logging.ERROR, f"sent {what}; closing the connection"
+        return None
+
+    def _advance(self, tuples: Sequence[Tuple]) -> None:
+        kinds = list(map(_kind_of, tuples))
+        s, t = self.last_stable_id, self.last_tentative_id
+        start, n = 0, len(kinds)
+        tentative = False
+        # Segments between UNDOs; without an UNDO (the common case) one C-level pass each.
+        undo_at = _index(kinds, UNDO, 0, n)
+        while True:
+            i = _last_index(kinds, STABLE, start, undo_at)
+            if i >= 0:
+                s = tuples[i][1]
+            i = _last_index(kinds, TENTATIVE, start, undo_at)
+            if i >= 0:
+                t = tuples[i][1]
+                tentative = True
+            if undo_at == n:
+                break
+            t = max(s, min(t, tuples[undo_at][1]))
+            start = undo_at + 1
+            undo_at = _index(kinds, UNDO, start, n)
+        self.last_stable_id, self.last_tentative_id = s, t
+        if tentative:
+            self.reconciled = False  # a new failure upstream: its reconciliation is history
+
+    async def _ack_loop(self, conn: Connection, name: str, address: str) -> None:
+        try:
+            while True:
+                await asyncio.sleep(self._ack_interval)
+                s = self.last_stable_id
+                if s > self._acked:
+                    await conn.send(Ack(self.stream, self.subscriber, s))
+                    self._acked = s
+        except OSError as exc:
+            self._log.warning("%s: cannot ack to producer %s: %r", name, address, exc)
+            await conn.close()
+
+    # ------------------------------------------------------------------ corrections reader
+    async def _release_corrections(self, producer: Address) -> None:
+        """Before the main session subscribes at ``producer``: stop reading corrections
+        there, and wait until the reader's connection is closed (its Subscribe then reached
+        the producer before ours can, and ours replaces it)."""
+        if self.corrections == producer:
+            self.corrections = None
+            self._fix_changed.set()
+        if self._fix_at == producer:
+            self._fix_changed.set()
+            await self._fix_closed.wait()
+
+    async def _corrections_loop(self, name: str) -> None:
+        while True:
+            self._fix_changed.clear()  # before reading the target: no change goes unseen
+            target = self.corrections
+            if target is None:
+                await self._fix_changed.wait()
+                continue
+            await self._read_corrections(target, name)
+            if self.corrections == target and not self._fix_changed.is_set():
+                try:  # it failed: retry while it stays the corrections source
+                    async with asyncio.timeout(self._retry_interval):
+                        await self._fix_changed.wait()
+                except TimeoutError:
+                    pass
+
+    async def _read_corrections(self, target: Address, name: str) -> None:
+        host, port = target
+        address = f"{host}:{port}"
+        try:
+            conn = await self._transport.connect(host, port)
+        except OSError as exc:
+            self._log.warning("%s: cannot connect to corrections source %s: %r", name, address, exc)
+            return
+        handed_over = False
+        try:
+            if not (self._fix_changed.is_set() or target == self.current):
+                await self._drop_handover_at(target, name)
+            if self._fix_changed.is_set() or target == self.current:
+                return  # not wanted any more, or the main session reads it already
+            s = self.last_stable_id
+            self._fix_at = target  # no await since the check above: see _release_corrections
+            self._fix_closed.clear()
+            try:
+                await conn.send(Subscribe(self.stream, self.subscriber, s, s))
+            except OSError as exc:
+                self._log.warning(
+                    "%s: cannot subscribe at corrections source %s: %r", name, address, exc
+                )
+                return
+            fix = self._fix = _Corrections(self.stream, s)
+            self._log.info("%s: reading corrections from %s after stable %d", name, address, s)
+            async with asyncio.TaskGroup() as tg:
+                watcher = tg.create_task(self._close_on(self._fix_changed, conn))
+                try:
+                    level, problem = await self._receive_corrections(conn, fix)
+                finally:
+                    watcher.cancel()
+            if problem or self._fix_changed.is_set():
+                # A REC_DONE that raced with a stop counts for nothing: the main session may
+                # be about to subscribe there, and this subscription must not outlive that.
+                if problem and not self._fix_changed.is_set():
+                    self._log.log(
+                        level,
+                        "%s: corrections source %s %s; dropping %d buffered tuples",
+                        name,
+                        address,
+                        problem,
+                        len(fix.buffer),
+                    )
+                return
+            # REC_DONE: hand the connection to the main loop, which leaves its producer
+            # (never mid-batch) and adopts it. From here on the producer is the data source.
+            await self._drop_handover_at(None, name)  # a handover not taken yet is stale now
+            if self._fix_changed.is_set():
+                return
+            self._handover = _Handover(conn, target, fix)
+            handed_over = True
+            self.corrections = None
+            self._next = self.producers.index(target)
+            self.current = target  # the monitor's next look sees the move as done
+            self._switching = True
+            self._wake.set()
+        finally:
+            self._fix = None
+            if not handed_over:
+                await conn.close()
+            self._fix_at = None
+            self._fix_closed.set()
+
+    async def _drop_handover_at(self, target: Address | None, name: str) -> None:
+        """Close the handover waiting for the main loop if it is at ``target`` (None: at
+        any producer). Its connection still holds a subscription there, which a new
+        Subscribe of the reader would silently replace at the publisher: the main loop
+        would then adopt a connection nothing is sent on any more. It is stale anyway: the
+        reader reads ``target`` again only after ``switch_to`` sent the link elsewhere
+        (``current`` moved off it), and the main loop drops a handover that is not at the
+        producer it goes to. Nothing of it was delivered, so nothing is lost."""
+        handover = self._handover
+        if handover is None or target not in (None, handover.address):
+            return
+        self._handover = None
+        self._log.info("%s: dropped the corrections buffered from %s:%d (REC_DONE): the link "
+                       "moved on before adopting them", name, *handover.address)
+        await handover.conn.close()
+
+    async def _receive_corrections(self, conn: Connection, fix: _Corrections) -> tuple[int, str]:
+        """Buffer batches until one carries a REC_DONE (returns ``problem == ""``) or the
+        connection ends: how it ended."""
+        try:
+            while True:
+                msg = await conn.receive()
+                problem = self._bad(msg)
+                if problem is not None:
+                    return problem
+                assert isinstance(msg, Batch)
+                tuples = list(msg.tuples)
+                if not tuples:
+                    continue
+                fix.buffer.append(tuples)
+                if REC_DONE in map(_kind_of, tuples):
+                    return logging.INFO, ""
+        except StateError as exc:
+            return logging.ERROR, f"sent a broken stream: {exc}; closing the connection"
+        except RemoteProtocolError as exc:
+            return logging.ERROR, f"sent bad data: {exc}; closing the connection"
+        except OSError as exc:
+            return logging.WARNING, f"connection failed: {exc!r}"

@@ -1,0 +1,283 @@
+"""The HA monitor: heartbeats to upstream replicas, and switching input links (paper 3.3, 5).
+
+Role. A replica or a client owns one :class:`UpstreamMonitor` over the input links whose
+producer is a replicated node (a source has no replica to switch to: its silence is
+SUnion's business). The decisions are pure and live in ``node/streams/upstream.py``; this module is
+the I/O around them.
+
+Theory of operation
+-------------------
+Per upstream replica, one *probe* connection to its data port carries ``HeartbeatRequest``
+every ``interval`` (the :class:`~node.streams.upstream.HeartbeatTracker`'s grid) and brings back
+``HeartbeatResponse`` with the state of each of its output streams. After every answer and
+every round, :meth:`UpstreamMonitor.evaluate` runs :func:`~node.streams.upstream.choose_upstream`
+for each monitored link and moves the link when the choice differs from the producer in
+use: ``Resume.IDS`` is a plain resubscription, ``Resume.TMAX`` also arms the link's tmax
+filter. A link whose connection broke asks :meth:`choose` for its next producer, with the
+failed one excluded at once (no need to wait for missed heartbeats after a crash).
+
+Corrections source (paper section 4). When the choice names one (a STABILIZATION replica,
+while the data source is not STABLE), :meth:`~UpstreamMonitor.evaluate` has the link read
+it in the background (``InputLink.correct_from``), and stops that reader when the choice
+names none, or names the link's own data source (one producer is never read twice). The
+chooser gets the corrections source in use (``corrections=``), so it sticks to it until
+its REC_DONE. On that REC_DONE the link moves to it by itself, before the heartbeats stop
+reporting STABILIZATION; ``link.reconciled`` says so, and the chooser
+(``current_reconciled=``) then keeps it as the data source instead of moving the link
+back to an UP_FAILURE replica. ``status()`` reports what the link reads: its data source,
+its corrections source, how many tuples the reader holds and how many corrections
+connections were adopted.
+
+A replica that cannot be connected to, or does not answer, misses its heartbeats: after more
+than ``misses`` in a row it is declared failed (the tracker's rule) and never chosen.
+
+Invariants
+----------
+* A link is moved only to a producer the chooser picked from answered, alive replicas, and
+  reads corrections only from one it picked too (or from none).
+* Probe connections are owned by :meth:`run`'s TaskGroup: cancelling it closes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from node.clock import now_us
+from node.config.model import ClusterConfig, NodeConfig
+from node.net.transport import Connection, Transport
+from node.streams.link import InputLink
+from node.streams.upstream import Choice, HeartbeatTracker, ReplicaView, Resume, choose_upstream
+from protocol.messages import HeartbeatRequest, HeartbeatResponse
+
+__all__ = ["UpstreamMonitor", "UpstreamReplica", "upstream_links"]
+
+
+_now = now_us
+
+@dataclass(frozen=True, slots=True)
+class UpstreamReplica:
+    name: str
+    host: str
+    port: int
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return (self.host, self.port)
+
+
+def upstream_links(
+    config: ClusterConfig, links: Sequence[InputLink]
+) -> dict[str, tuple[InputLink, list[UpstreamReplica]]]:
+    """The links whose stream a replicated node produces, with that node's replicas."""
+    out: dict[str, tuple[InputLink, list[UpstreamReplica]]] = {}
+    for link in links:
+        producer = config.producer_of(link.stream)
+        if isinstance(producer, NodeConfig):
+            out[link.stream] = (link, [UpstreamReplica(r.name, r.host, r.data_port)
+                                       for r in producer.replicas])
+    return out
+
+
+class _Probe:
+    __slots__ = ("conn", "replica")
+
+    def __init__(self, replica: UpstreamReplica) -> None:
+        self.replica = replica
+        self.conn: Connection | None = None
+
+
+class UpstreamMonitor:
+    """Heartbeats to the replicas behind ``links`` and the switching of those links."""
+
+    def __init__(
+        self,
+        owner: str,
+        transport: Transport,
+        links: Mapping[str, tuple[InputLink, Sequence[UpstreamReplica]]],
+        *,
+        interval: int,
+        misses: int,
+        log: logging.Logger,
+    ) -> None:
+        self.owner = owner
+        self.transport = transport
+        self.links = {s: link for s, (link, _) in links.items()}
+        self.replicas = {s: tuple(rs) for s, (_, rs) in links.items()}
+        self._names = {s: frozenset(r.name for r in rs) for s, rs in self.replicas.items()}
+        self._by_address = {r.address: r.name for rs in self.replicas.values() for r in rs}
+        self._address = {r.name: r.address for rs in self.replicas.values() for r in rs}
+        names = sorted({r.name for rs in self.replicas.values() for r in rs})
+        self._probes = {r.name: _Probe(r) for rs in self.replicas.values() for r in rs}
+        self.tracker = HeartbeatTracker(names, interval, misses, start=_now()) if names else None
+        self.interval = interval
+        self._log = log
+        self._seq = itertools.count(1)
+        self.choices: dict[str, Choice] = {}
+        self.failed_seen: set[str] = set()
+        for link in self.links.values():
+            link.choose = self._chooser(link.stream)  # the link asks us on every reconnect
+
+    # ------------------------------------------------------------------ choosing
+    def current(self, stream: str) -> str | None:
+        """The replica the link of ``stream`` reads its data from (None: none, or unknown)."""
+        addr = self.links[stream].current
+        return None if addr is None else self._by_address.get(addr)
+
+    def corrections(self, stream: str) -> str | None:
+        """The replica the link of ``stream`` reads corrections from (None: none)."""
+        addr = self.links[stream].corrections
+        return None if addr is None else self._by_address.get(addr)
+
+    def cut_off(self) -> list[str]:
+        """The monitored input streams none of whose upstream replicas is alive (declared
+        failed by the tracker): inputs that became unavailable."""
+        t = self.tracker
+        if t is None:
+            return []
+        return [s for s, rs in self.replicas.items() if not any(t.alive(r.name) for r in rs)]
+
+    def _choice(self, stream: str, exclude: str | None = None) -> Choice | None:
+        if self.tracker is None:
+            return None
+        names = self._names[stream]  # the tracker watches every upstream node's replicas
+        view = {n: v for n, v in self.tracker.view(stream).items() if n in names}
+        if exclude is not None and exclude in view:
+            view[exclude] = ReplicaView(False, view[exclude].state)
+        link = self.links[stream]
+        current = None if exclude is not None else self.current(stream)
+        return choose_upstream(
+            stream,
+            current,
+            view,
+            corrections=self.corrections(stream),
+            holding_tentative=link.last_tentative_id > link.last_stable_id,
+            current_reconciled=link.reconciled,
+        )
+
+    def _chooser(self, stream: str) -> Callable[[tuple[str, int] | None], tuple[str, int] | None]:
+        def choose(failed: tuple[str, int] | None) -> tuple[str, int] | None:
+            exclude = None if failed is None else self._by_address.get(failed)
+            choice = self._choice(stream, exclude)
+            if choice is None or choice.data is None:
+                return None  # no opinion: round-robin
+            if choice.resume is Resume.TMAX:
+                self.links[stream].tmax.arm()
+            return self._address[choice.data]
+        return choose
+
+    def evaluate(self) -> None:
+        """Move every monitored link whose best producer changed, and start or stop its
+        corrections reader to follow the choice."""
+        if self.tracker is not None:
+            dead = set(self.tracker.failed())
+            for name in dead - self.failed_seen:
+                self._log.warning("%s: upstream replica %s missed more than %d heartbeats: "
+                                  "failed", self.owner, name, self.tracker.misses)
+            self.failed_seen = dead
+        for stream, link in self.links.items():
+            choice = self._choice(stream)
+            if choice is None:
+                continue
+            self.choices[stream] = choice
+            if choice.resume in (Resume.IDS, Resume.TMAX) and choice.data is not None:
+                self._log.warning("%s: input %s: switching from %s to %s (%s)", self.owner,
+                                  stream, self.current(stream), choice.data, choice.resume.value)
+                link.switch_to(self._address[choice.data], tmax=choice.resume is Resume.TMAX)
+            self._follow_corrections(stream, link, choice)
+
+    def _follow_corrections(self, stream: str, link: InputLink, choice: Choice) -> None:
+        wanted = None if choice.corrections is None else self._address[choice.corrections]
+        if wanted == link.current:
+            wanted = None  # the data source itself: the main session reads its corrections
+        if wanted == link.corrections:
+            return
+        before = self.corrections(stream)
+        link.correct_from(wanted)
+        self._log.info(
+            "%s: input %s: corrections source %s -> %s",
+            self.owner,
+            stream,
+            before,
+            self.corrections(stream),
+        )
+
+    def status(self) -> dict[str, Any]:
+        t = self.tracker
+        return {
+            stream: {
+                "data_source": self.current(stream),
+                "corrections_source": self.corrections(stream),
+                "corrections_buffered": self.links[stream].corrections_buffered,
+                "corrections_applied": self.links[stream].corrections_applied,
+                "replicas": {
+                    r.name: {
+                        "alive": t.alive(r.name) if t else None,
+                        "state": (s.name if (s := (t.stream_states(r.name).get(stream) if t else None))
+                                  else None),
+                        "missed": t.missed(r.name) if t else None,
+                    }
+                    for r in self.replicas[stream]
+                },
+            }
+            for stream in self.links
+        }
+
+    # ------------------------------------------------------------------ heartbeats
+    async def run(self) -> None:
+        if self.tracker is None:
+            return
+        async with asyncio.TaskGroup() as tg:
+            for probe in self._probes.values():
+                tg.create_task(self._keep_connected(probe))
+            tg.create_task(self._beat())
+
+    async def _beat(self) -> None:
+        tracker = self.tracker
+        assert tracker is not None
+        while True:
+            delay = (tracker.next_deadline() - _now()) / 1e6
+            if delay > 0:
+                await asyncio.sleep(delay)
+            now = _now()
+            for name in tracker.due(now):
+                seq = next(self._seq)
+                conn = self._probes[name].conn
+                tracker.sent(name, seq, now)
+                if conn is not None:
+                    # A failed send: the probe's reader notices and reconnects.
+                    with contextlib.suppress(OSError):
+                        await conn.send(HeartbeatRequest(self.owner, seq))
+            self.evaluate()
+
+    async def _keep_connected(self, probe: _Probe) -> None:
+        r = probe.replica
+        while True:
+            try:
+                conn = await self.transport.connect(r.host, r.port)
+            except OSError:
+                await asyncio.sleep(self.interval / 1e6)
+                continue
+            probe.conn = conn
+            try:
+                while (msg := await conn.receive()) is not None:
+                    if isinstance(msg, HeartbeatResponse):
+                        if self.tracker is not None and self.tracker.answered(
+                            r.name, msg.seq, msg.state, msg.streams, _now()
+                        ):
+                            self.evaluate()
+                    else:
+                        self._log.error("%s: upstream %s answered a heartbeat with a %s; "
+                                        "closing", self.owner, r.name, type(msg).__name__)
+                        break
+            except Exception as exc:
+                self._log.info("%s: heartbeat connection to %s ended: %r", self.owner, r.name, exc)
+            finally:
+                probe.conn = None
+                await conn.close()
+            await asyncio.sleep(self.interval / 1e6)

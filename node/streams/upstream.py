@@ -1,0 +1,386 @@
+"""Upstream monitoring and choice (paper sections 3.3, 3.4.3 and 3.5): which replica of an
+upstream node feeds an input stream. Pure: no I/O, no clock (``now`` is a parameter, in the
+integer time unit of the config, microseconds), deterministic (STYLE.md 1-2). The runtime
+sends the heartbeats and moves the links; this module only decides.
+
+:class:`HeartbeatTracker` -- liveness and last known stream states of the replicas of one
+upstream node. The runtime asks :meth:`~HeartbeatTracker.due` which replicas to probe,
+reports each ``HeartbeatRequest`` with :meth:`~HeartbeatTracker.sent` and each
+``HeartbeatResponse`` with :meth:`~HeartbeatTracker.answered`, and sleeps until
+:meth:`~HeartbeatTracker.next_deadline`. Liveness rules (paper: probe every 100 ms, failed
+after more than 3 consecutive unanswered):
+
+* A request is *in flight* until the next request to the same replica is sent; then, if
+  still unanswered, it is *missed* (it had a whole interval to be answered). ``missed(r)``
+  counts the requests sent after the newest counted answer, minus the one in flight. A
+  replica is failed iff ``missed(r) > misses``: with ``misses = 3`` it is declared failed
+  when the 5th unanswered request is sent, (misses + 1) intervals after the first.
+* An answer to seq ``s`` is *counted* iff ``s`` is newer than the last counted answer and
+  is one of the ``misses + 2`` newest requests sent to that replica. It answers every
+  request up to ``s`` and none after: a late answer revives a failed replica only if at
+  most ``misses`` requests sent after ``s`` went unanswered, so liveness is a function of
+  *which* requests were answered, not of the order the answers arrived in. An older answer
+  cannot change liveness (more than ``misses`` newer requests are unanswered) and carries
+  staler states: it is ignored. An answer from an unknown replica or to a seq never sent
+  is a peer's garbage: ignored (``answered`` returns False; the caller logs it).
+* Only a counted answer updates the replica's last known states, so the states never go
+  back in time. A failed replica keeps its last known states; the view marks it dead.
+* Rounds follow a fixed grid ``start + k * interval`` per replica; a round the runtime
+  was too late for is skipped, never sent in a burst (that would count misses faster than
+  the replica could answer).
+
+:func:`choose_upstream` -- the data source and the corrections source of one input
+stream, from a :class:`ReplicaView` per replica (alive, state of its output ``stream``;
+an unanswered or unreported state is unknown and never chosen). Preference for the data
+source, first match wins, ties broken by name so that every replica of the downstream
+node tends to choose alike:
+
+====  =============================================  ======================================
+rank  candidate                                      why
+====  =============================================  ======================================
+1     the current source, if STABLE (or reconciled)  no switch at all
+2     the corrections source, if it became STABLE    already subscribed; its stream is ours
+3     any STABLE replica (smallest name)             stable data, property 1
+4     the current source, if UP_FAILURE              no switch; tentative beats nothing
+5     any UP_FAILURE replica (smallest name)         availability
+6     none (:attr:`Resume.NONE`)                     SUnion times out and goes tentative
+====  =============================================  ======================================
+
+A STABILIZATION replica is never the data source: it is producing corrections, not fresh
+data. While the data source is not STABLE, an alive STABILIZATION replica is the
+corrections source (the one already in use, else the current source, else the smallest
+name), read in parallel with an UP_FAILURE data source until REC_DONE arrives on the
+corrections stream; the caller then passes ``corrections=None``. A STABLE data source
+needs no corrections source: its own replay stabilizes the stream.
+
+On that REC_DONE the input link moves to the corrections source by itself (node/streams/link.py),
+before its heartbeats stop reporting STABILIZATION. The caller says so with
+``current_reconciled`` (the current source sent its REC_DONE, and no tentative tuple since):
+such a current source counts as STABLE, so it is kept (rank 1) and needs no corrections
+source, instead of being left for an UP_FAILURE replica as case 4 would have it.
+
+The four switching cases of property 2 (no duplicates; only tentative tuples may be lost):
+
+1. STABLE to STABLE (nothing tentative held): :attr:`Resume.IDS`, subscribe with
+   ``(last stable id, last tentative id)``; the new replica replays after the stable id.
+2. UP_FAILURE to STABLE (tentative tuples held): also :attr:`Resume.IDS`; the new
+   replica's buffer sees the tentative id and stabilizes the stream (``UNDO(s)`` then
+   stable tuples) unless it holds that very run (``state.buffer`` replay cases).
+3. To UP_FAILURE: replicas may hold different tentative tuples and stable tuples are
+   never undone, so with tentative tuples held it is :attr:`Resume.TMAX`: subscribe as
+   usual and pass every batch through a :class:`TmaxFilter` armed at the switch, which
+   drops new tentative tuples that are not newer (by ``tmax``) than all held. With nothing
+   tentative held it is :attr:`Resume.IDS`: the stable prefix is the same everywhere.
+   A replica whose stable prefix is shorter than ours refuses the replay
+   (``ReplayAheadError``): the link must wait or try the next choice.
+4. An upstream in STABILIZATION: its stream is redundant corrections, read in the
+   background (``Choice.corrections``) beside an UP_FAILURE data source, as above. On its
+   REC_DONE the link moves there: ``UNDO(s)`` then its buffered corrections after ``s``
+   (the equivalent of case 2's replay), and ``current_reconciled`` keeps it there.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from operator import itemgetter
+
+from node.errors import NodeError
+from protocol.messages import ConsistencyState
+from protocol.tuples import DATA_KINDS, Kind, Tuple
+
+__all__ = [
+    "Choice",
+    "HeartbeatTracker",
+    "ReplicaView",
+    "Resume",
+    "TmaxFilter",
+    "choose_upstream",
+]
+
+STABLE = ConsistencyState.STABLE
+UP_FAILURE = ConsistencyState.UP_FAILURE
+STABILIZATION = ConsistencyState.STABILIZATION
+TENTATIVE, UNDO = Kind.TENTATIVE, Kind.UNDO
+_TMAX = itemgetter(3)
+
+
+class _Replica:
+    """What the tracker knows of one upstream replica."""
+
+    __slots__ = ("answered_at", "due", "last_seq", "node_state", "since", "streams", "window")
+
+    def __init__(self, start: int, misses: int) -> None:
+        self.due = start  # when the next request is due
+        self.last_seq: int | None = None  # newest seq sent
+        # Seqs sent after the last counted answer, newest misses + 2 only: an answer older
+        # than those cannot revive the replica (see the module docstring).
+        self.window: deque[int] = deque(maxlen=misses + 2)
+        self.since = 0  # requests sent after the last counted answer (exact, unbounded)
+        self.answered_at: int | None = None
+        self.node_state: ConsistencyState | None = None
+        self.streams: dict[str, ConsistencyState] = {}
+
+
+class HeartbeatTracker:
+    """Heartbeat bookkeeping for the replicas of one upstream node (module docstring)."""
+
+    def __init__(
+        self, replicas: Sequence[str], interval: int, misses: int, *, start: int = 0
+    ) -> None:
+        if not replicas:
+            raise NodeError("heartbeat tracker: no upstream replica to watch")
+        if len(set(replicas)) != len(replicas):
+            raise NodeError(f"heartbeat tracker: duplicate replica names in {list(replicas)}")
+        if interval <= 0:
+            raise NodeError(f"heartbeat tracker: interval must be > 0, got {interval}")
+        if misses < 1:
+            raise NodeError(f"heartbeat tracker: misses must be >= 1, got {misses}")
+        self.replicas = tuple(replicas)
+        self.interval = interval
+        self.misses = misses
+        self._r = {name: _Replica(start, misses) for name in self.replicas}
+
+    def _get(self, replica: str) -> _Replica:
+        try:
+            return self._r[replica]
+        except KeyError:
+            raise NodeError(
+                f"heartbeat tracker: unknown replica {replica!r} (expected one of "
+                f"{list(self.replicas)})"
+            ) from None
+
+    def next_deadline(self) -> int:
+        """The earliest ``now`` at which :meth:`due` returns a replica."""
+        return min(r.due for r in self._r.values())
+
+    def due(self, now: int) -> list[str]:
+        """The replicas to send a request to at ``now``, in constructor order. A query:
+        the schedule moves only when :meth:`sent` is called."""
+        return [name for name, r in self._r.items() if r.due <= now]
+
+    def sent(self, replica: str, seq: int, now: int) -> None:
+        """A request ``seq`` went to ``replica`` at ``now`` (count it even when the send
+        failed: a request that cannot be sent is not answered either). Seqs must increase
+        per replica."""
+        r = self._get(replica)
+        if r.last_seq is not None and seq <= r.last_seq:
+            raise NodeError(
+                f"heartbeat tracker: seq {seq} to {replica!r} is not above the last one "
+                f"sent, {r.last_seq}"
+            )
+        r.last_seq = seq
+        r.window.append(seq)
+        r.since += 1
+        if now >= r.due:  # next grid point strictly after now: late rounds are skipped
+            r.due += self.interval * ((now - r.due) // self.interval + 1)
+
+    def answered(
+        self,
+        replica: str,
+        seq: int,
+        state: ConsistencyState,
+        streams: Mapping[str, ConsistencyState],
+        now: int,
+    ) -> bool:
+        """Record a response. True iff it was counted (module docstring); an ignored one
+        changes nothing."""
+        r = self._r.get(replica)
+        if r is None or seq not in r.window:
+            return False
+        # Every request up to seq is answered; the ones sent after it still wait.
+        while r.window[0] <= seq:
+            r.window.popleft()
+            if not r.window:
+                break
+        r.since = len(r.window)
+        r.answered_at = now
+        r.node_state = state
+        r.streams = dict(streams)  # a copy: decoded messages hand us their own dict
+        return True
+
+    def missed(self, replica: str) -> int:
+        """Consecutive requests to ``replica`` left unanswered (the one in flight excluded)."""
+        return max(0, self._get(replica).since - 1)
+
+    def alive(self, replica: str) -> bool:
+        """False once more than ``misses`` consecutive requests went unanswered."""
+        return self.missed(replica) <= self.misses
+
+    def failed(self) -> list[str]:
+        """The replicas currently declared failed, in constructor order."""
+        return [name for name in self.replicas if not self.alive(name)]
+
+    def node_state(self, replica: str) -> ConsistencyState | None:
+        """The replica's own state from its last counted answer (None: none yet)."""
+        return self._get(replica).node_state
+
+    def stream_states(self, replica: str) -> Mapping[str, ConsistencyState]:
+        """The state of each output stream of ``replica``, from its last counted answer."""
+        return dict(self._get(replica).streams)
+
+    def last_answer(self, replica: str) -> int | None:
+        """When the last counted answer of ``replica`` arrived (None: never)."""
+        return self._get(replica).answered_at
+
+    def view(self, stream: str) -> dict[str, ReplicaView]:
+        """What :func:`choose_upstream` needs for ``stream``."""
+        return {
+            name: ReplicaView(self.alive(name), r.streams.get(stream))
+            for name, r in self._r.items()
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaView:
+    """One upstream replica as the chooser sees it: reachable, and the state of the
+    stream's output there (None: unknown, never chosen)."""
+
+    alive: bool
+    state: ConsistencyState | None
+
+
+class Resume(Enum):
+    """What the input link does to follow a :class:`Choice` (module docstring, cases)."""
+
+    #: The data source is unchanged: nothing to do.
+    KEEP = "keep"
+    #: Subscribe at the new source with the held (last stable id, last tentative id).
+    IDS = "ids"
+    #: As IDS, and arm a :class:`TmaxFilter` (case 3 with tentative tuples held).
+    TMAX = "tmax"
+    #: No usable source: keep the link as it is; SUnion's timeouts take over.
+    NONE = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """The upstream choice for ``stream``: where fresh data comes from, where corrections
+    come from (a STABILIZATION replica, or None) and how the link resumes."""
+
+    stream: str
+    data: str | None
+    corrections: str | None
+    resume: Resume
+
+
+def choose_upstream(
+    stream: str,
+    current: str | None,
+    view: Mapping[str, ReplicaView],
+    *,
+    corrections: str | None = None,
+    holding_tentative: bool = False,
+    current_reconciled: bool = False,
+) -> Choice:
+    """Choose the data and corrections sources of ``stream`` (table in the module docstring).
+
+    ``current`` is the data source in use (None: none yet), ``corrections`` the corrections
+    source in use until its REC_DONE (None: none), ``holding_tentative`` whether the link
+    holds tentative tuples in force (``last_tentative_id > last_stable_id``),
+    ``current_reconciled`` whether the link received the current source's REC_DONE and no
+    tentative tuple since (it then counts as STABLE, whatever its heartbeats still say). A
+    name absent from ``view`` counts as dead. The result depends on the view's contents
+    only, never on its iteration order.
+    """
+    usable = {n: v.state for n, v in view.items() if v.alive and v.state is not None}
+    if current_reconciled and current is not None and usable.get(current) is STABILIZATION:
+        usable[current] = STABLE  # its REC_DONE is in: the heartbeats lag behind the stream
+    by_state: dict[ConsistencyState, list[str]] = {s: [] for s in ConsistencyState}
+    for name in sorted(usable):  # sorted: the tie-break, and independence of dict order
+        by_state[usable[name]].append(name)
+
+    def first(*options: str | None, among: list[str]) -> str | None:
+        for option in options:
+            if option is not None and option in among:
+                return option
+        return among[0] if among else None
+
+    data = first(current, corrections, among=by_state[STABLE])
+    if data is None:
+        data = first(current, among=by_state[UP_FAILURE])
+    fixer = None
+    if data is None or usable[data] is not STABLE:
+        fixer = first(corrections, current, among=by_state[STABILIZATION])
+
+    if data is None:
+        resume = Resume.NONE
+    elif data == current:
+        resume = Resume.KEEP
+    elif usable[data] is UP_FAILURE and holding_tentative:
+        resume = Resume.TMAX
+    else:
+        resume = Resume.IDS
+    return Choice(stream, data, fixer, resume)
+
+
+class TmaxFilter:
+    """Duplicate avoidance after switching to an UP_FAILURE replica (property 2, case 3).
+
+    Feed it every batch of the stream, in order. It records the highest ``tmax`` of the
+    data tuples it let through. :meth:`arm` (at a :attr:`Resume.TMAX` switch) freezes that
+    value as the threshold: from then on a TENTATIVE tuple with ``tmax <= threshold`` is
+    dropped, since it may repeat results already held from the old source. The threshold
+    stays frozen: the new source's own tuples may share a ``tmax`` (two outputs of one
+    input), and those are not duplicates of each other.
+
+    Never dropped: control tuples, and STABLE tuples, which the id-based resubscription
+    makes the exact continuation of the one stable stream (dropping one would lose a
+    stable tuple). An UNDO disarms the filter (what follows it replaces every held
+    tentative tuple, so there is nothing left to duplicate); so does :meth:`reset`, for
+    a switch to a STABLE source. ``highest`` still counts undone tuples: a later threshold
+    can only be too high, which loses tentative tuples, never duplicates one. Output is
+    always a subsequence of the input.
+    """
+
+    __slots__ = ("_threshold", "highest")
+
+    def __init__(self) -> None:
+        self.highest: int | None = None  # highest data tmax let through so far
+        self._threshold: int | None = None  # None: not armed
+
+    @property
+    def armed(self) -> bool:
+        return self._threshold is not None
+
+    @property
+    def threshold(self) -> int | None:
+        """The frozen threshold while armed, else None."""
+        return self._threshold
+
+    def arm(self) -> None:
+        """Start filtering against everything let through so far (nothing seen: no-op)."""
+        self._threshold = self.highest
+
+    def reset(self) -> None:
+        """Stop filtering: the stream is being stabilized from a STABLE source."""
+        self._threshold = None
+
+    def observe(self, tuples: Sequence[Tuple]) -> None:
+        """Unarmed fast path: raise ``highest`` to the batch's highest ``tmax`` (C-level).
+        Control tuples count too (a boundary's tmax is its time, never below the data it
+        follows): the threshold can only come out higher, which loses tentative tuples,
+        never duplicates one."""
+        if tuples:
+            top = max(map(_TMAX, tuples))
+            if self.highest is None or top > self.highest:
+                self.highest = top
+
+    def accept(self, tuples: Iterable[Tuple]) -> list[Tuple]:
+        """The tuples of the batch to keep, in order."""
+        out: list[Tuple] = []
+        highest, threshold = self.highest, self._threshold
+        for t in tuples:
+            kind = t.kind
+            if kind in DATA_KINDS:
+                if threshold is not None and kind == TENTATIVE and t.tmax <= threshold:
+                    continue
+                if highest is None or t.tmax > highest:
+                    highest = t.tmax
+            elif kind == UNDO:
+                threshold = None
+            out.append(t)
+        self.highest, self._threshold = highest, threshold
+        return out

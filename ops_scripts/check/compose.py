@@ -1,0 +1,362 @@
+"""``dpc check RUN_DIR``: judge DESIGN.md section 6's properties on the logs of a run.
+
+Role: Jepsen's split (STYLE.md 12). A run leaves its logs (``node/procs/rundir.py``) and, when a
+harness injected faults, its history (``history.jsonl``, ``ops_scripts/check/history.py``).
+:func:`load_history` reads the logs, :func:`load_events` the history (both in
+``ops_scripts/check/recorded.py``, re-exported here); :func:`check_run`, a pure function of both,
+composes the checkers of ``ops_scripts/check/properties.py`` into a list of :class:`Verdict`
+(``valid``, ``invalid``, ``unknown``) and the :class:`Figures` harnesses print. The reference (``ops_scripts/check/reference.py``) is the failure-free run of the sources.
+
+* **availability** (per client, property 1): every new result whose input had a path to
+  the client arrived within k*X (``availability.judge_delays``, outages from
+  ``ops_scripts/check/paths.py``). Only with a history: without one (a plain ``dpc launch``, a
+  test that injected faults by hand) there is no knowing when paths existed, and the delays
+  are a report that never changes the exit code.
+* **no-duplicates** (per client, property 2): the raw log's STABLE ids strictly increase.
+* **stable-never-undone** (per client, property 4): no UNDO arrives while a STABLE tuple
+  above its id is in force.
+* **eventual-consistency** (per client, properties 2-4): the client's stream with UNDOs
+  applied holds no tentative tuple and its stable tuples equal the reference of its stream.
+  Applying is checked, never forced: a duplicate or an UNDO that would take back a stable
+  tuple is invalid here too, with the line of the log as evidence.
+* **replica-convergence** (property 3), per replica and output stream: the same check on
+  what the replica emitted. A replica that crashed and recovered (node/replica/recovery.py,
+  ``recoveries.jsonl``) is judged in parts: each earlier incarnation's log, cut short by the
+  crash, must be a correct prefix (a tentative tail is allowed: its correction is the new
+  incarnation's business), and the current log must continue the reference after the
+  stable id it restored from. Per node, when the history has ``digest`` events: all its
+  replicas report the same state hashes (one missing is excused only if it was down).
+
+Output: a table (property, subject, status, evidence), each client's availability (counts,
+Delay_new, the distribution of the checked delays), ``dpc check: N valid, M invalid, K
+unknown -> PASS|FAIL``, and ``check.json``: ``verdicts``, ``summary``, ``availability``
+(per client) and ``figures`` (:data:`FIGURE_KEYS`).
+
+Invariants: a checker that raises yields ``unknown`` with the exception text, never
+``valid``; a missing or unreadable log or history yields ``unknown`` naming it;
+:func:`run_check` returns 0 only when every verdict is valid (and there is at least one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from node.config.model import ClusterConfig
+from node.procs.rundir import RunDir
+from ops_scripts.check.availability import ClientDelays, assess, bound_for, judge_delays
+from ops_scripts.check.history import count_events, final_digests
+from ops_scripts.check.paths import Outage, client_outages, down_at_end
+from ops_scripts.check.properties import (
+    CheckError,
+    Status,
+    Verdict,
+    apply_undos_checked,
+    check_availability,
+    check_client,
+    check_digests,
+    check_no_duplicates,
+    check_recovered_replica,
+    check_replica,
+    check_stable_never_undone,
+    check_stream,
+    client_subject,
+    describe_delays,
+    guarded,
+    node_subject,
+    replica_subject,
+    seconds,
+)
+from ops_scripts.check.recorded import History, load_events, load_history
+from ops_scripts.check.reference import END_OF_STREAM, reference_outputs
+from protocol.tuples import DATA_KINDS, Tuple
+
+__all__ = [
+    "END_OF_STREAM",
+    "FIGURE_KEYS",
+    "CheckError",
+    "Figures",
+    "History",
+    "Status",
+    "Verdict",
+    "apply_undos_checked",
+    "check_client",
+    "check_history",
+    "check_no_duplicates",
+    "check_recovered_replica",
+    "check_replica",
+    "check_run",
+    "check_stable_never_undone",
+    "check_stream",
+    "guarded",
+    "load_events",
+    "load_history",
+    "reference_outputs",
+    "run_check",
+]
+
+Event = Mapping[str, Any]
+
+
+# ---------------------------------------------------------------- the verdicts (pure)
+#: The keys of check.json's ``figures`` (what ``dpc run``, ``torture``, ``simulate`` print).
+FIGURE_KEYS = ("tuples_checked", "new_results_checked", "excused", "worst_delay_us",
+               "bound_us", "faults", "worst_client", "availability_judged")
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """The numbers of one check, for harnesses to print.
+
+    ``tuples_checked``: data tuples received by all clients; ``new_results_checked`` /
+    ``excused``: new results judged against the bound / excused by an outage, over all
+    clients; ``worst_delay_us``, ``bound_us`` and ``worst_client`` belong together: the
+    client whose worst checked delay (measured, without a history) came closest to, or went
+    furthest over, its bound (None if there is none); ``faults``: fault events in the
+    history; ``availability_judged``: the run had a history, so availability is a verdict.
+    ``delays``: each client's distribution (check.json's ``availability``, not its
+    ``figures``)."""
+
+    tuples_checked: int = 0
+    new_results_checked: int = 0
+    excused: int = 0
+    worst_delay_us: int | None = None
+    bound_us: int | None = None
+    faults: int = 0
+    worst_client: str | None = None
+    availability_judged: bool = False
+    delays: tuple[ClientDelays, ...] = ()
+
+    def as_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in FIGURE_KEYS}
+
+
+def _log_verdicts(config: ClusterConfig, h: History) -> list[Verdict]:
+    """The verdicts of the logs alone, in property order: each client's no-duplicates,
+    stable-never-undone and eventual-consistency, then each replica stream's convergence."""
+    reference: dict[str, list[Tuple]] | None = None
+    why = "; ".join(v for k, v in h.problems.items() if k.startswith("source "))
+    if not why:
+        try:
+            reference = reference_outputs(config, h.sources)
+        except Exception as e:
+            why = f"{type(e).__name__}: {e}"
+    verdicts: list[Verdict] = []
+
+    def judge(name: str, subject: str, checker: Callable[..., Verdict], *args: Any,
+              needs_reference: bool = True) -> None:
+        if subject in h.problems:
+            verdicts.append(Verdict(name, Status.UNKNOWN, h.problems[subject], subject))
+        elif not needs_reference:
+            verdicts.append(guarded(name, subject, checker, *args))
+        elif reference is None:
+            verdicts.append(Verdict(name, Status.UNKNOWN, f"no reference run: {why}", subject))
+        else:
+            verdicts.append(guarded(name, subject, checker, *args, reference))
+
+    clients = [(c, client_subject(c), h.clients.get(c.name)) for c in config.clients.values()]
+    for _, subject, got in clients:
+        judge("no-duplicates", subject, check_no_duplicates, subject, got, needs_reference=False)
+    for _, subject, got in clients:
+        judge("stable-never-undone", subject, check_stable_never_undone, subject, got,
+              needs_reference=False)
+    for c, subject, got in clients:
+        judge("eventual-consistency", subject, check_client, c, got)
+    for node in config.nodes.values():
+        for r in node.replicas:
+            for s in node.outputs:
+                got = h.replicas.get((r.name, s))
+                subject = replica_subject(r.name, s)
+                if (r.name, s) in h.restored_after:
+                    judge("replica-convergence", subject, functools.partial(
+                        check_recovered_replica, earlier_after=h.earlier_after.get((r.name, s), [])),
+                        r.name, s, got, h.restored_after[(r.name, s)],
+                        h.earlier.get((r.name, s), []))
+                else:
+                    judge("replica-convergence", subject, check_replica, r.name, s, got)
+    return verdicts
+
+
+def _availability(config: ClusterConfig, events: Sequence[Event] | None, h: History,
+                  ) -> tuple[list[Verdict], list[ClientDelays]]:
+    """Each client's delays; with a history, its availability verdict too."""
+    outages: dict[str, list[Outage]] | None = None
+    problem = h.problems.get("history")
+    if events is not None and problem is None:
+        try:
+            outages = client_outages(config, events)
+        except Exception as e:
+            problem = f"cannot compute the outages: {type(e).__name__}: {e}"
+    verdicts: list[Verdict] = []
+    found: list[ClientDelays] = []
+    for c in config.clients.values():
+        subject = client_subject(c)
+        mine = outages.get(c.name, []) if outages is not None else []
+        d: ClientDelays | None = None
+        why = h.problems.get(subject, "no log of the client")
+        if c.name in h.clients:
+            try:
+                tuples, arrivals = h.clients[c.name], h.arrivals[c.name]
+                if len(arrivals) != len(tuples):
+                    raise CheckError(f"{len(arrivals)} arrival times for {len(tuples)} tuples")
+                windows = None if outages is None else [(o.start, o.end) for o in mine]
+                rows = list(zip(arrivals, tuples, strict=True))
+                d = judge_delays(c.name, c.stream, rows, bound_for(config, c.stream), windows)
+                found.append(d)  # measured even when the history is unusable: a report
+            except Exception as e:  # a bug of ours or garbage in the log: never a pass
+                why = f"checker crashed: {type(e).__name__}: {e}"
+        if events is None:
+            continue  # no history: the delays are a report
+        if d is None or problem is not None:
+            verdicts.append(Verdict("availability", Status.UNKNOWN, problem or why, subject))
+        else:
+            verdicts.append(guarded("availability", subject, check_availability, subject, d,
+                                    mine))
+    return verdicts, found
+
+
+def _digests(config: ClusterConfig, events: Sequence[Event] | None) -> list[Verdict]:
+    """Per node, the state digests verdict, when the history has ``digest`` events."""
+    if not events or not count_events(events, "digest"):
+        return []
+    return [
+        guarded("replica-convergence", node_subject(node.name), lambda n=node: check_digests(
+            n.name, [r.name for r in n.replicas], final_digests(events), down_at_end(events)))
+        for node in config.nodes.values()
+    ]
+
+
+def _figures(h: History, events: Sequence[Event] | None,
+             delays: Sequence[ClientDelays]) -> Figures:
+    worst = max((d for d in delays if d.max_us is not None),
+                key=lambda d: (d.max_us or 0) - d.bound_us, default=None)
+    return Figures(
+        tuples_checked=sum(1 for tuples in h.clients.values() for t in tuples
+                           if isinstance(t, Tuple) and t.kind in DATA_KINDS),
+        new_results_checked=sum(d.checked for d in delays if d.judged),
+        excused=sum(d.excused for d in delays),
+        worst_delay_us=None if worst is None else worst.max_us,
+        bound_us=None if worst is None else worst.bound_us,
+        faults=count_events(events, "fault") if events else 0,
+        worst_client=None if worst is None else worst.client,
+        availability_judged=events is not None,
+        delays=tuple(delays),
+    )
+
+
+def check_run(config: ClusterConfig, events: Sequence[Event] | None,
+              h: History) -> tuple[list[Verdict], Figures]:
+    """Every verdict of one run and its figures (pure): the logs ``h`` and the history's
+    ``events`` (None: the run has no history; availability is then a report, no verdict),
+    as :func:`load_events` gives them or as a simulation holds them in memory. Order:
+    availability, no-duplicates, stable-never-undone, eventual-consistency, then
+    replica-convergence of the streams and of the state digests."""
+    available, delays = _availability(config, events, h)
+    verdicts = [*available, *_log_verdicts(config, h), *_digests(config, events)]
+    if not verdicts:
+        verdicts.append(Verdict("run", Status.UNKNOWN, "the config has no client and no node"))
+    return verdicts, _figures(h, events, delays)
+
+
+def check_history(config: ClusterConfig, h: History) -> list[Verdict]:
+    """The verdicts of a run without a history (:func:`check_run` with no events)."""
+    return check_run(config, None, h)[0]
+
+
+# ---------------------------------------------------------------- the command
+def _table(verdicts: Sequence[Verdict], out: TextIO) -> None:
+    rows = [("property", "subject", "status", "evidence")]
+    rows += [(v.name, v.subject, str(v.status), v.evidence) for v in verdicts]
+    w = [max(len(r[i]) for r in rows) for i in range(3)]
+    for r in rows:
+        print(f"{r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]:<{w[2]}}  {r[3]}", file=out)
+
+
+def _availability_report(config: ClusterConfig, h: History, figures: Figures,
+                         out: TextIO) -> list[dict[str, Any]]:
+    """Print each client's availability and return it for check.json: the counts and
+    Delay_new of ``availability.assess`` (every new result, excused or not), then the
+    distribution of the checked delays. What happens here never changes run_check's code."""
+    print(file=out)
+    if not figures.availability_judged:
+        print("availability: no run history (history.jsonl): delays are a report, not a "
+              "verdict", file=out)
+    delays = {d.client: d for d in figures.delays}
+    found: list[dict[str, Any]] = []
+    for c in config.clients.values():
+        if c.name not in h.clients:
+            why = h.problems.get(client_subject(c), "no log")
+            print(f"availability: client {c.name}: no log ({why}), skipped", file=out)
+            continue
+        try:
+            a = assess(config, c.name, list(zip(h.arrivals[c.name], h.clients[c.name],
+                                                strict=True)))
+        except Exception as e:  # a report: one bad log must not hide the others
+            print(f"availability: client {c.name}: cannot assess: {type(e).__name__}: {e}",
+                  file=out)
+            continue
+        print(f"availability: {a.client} received {a.received}, tentative {a.n_tentative}, "
+              f"undos {a.n_undo}, Delay_new {a.delay_new_us / 1e6:.2f} s (bound k*X = "
+              f"{a.bound_us / 1e6:.2f} s: {'EXCEEDED' if a.exceeded else 'kept'})", file=out)
+        entry: dict[str, Any] = dataclasses.asdict(a)
+        if (d := delays.get(c.name)) is not None:
+            judged = f", {d.excused} excused by {d.outages} outage(s)" if d.judged else ""
+            print(f"availability: {a.client} new results{judged}; {describe_delays(d)}; "
+                  f"{d.late} over the bound {seconds(d.bound_us)}", file=out)
+            entry["delays"] = dataclasses.asdict(d)
+        found.append(entry)
+    return found
+
+
+def run_check(run_dir: Path, *, out: TextIO = sys.stdout) -> int:
+    """``dpc check RUN_DIR``: print the verdict table, write ``RUN_DIR/check.json``; return
+    0 if every verdict is valid, 1 otherwise, 2 if the run dir or its config is unusable."""
+    rd = RunDir(run_dir)
+    if not rd.path.is_dir():
+        print(f"dpc check: error: {rd.path} is not a run directory (no such directory)", file=out)
+        return 2
+    if not rd.config.is_file():
+        print(f"dpc check: error: {rd.config} is missing (no cluster config)", file=out)
+        return 2
+    try:
+        from node.config.load import load_config
+
+        config = load_config(rd.config)
+    except Exception as e:
+        print(f"dpc check: error: cannot load {rd.config}: {type(e).__name__}: {e}", file=out)
+        return 2
+    h = History()
+    try:
+        h = load_history(rd, config)
+        verdicts, figures = check_run(config, load_events(rd, h), h)
+    except Exception as e:  # a bug of ours: never a pass
+        verdicts = [Verdict("run", Status.UNKNOWN, f"checker crashed: {type(e).__name__}: {e}")]
+        figures = Figures()
+    counts = {s.value: sum(1 for v in verdicts if v.status == s) for s in Status}
+    ok = counts["valid"] == len(verdicts) > 0
+    _table(verdicts, out)
+    availability = _availability_report(config, h, figures, out)
+    summary = ", ".join(f"{n} {s}" for s, n in counts.items())
+    print(f"\ndpc check: {summary} -> {'PASS' if ok else 'FAIL'}", file=out)
+    report = {
+        "run_dir": str(rd.path),
+        "verdicts": [
+            {"property": v.name, "subject": v.subject, "status": v.status, "evidence": v.evidence}
+            for v in verdicts
+        ],
+        "summary": {**counts, "total": len(verdicts), "ok": ok},
+        "availability": availability,
+        "figures": figures.as_json(),
+    }
+    try:
+        rd.check_json.write_text(json.dumps(report, indent=2) + "\n")
+    except OSError as e:
+        print(f"dpc check: error: cannot write {rd.check_json}: {e}", file=out)
+        return 2
+    return 0 if ok else 1

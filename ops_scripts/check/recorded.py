@@ -1,0 +1,128 @@
+"""What a run recorded, read for ``dpc check``: the logs (:class:`History`) and the history.
+
+Role: the I/O half of the checker (``ops_scripts/check/compose.py`` is the other). It reads every
+log the cluster config implies from a run directory (layout and formats:
+``node/procs/rundir.py``) into plain data, and the run history (``ops_scripts/check/history.py``), so
+that the checkers stay pure functions of what is read here.
+
+Invariants: never raises for a missing or unreadable log or history: it records why in
+``History.problems`` (the subject it concerns -> the reason), and the verdicts that need it
+become ``unknown``; a client's tuples and their arrival times are read together, line by
+line (line n of a log is element n-1 here).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from node.config.model import ClusterConfig
+from node.procs.rundir import RunDir, read_client_parquet, read_jsonl_tuples, read_source_log
+from ops_scripts.check.history import read_history
+from ops_scripts.check.properties import client_subject, replica_subject
+from protocol.tuples import Tuple
+
+__all__ = ["History", "load_events", "load_history"]
+
+
+@dataclass
+class History:
+    """What a run logged. ``problems``: subject ("source s1", "client c1 (n1.out)",
+    "replica n1a (n1.out)", or "history" for ``history.jsonl``) -> why it is missing or
+    unreadable."""
+
+    sources: dict[str, list[Tuple]] = field(default_factory=dict)
+    clients: dict[str, list[Tuple]] = field(default_factory=dict)
+    #: client -> the arrival time (µs) of each tuple of ``clients[client]``, line by line.
+    arrivals: dict[str, list[int]] = field(default_factory=dict)
+    replicas: dict[tuple[str, str], list[Tuple]] = field(default_factory=dict)
+    #: (replica, stream) -> the output logs of its earlier incarnations, oldest first.
+    earlier: dict[tuple[str, str], list[list[Tuple]]] = field(default_factory=dict)
+    #: (replica, stream) -> the id after which each earlier incarnation's log begins (0 for
+    #: the first; for a later one, the id its recovery restored).
+    earlier_after: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+    #: (replica, stream) -> the id after which its current log begins (its last recovery).
+    restored_after: dict[tuple[str, str], int] = field(default_factory=dict)
+    problems: dict[str, str] = field(default_factory=dict)
+
+
+def _jsonl_data(path: Path) -> list[Tuple]:
+    return [t for _, t in read_jsonl_tuples(path)]
+
+
+def load_history(rd: RunDir, config: ClusterConfig) -> History:
+    """Read every log the config implies; record what is missing or unreadable. A client
+    whose JSONL log is gone but whose Parquet copy exists is read from the Parquet."""
+    h = History()
+
+    def read(subject: str, path: Path, reader: Callable[..., Any], *args: Any) -> Any:
+        if not path.exists():
+            h.problems[subject] = f"missing log {path}"
+            return None
+        try:
+            return reader(*args)
+        except Exception as e:
+            h.problems[subject] = f"unreadable log {path}: {e}"
+            return None
+
+    for s in config.sources:
+        if (got := read(f"source {s}", rd.source_log(s), read_source_log, rd, s)) is not None:
+            h.sources[s] = got
+    for c in config.clients.values():
+        path, reader = rd.client_log(c.name), read_jsonl_tuples
+        if not path.exists() and rd.client_parquet(c.name).exists():
+            path, reader = rd.client_parquet(c.name), read_client_parquet
+        if (rows := read(client_subject(c), path, reader, path)) is not None:
+            h.clients[c.name] = [t for _, t in rows]
+            h.arrivals[c.name] = [arrival for arrival, _ in rows]
+    for node in config.nodes.values():
+        for r in node.replicas:
+            for stream in node.outputs:
+                path = rd.replica_output(r.name, stream)
+                subject = replica_subject(r.name, stream)
+                if (got := read(subject, path, _jsonl_data, path)) is not None:
+                    h.replicas[(r.name, stream)] = got
+                _read_recoveries(h, rd, r.name, stream, subject)
+    return h
+
+
+def _read_recoveries(h: History, rd: RunDir, replica: str, stream: str, subject: str) -> None:
+    path = rd.replica_recoveries(replica)
+    if not path.exists():
+        return
+    try:
+        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        h.restored_after[(replica, stream)] = int(records[-1]["outputs"][stream])
+        # Incarnation k began after the id its own recovery restored (a record per restore;
+        # an incarnation killed before restoring emitted nothing, and has none).
+        began = {int(r["incarnation"]): int(r["outputs"][stream]) for r in records
+                 if "incarnation" in r}
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
+        h.problems[subject] = f"unreadable recovery log {path}: {e!r}"
+        return
+    logs, k = [], 1
+    while (p := rd.replica_output_before(replica, stream, k)).exists():
+        try:
+            logs.append(_jsonl_data(p))
+        except Exception as e:
+            h.problems[subject] = f"unreadable log {p}: {e}"
+            return
+        k += 1
+    h.earlier[(replica, stream)] = logs
+    h.earlier_after[(replica, stream)] = [began.get(j, 0) for j in range(1, len(logs) + 1)]
+
+
+def load_events(rd: RunDir, h: History) -> list[dict[str, Any]] | None:
+    """The run's history events; None if the run has no ``history.jsonl`` (availability is
+    then a report). An unreadable history is recorded in ``h.problems["history"]`` and
+    gives ``[]``: the verdicts that need it become unknown, never valid."""
+    if not rd.history.exists():
+        return None
+    try:
+        return read_history(rd.history)
+    except Exception as e:
+        h.problems["history"] = f"unreadable history {rd.history}: {e}"
+        return []

@@ -1,0 +1,257 @@
+"""``dpc launch CLUSTER.toml``: run every process of a cluster locally, then stop them.
+
+1. Load and validate the config (a bad config exits 2 before anything starts).
+2. Start sources, then nodes upstream first, then clients, one OS process each
+   (``dpc node CLUSTER.toml NAME``), each waited for until it is serving.
+3. Show progress every second until ``--duration`` passed or Ctrl-C.
+4. Drain (:func:`drain_streams`): ask the sources to end their streams (SIGUSR1: each publishes
+   the end-of-stream boundary and goes on serving replays), wait until every client saw the
+   end; then SIGTERM every process, by its pid, and wait for it (SIGKILL after a grace
+   period, reported).
+
+Every process's pid is recorded in ``RUN_DIR/status/<name>.pid`` as it starts, so that
+``dpc inject RUN_DIR`` can kill, pause, resume and restart processes of a running cluster.
+A replica that dies does not end a ``dpc launch`` (a kill is a fault the cluster masks):
+it is reported, and if ``dpc inject RUN_DIR restart NAME`` starts it again, the new
+incarnation is adopted by its pid and stopped with the rest. A source or client that dies
+ends the run.
+
+The run directory keeps the config, every process's log, the source logs, the client logs
+and every replica's output log: ``dpc check RUN_DIR`` verifies it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, TextIO
+
+from node.config.model import ClusterConfig
+from node.procs.rundir import RunDir
+from ops_scripts.cluster.processes import PidProcess, alive, runs_node
+from ops_scripts.cluster.status import fetch_status
+
+__all__ = [
+    "Launched",
+    "ProcessHandle",
+    "drain_streams",
+    "launch",
+    "progress",
+    "restart_replica",
+    "start_cluster",
+    "stop_cluster",
+    "wait_until",
+]
+
+READY_TIMEOUT = 30.0
+DRAIN_TIMEOUT = 60.0
+STOP_GRACE = 10.0
+
+
+class ProcessHandle(Protocol):
+    """What is used of a process: ``subprocess.Popen`` for our children,
+    :class:`ops_scripts.cluster.processes.PidProcess` for an adopted one."""
+
+    pid: int
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def send_signal(self, sig: int) -> None: ...
+
+
+@dataclass
+class Launched:
+    name: str
+    kind: str  # "source" | "replica" | "client"
+    proc: ProcessHandle
+
+
+def _start(config_path: Path, name: str, kind: str, rd: RunDir, *, recover: bool = False) -> Launched:
+    out = open(rd.path / "logs" / f"{name}.out", "ab")  # noqa: SIM115 (owned by the child)
+    argv = [sys.executable, "-m", "ops_scripts.cli", "node", str(config_path), name, "--run-dir", str(rd.path)]
+    proc = subprocess.Popen(
+        argv + ["--recover"] * recover, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    out.close()
+    rd.write_pid(name, proc.pid)
+    return Launched(name, kind, proc)
+
+
+def wait_until(cond: Callable[[], bool], timeout: float, procs: Sequence[Launched] = ()) -> bool:
+    """Poll ``cond`` until it holds (True), ``timeout`` s pass or one of ``procs`` dies
+    (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        dead = [p for p in procs if p.proc.poll() is not None]
+        if dead:
+            return False
+        time.sleep(0.05)
+    return cond()
+
+
+def _tail(rd: RunDir, name: str, n: int = 15) -> str:
+    lines: list[str] = []
+    for suffix in (".out",):
+        p = rd.path / "logs" / f"{name}{suffix}"
+        if p.exists():
+            lines += p.read_text(errors="replace").splitlines()[-n:]
+    return "\n".join("      " + line for line in lines)
+
+
+def start_cluster(config: ClusterConfig, rd: RunDir, out: TextIO = sys.stdout,
+                  procs: list[Launched] | None = None) -> list[Launched]:
+    """Start every process, group by group, each waited for until ready. Started processes
+    are appended to ``procs`` as they start, so a caller interrupted meanwhile can stop them."""
+    groups: list[tuple[str, list[str]]] = [("source", list(config.sources))]
+    groups += [("replica", [r.name for r in n.replicas]) for n in config.nodes.values()]
+    groups.append(("client", list(config.clients)))
+    procs = [] if procs is None else procs
+    for kind, names in groups:
+        started: list[Launched] = []
+        for n in names:
+            started.append(_start(config.path, n, kind, rd))
+            procs.append(started[-1])
+            print(f"  started {kind:<8} {n:<12} pid {started[-1].proc.pid}", file=out, flush=True)
+        def all_ready(group: list[Launched] = started) -> bool:
+            return all(rd.is_ready(p.name) for p in group)
+
+        ok = wait_until(all_ready, READY_TIMEOUT, procs)
+        if not ok:
+            bad = [p for p in procs if p.proc.poll() is not None] or [p for p in started if not rd.is_ready(p.name)]
+            for p in bad:
+                print(f"  {p.kind} {p.name} failed to start (exit {p.proc.poll()}):\n{_tail(rd, p.name)}", file=out)
+            stop_cluster(procs, rd, drain=False, out=out)
+            raise SystemExit(1)
+        if started:
+            print(f"  ready: {', '.join(p.name for p in started)}", file=out, flush=True)
+    return procs
+
+
+def restart_replica(config: ClusterConfig, rd: RunDir, name: str,
+                    out: TextIO = sys.stdout) -> Launched:
+    """Start replica ``name`` again after a crash, with ``--recover`` (node/replica/recovery.py);
+    returns once its control plane serves (it then rebuilds and rejoins on its own)."""
+    rd.clear_ready(name)
+    p = _start(config.path, name, "replica", rd, recover=True)
+    print(f"  restarted replica {name:<12} pid {p.proc.pid} (recovering)", file=out, flush=True)
+    if not wait_until(lambda: rd.is_ready(name), READY_TIMEOUT, [p]):
+        raise RuntimeError(f"replica {name} did not restart (exit {p.proc.poll()}):\n{_tail(rd, name)}")
+    return p
+
+
+def progress(config: ClusterConfig, rd: RunDir, elapsed: float, out: TextIO = sys.stdout) -> None:
+    """One progress line: each replica's state, output, tentative / UNDO counts and
+    reconciliations (from its /status), and what each client received."""
+    parts = []
+    for node in config.nodes.values():
+        for r in node.replicas:
+            st = fetch_status(config, r.name)
+            if st is None:
+                parts.append(f"{r.name}=unreachable")
+                continue
+            c = st["counters"]
+            parts.append(f"{r.name}={st['state']:<13} out={sum(c['tuples_out'].values()):<7} "
+                         f"tentative={sum(c['tentative_out'].values()):<6} "
+                         f"undo={sum(c['undo_out'].values())} reconciled={c['reconciliations']}")
+    received = {c: rd.count_lines(rd.client_log(c)) for c in config.clients}
+    clients = " ".join(f"{c}={n}" for c, n in received.items())
+    print(f"  t={elapsed:5.1f}s  {'  '.join(parts)}  | clients: {clients}", file=out, flush=True)
+
+
+def drain_streams(procs: list[Launched], rd: RunDir, *, out: TextIO = sys.stdout,
+                  clients: list[str] | None = None) -> bool:
+    """Ask every source to end its stream (SIGUSR1), then wait until every client saw the
+    end (at most ``DRAIN_TIMEOUT``); True if they all did. Every process keeps running."""
+    for p in procs:
+        if p.kind == "source" and p.proc.poll() is None:
+            p.proc.send_signal(signal.SIGUSR1)  # end your stream, keep serving
+    names = clients if clients is not None else [p.name for p in procs if p.kind == "client"]
+    drained = wait_until(lambda: all(rd.is_done(c) for c in names), DRAIN_TIMEOUT, [])
+    print(f"  drain: {'every client saw the end of its stream' if drained else 'TIMED OUT'}", file=out)
+    return drained
+
+
+
+def _adopt_restarted(procs: list[Launched], rd: RunDir, reported: set[str], out: TextIO) -> None:
+    """Replace each dead replica's handle by its new incarnation's (``dpc inject RUN_DIR
+    restart``), found by the pid file; report each newly dead one once."""
+    for i, p in enumerate(procs):
+        if p.kind != "replica" or p.proc.poll() is None:
+            continue
+        pid = rd.read_pid(p.name)
+        if pid is not None and pid != p.proc.pid and alive(pid) and runs_node(pid, p.name, rd):
+            procs[i] = Launched(p.name, p.kind, PidProcess(pid))
+            reported.discard(p.name)
+            print(f"  replica {p.name} is back (pid {pid}): adopted", file=out, flush=True)
+        elif p.name not in reported:
+            reported.add(p.name)
+            print(f"  replica {p.name} died (exit {p.proc.poll()}); the run goes on (start it "
+                  f"again: dpc inject {rd.path} restart {p.name})", file=out, flush=True)
+
+
+def stop_cluster(procs: list[Launched], rd: RunDir, *, drain: bool, out: TextIO = sys.stdout,
+                 clients: list[str] | None = None) -> bool:
+    """Drain (optional), then SIGTERM every process by pid; True if all exited 0 (and drained)."""
+    drained = drain_streams(procs, rd, out=out, clients=clients) if drain else True
+    order = {"client": 0, "replica": 1, "source": 2}
+    clean = True
+    for p in sorted(procs, key=lambda p: order[p.kind]):
+        if p.proc.poll() is None:
+            p.proc.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            code = p.proc.wait(timeout=STOP_GRACE)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.proc.pid, signal.SIGKILL)
+            code = p.proc.wait()
+            print(f"  {p.kind} {p.name} did not stop within {STOP_GRACE:.0f} s: killed", file=out)
+        if code != 0:
+            clean = False
+            print(f"  {p.kind} {p.name} exited with {code}:\n{_tail(rd, p.name)}", file=out)
+    return clean and drained
+
+
+def launch(config_path: Path, duration: float | None, run_dir: Path | None, out: TextIO = sys.stdout) -> int:
+    from node.config.load import load_config
+
+    config = load_config(config_path)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    rd = RunDir(run_dir if run_dir is not None else Path("runs") / f"{config.name}-{stamp}")
+    rd.ensure()
+    shutil.copyfile(config_path, rd.path / "config.toml")
+    (rd.path / "run.json").write_text(json.dumps({"config": str(config_path.resolve()), "started": stamp}))
+    n = len(config.sources) + sum(len(n.replicas) for n in config.nodes.values()) + len(config.clients)
+    print(f"dpc launch: cluster {config.name!r}, {n} processes, run dir {rd.path}", file=out)
+    procs: list[Launched] = []
+    dead_replicas: set[str] = set()
+    start = time.monotonic()
+    try:
+        start_cluster(config, rd, out, procs)
+        start = time.monotonic()
+        while duration is None or time.monotonic() - start < duration:
+            time.sleep(min(1.0, max(0.0, (duration or 1e9) - (time.monotonic() - start))))
+            _adopt_restarted(procs, rd, dead_replicas, out)
+            dead = [p for p in procs if p.kind != "replica" and p.proc.poll() is not None]
+            if dead:
+                for p in dead:
+                    print(f"  {p.kind} {p.name} died (exit {p.proc.poll()}):\n{_tail(rd, p.name)}", file=out)
+                break
+            progress(config, rd, time.monotonic() - start, out)
+    except KeyboardInterrupt:
+        print("  interrupted: stopping", file=out)
+    print("  stopping: draining sources", file=out, flush=True)
+    ok = stop_cluster(procs, rd, drain=True, out=out)
+    print(f"dpc launch: {'stopped cleanly' if ok else 'stopped WITH ERRORS'}; run dir {rd.path}", file=out)
+    return 0 if ok else 1

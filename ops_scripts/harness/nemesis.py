@@ -1,0 +1,264 @@
+"""The nemesis: faults injected into a live cluster, and always healed (STYLE.md 12).
+
+Role: the one home of fault injection on real processes, for ``dpc run`` / ``dpc torture``
+(``runner.py``) and ``dpc inject`` (``inject.py``). A :class:`Nemesis` holds the process
+handles of a run (``launch.Launched``) and the model of the rules in force at each replica
+(``rules.ActiveRules``), and turns each ``schedule.Fault`` into actions:
+
+=========  ==========================================  =====================================
+kind       inject                                      heal
+=========  ==========================================  =====================================
+partition  ``POST /fault {"cut", "direction", "kind"}``  ``{"heal": [peers]}``, then whatever
+delay,     ``POST /fault {"shape", ...}`` at the         other faults in force still want on
+bandwidth  replica end(s) (``rules.py``)                those peers, again (``rules.py``)
+slow       ``shape`` ``slow`` at the reader
+kill       SIGKILL by pid                              ``launch.restart_replica`` (--recover),
+                                                       then the rules in force at it, again
+pause      SIGSTOP by pid                              SIGCONT, then the rules changed meanwhile
+stall      ``{"stall": "replay"}``                       ``{"unstall": "replay"}``
+=========  ==========================================  =====================================
+
+The requests to a replica's control plane are made by one function each
+(:func:`request_cut`, :func:`request_shape`, :func:`request_heal`, :func:`request_stall`,
+:func:`request_unstall`): the only places that know the ``POST /fault`` body. A cut of the
+default kind (both ways, blackhole) is sent as plain ``{"cut": [names]}``.
+
+Invariants: a refused or failed request is never ignored: :class:`InjectError` says which
+fault, which replica and what it answered (the caller records it and fails the run). A
+kill or pause of a node's replica waits (:meth:`Nemesis.blocked`) while no other replica
+of the node is up with a state to recover from (a partner still RECOVERING has none).
+Requests go only to replicas that are neither killed nor paused; what they miss is made
+up when they come back.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from node.config.model import ClusterConfig
+from node.procs.rundir import RunDir
+from ops_scripts.cluster.launch import Launched, restart_replica
+from ops_scripts.cluster.status import fetch_status
+from ops_scripts.harness.fault import FaultError, post_action
+from ops_scripts.harness.rules import ActiveRules, Cut, Heal, Op, Shape, Stall, Unstall
+from ops_scripts.harness.schedule import Fault, node_of
+from ops_scripts.harness.timeline import blocked
+from protocol.errors import DPCError
+
+__all__ = [
+    "InjectError",
+    "Nemesis",
+    "perform",
+    "request_cut",
+    "request_heal",
+    "request_shape",
+    "request_stall",
+    "request_unstall",
+]
+
+KILL_WAIT = 10.0  # seconds for a SIGKILLed process to be gone
+
+
+class InjectError(DPCError):
+    """A fault could not be injected or healed (the message names it and the reason)."""
+
+
+# ---------------------------------------------------------------- the POST /fault call sites
+def request_cut(config: ClusterConfig, replica: str, peers: Sequence[str], *,
+                direction: str = "both", kind: str = "blackhole") -> dict[str, Any]:
+    """``replica`` cuts ``peers``: "in" (their messages vanish), "out" (its messages to
+    them vanish) or "both"; "blackhole" (silence) or "reset" (connections torn down)."""
+    body: dict[str, Any] = {"cut": list(peers)}
+    if direction != "both":
+        body["direction"] = direction
+    if kind != "blackhole":
+        body["kind"] = kind
+    return post_action(config, replica, "fault", body)
+
+
+def request_shape(config: ClusterConfig, replica: str, peers: Sequence[str], *,
+                  delay: float = 0.0, bandwidth: float | None = None,
+                  slow: float = 0.0) -> dict[str, Any]:
+    """``replica`` slows its links with ``peers``: ``delay`` seconds and ``bandwidth``
+    bytes/s each way; ``slow``: it reads their messages at most one per ``slow`` s."""
+    body: dict[str, Any] = {"shape": list(peers)}
+    if delay:
+        body["delay"] = delay
+    if bandwidth is not None:
+        body["bandwidth"] = bandwidth
+    if slow:
+        body["slow"] = slow
+    return post_action(config, replica, "fault", body)
+
+
+def request_heal(config: ClusterConfig, replica: str,
+                 peers: Sequence[str] | None = None) -> dict[str, Any]:
+    """``replica`` drops its cuts and shapes of ``peers`` (None: of everyone, and any stall)."""
+    return post_action(config, replica, "fault", {"heal": "all" if peers is None else list(peers)})
+
+
+def request_stall(config: ClusterConfig, replica: str) -> dict[str, Any]:
+    return post_action(config, replica, "fault", {"stall": "replay"})
+
+
+def request_unstall(config: ClusterConfig, replica: str) -> dict[str, Any]:
+    return post_action(config, replica, "fault", {"unstall": "replay"})
+
+
+def perform(config: ClusterConfig, op: Op) -> dict[str, Any]:
+    """Make one request of ``rules.ActiveRules.plan``."""
+    match op:
+        case Cut():
+            return request_cut(config, op.replica, op.peers, direction=op.direction, kind=op.kind)
+        case Shape():
+            return request_shape(config, op.replica, op.peers, delay=op.delay,
+                                 bandwidth=op.bandwidth, slow=op.slow)
+        case Heal():
+            return request_heal(config, op.replica, op.peers)
+        case Stall():
+            return request_stall(config, op.replica)
+        case Unstall():
+            return request_unstall(config, op.replica)
+    raise AssertionError(op)
+
+
+# ---------------------------------------------------------------- the nemesis
+class Nemesis:
+    """Injects and heals faults in the cluster of ``config`` whose processes are ``procs``
+    (the list is updated in place: a killed replica leaves it, its restart joins it); ``rd``
+    is the run directory (None: no restarts, they need one)."""
+
+    def __init__(self, config: ClusterConfig, rd: RunDir | None, procs: list[Launched],
+                 out: TextIO = sys.stdout) -> None:
+        self.config, self.rd, self.procs, self.out = config, rd, procs, out
+        self.rules = ActiveRules(config)
+        self.active: dict[int, Fault] = {}
+        self.down: dict[str, str] = {}  # process (replica or source) -> "killed" | "paused"
+        self._node_of = node_of(config)
+
+    @property
+    def replicas(self) -> list[str]:
+        return list(self._node_of)
+
+    def reachable(self) -> list[str]:
+        """Replicas whose control planes answer (neither killed nor paused by us)."""
+        return [r for r in self._node_of if r not in self.down]
+
+    def handle(self, name: str) -> Launched:
+        found = next((p for p in self.procs if p.name == name), None)
+        if found is None:
+            raise InjectError(f"no running process {name!r} in this run")
+        return found
+
+    # -------------------------------------------------------- faults
+    def blocked(self, fault: Fault) -> str | None:
+        """Why ``fault`` must wait, if it must (``timeline.blocked``: a kill or pause that
+        would leave a node with no replica holding a state); states from ``/status``."""
+        def state_of(r: str) -> str | None:
+            st = fetch_status(self.config, r)
+            return None if st is None else str(st.get("state"))
+        return blocked(fault, self._node_of, self.down, state_of)
+
+    def inject(self, fid: int, fault: Fault) -> None:
+        """Put ``fault`` (number ``fid``) in force; :class:`InjectError` if refused."""
+        self.active[fid] = fault
+        try:
+            if fault.kind in ("kill", "pause"):
+                name = fault.params["process"]
+                p = self.handle(name)
+                if fault.kind == "kill":
+                    p.proc.send_signal(signal.SIGKILL)
+                    try:
+                        p.proc.wait(KILL_WAIT)
+                    except subprocess.TimeoutExpired:
+                        raise InjectError(f"{name} (pid {p.proc.pid}) still runs {KILL_WAIT:g} s "
+                                          "after SIGKILL") from None
+                    self.procs.remove(p)
+                    self.down[name] = "killed"
+                else:
+                    p.proc.send_signal(signal.SIGSTOP)
+                    self.down[name] = "paused"
+            else:
+                self.rules.add(fid, fault)
+                self.sync()
+        except InjectError as e:
+            raise InjectError(f"fault #{fid} ({fault.describe()}): {e}") from None
+
+    def heal(self, fid: int) -> None:
+        """End fault ``fid`` (and bring back what the faults still in force want)."""
+        fault = self.active.pop(fid, None)
+        if fault is None:
+            return
+        try:
+            if fault.kind == "kill":
+                self.restart(fault.params["process"])
+            elif fault.kind == "pause":
+                self.resume(fault.params["process"])
+            else:
+                self.rules.remove(fid)
+                self.sync()
+        except InjectError as e:
+            raise InjectError(f"heal of fault #{fid} ({fault.describe()}): {e}") from None
+
+    def restart(self, name: str) -> None:
+        """Start killed replica ``name`` again (``--recover``); it gets the rules in force."""
+        if self.rd is None:
+            raise InjectError(f"cannot restart {name}: a restart needs the run directory")
+        try:
+            self.procs.append(restart_replica(self.config, self.rd, name, self.out))
+        except RuntimeError as e:
+            raise InjectError(str(e)) from None
+        self.down.pop(name, None)
+        self.rules.forget(name)
+        self.sync([name])
+
+    def resume(self, name: str) -> None:
+        """SIGCONT ``name``; a replica then gets what changed while it was stopped."""
+        self.handle(name).proc.send_signal(signal.SIGCONT)
+        if self.down.pop(name, None) is not None:
+            self.sync([name])
+
+    def sync(self, only: Sequence[str] | None = None) -> None:
+        """Make the requests that bring reachable replicas (or ``only`` those) to the rules
+        in force; every failure is collected into one :class:`InjectError`."""
+        targets = [r for r in self.reachable() if only is None or r in only]
+        problems = []
+        for replica, ops in self.rules.plan(targets).items():
+            try:
+                for op in ops:
+                    perform(self.config, op)
+            except FaultError as e:
+                problems.append(str(e))
+                continue
+            self.rules.commit(replica)
+        if problems:
+            raise InjectError("; ".join(problems))
+
+    def heal_all(self) -> list[str]:
+        """Resume every paused process, heal everything at every replica, restart every
+        killed one; returns what failed (empty: all healed)."""
+        problems: list[str] = []
+        for name, how in list(self.down.items()):
+            if how == "paused":
+                self.handle(name).proc.send_signal(signal.SIGCONT)
+                del self.down[name]
+        for p in self.procs:  # and anything stopped by hand meanwhile
+            if p.proc.poll() is None:
+                p.proc.send_signal(signal.SIGCONT)
+        for r in self.reachable():
+            try:
+                request_heal(self.config, r)
+            except FaultError as e:
+                problems.append(str(e))
+        self.rules.clear()
+        self.active.clear()
+        for name in [n for n, how in self.down.items() if how == "killed"]:
+            try:
+                self.restart(name)
+            except InjectError as e:
+                problems.append(f"restart of {name}: {e}")
+        return problems

@@ -1,0 +1,53 @@
+"""Real processes: killing one replica of a node is masked (issue 4's first step).
+
+Detection here is the broken TCP connection (the links fail over to the next replica and
+resume from their last stable / tentative ids); heartbeat-based detection of silent
+failures arrives with the HA monitor.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import orjson
+
+from node.config.load import load_config
+from node.procs.rundir import RunDir
+from ops_scripts.check.compose import run_check
+from ops_scripts.cluster.launch import start_cluster, stop_cluster
+from tests.integration.test_cluster import small, wait_for
+
+
+def test_killing_the_replica_a_client_reads_from_is_masked(tmp_path: Path) -> None:
+    cfg = small("basic.toml", tmp_path, limit=6000)
+    config = load_config(cfg)
+    rd = RunDir(tmp_path / "run")
+    rd.ensure()
+    shutil.copyfile(cfg, rd.path / "config.toml")
+    procs = start_cluster(config, rd)
+    try:
+        wait_for(lambda: rd.count_lines(rd.client_log("c1")) > 500, what="the client to receive data")
+        victim = next(p for p in procs if p.name == "n1a")  # the client's first choice
+        killed_at = time.time_ns() // 1000
+        victim.proc.send_signal(signal.SIGKILL)
+        victim.proc.wait()
+        procs.remove(victim)
+        n = rd.count_lines(rd.client_log("c1"))
+        wait_for(lambda: rd.count_lines(rd.client_log("c1")) > n + 500, what="the client to keep receiving")
+        assert stop_cluster(procs, rd, drain=True)
+    finally:
+        stop_cluster(procs, rd, drain=False)
+    rows = [orjson.loads(line) for line in rd.client_log("c1").read_text().splitlines()]
+    assert not [r for r in rows if r["kind"] in ("TENTATIVE", "UNDO")]  # stable data only
+    switch_ms = (min(r["arrival"] for r in rows if r["arrival"] > killed_at) - killed_at) / 1000
+    print(f"\nreplica n1a killed: the client's next tuple arrived {switch_ms:.1f} ms later (n1b)")
+    run_check(rd.path)
+    verdicts = json.loads((rd.path / "check.json").read_text())["verdicts"]
+    client = [v for v in verdicts if v["subject"].startswith("client c1")]
+    assert client and client[0]["status"] == "valid", client
+    survivor = [v for v in verdicts if "n1b" in v["subject"]]
+    assert survivor and survivor[0]["status"] == "valid", survivor

@@ -1,0 +1,562 @@
+"""The cluster config loader: the examples load, broken files fail with file + key + expectation,
+SUnion defaults come from the node settings, schemas flow across nodes, seconds become µs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from node.config.load import DEFAULT_SETTINGS, load_config, parse_config
+from node.errors import ConfigError
+from operators import QueryNetwork
+from tests.paths import ROOT
+
+EXAMPLES = ROOT / "examples"
+
+HEAD = """\
+[cluster]
+name = "t"
+token = "secret"
+
+[sources.s1]
+schema = ["k", "v"]
+port = 19001
+rate = 100.0
+"""
+N1 = """\
+[nodes.n1]
+inputs = ["s1"]
+  [[nodes.n1.operators]]
+  name = "u"
+  type = "sunion"
+  inputs = ["s1"]
+  [[nodes.n1.operators]]
+  name = "f"
+  type = "filter"
+  inputs = ["u"]
+  where = "v > 1"
+  [[nodes.n1.operators]]
+  name = "out"
+  type = "soutput"
+  inputs = ["f"]
+  [[nodes.n1.replicas]]
+  name = "n1a"
+  data_port = 19101
+  control_port = 19201
+  [[nodes.n1.replicas]]
+  name = "n1b"
+  data_port = 19102
+  control_port = 19202
+"""
+N2 = """\
+[nodes.n2]
+inputs = ["n1.out"]
+  [[nodes.n2.operators]]
+  name = "u"
+  type = "sunion"
+  inputs = ["n1.out"]
+  [[nodes.n2.operators]]
+  name = "out"
+  type = "soutput"
+  inputs = ["u"]
+  [[nodes.n2.replicas]]
+  name = "n2a"
+  data_port = 19111
+  control_port = 19211
+"""
+CLIENT = """\
+[clients.c1]
+stream = "n2.out"
+"""
+BASE = "\n".join([HEAD, N1, N2, CLIENT])
+
+
+def write(tmp_path: Path, text: str, name: str = "cluster.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def mutate(text: str, *pairs: tuple[str, str]) -> str:
+    for old, new in pairs:
+        assert old in text, f"test bug: {old!r} is not in the base config"
+        text = text.replace(old, new)
+    return text
+
+
+# ------------------------------------------------------------------------------ examples
+def test_basic_example_loads() -> None:
+    cfg = load_config(EXAMPLES / "basic.toml")
+    assert cfg.name == "basic"
+    assert list(cfg.sources) == ["s1", "s2", "s3"]
+    assert all(s.rate == 1000.0 and s.boundary_interval == 100_000 for s in cfg.sources.values())
+    (node,) = cfg.nodes.values()
+    assert [r.name for r in node.replicas] == ["n1a", "n1b"]
+    assert node.inputs == ("s1", "s2", "s3")
+    assert [o.type for o in node.network.operators] == [
+        "sunion", "filter", "filter", "join", "soutput"
+    ]
+    assert node.outputs == {"n1.out": "out"}
+    assert node.settings == DEFAULT_SETTINGS  # the paper's numbers are the defaults
+    assert cfg.clients["c1"].stream == "n1.out"
+    assert cfg.consumers_of("n1.out") == ("c1",)
+    assert cfg.consumers_of("s2") == ("n1a", "n1b")
+
+
+def test_chain4_example_loads() -> None:
+    cfg = load_config(EXAMPLES / "chain4.toml")
+    assert list(cfg.nodes) == ["n1", "n2", "n3", "n4"]
+    assert all(len(n.replicas) == 2 for n in cfg.nodes.values())
+    assert sum(s.rate for s in cfg.sources.values()) == 1000.0
+    for k in (2, 3, 4):
+        assert cfg.nodes[f"n{k}"].inputs == (f"n{k - 1}.out",)
+    assert cfg.clients["c1"].stream == "n4.out"
+    assert cfg.nodes["n4"].settings.x == 4_000_000  # a per-node override
+    assert cfg.nodes["n3"].settings.x == 3_000_000
+
+
+def test_examples_use_disjoint_ports_in_range() -> None:
+    ports: list[set[int]] = []
+    for name in ("basic.toml", "chain4.toml"):
+        cfg = load_config(EXAMPLES / name)
+        mine = {s.port for s in cfg.sources.values()}
+        for n in cfg.nodes.values():
+            mine |= {p for r in n.replicas for p in (r.data_port, r.control_port)}
+        assert all(17000 <= p <= 19999 for p in mine)
+        ports.append(mine)
+    assert not ports[0] & ports[1]
+
+
+def test_readme_error_example_is_what_the_loader_says(tmp_path: Path) -> None:
+    readme = (EXAMPLES / "README.md").read_text()
+    shown = re.search(r"^examples/basic\.toml: .*$", readme, re.M)
+    assert shown, "examples/README.md lost its error example"
+    basic = (EXAMPLES / "basic.toml").read_text()
+    text = mutate(basic, ("data_port = 17102", 'data_port = "17102"'))
+    path = write(tmp_path, text, "basic.toml")
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert str(e.value) == shown.group(0).replace("examples/basic.toml", str(path))
+
+
+# ------------------------------------------------------------------------------ broken configs
+CYCLE = (('inputs = ["s1"]', 'inputs = ["s1", "n2.out"]'),)
+BROKEN: dict[str, tuple[tuple[tuple[str, str], ...], str, list[str]]] = {
+    # id: (replacements in BASE, key path, expected fragments of the message)
+    "unknown operator type": (
+        (('type = "filter"', 'type = "filtre"'),),
+        "nodes.n1.operators[1].type",
+        ["expected an operator type (known types: aggregate, filter,", "found 'filtre'",
+         "unknown operator type"],
+    ),
+    "unknown operator type of the soutput": (
+        (('type = "soutput"\n  inputs = ["f"]', 'type = "soutpt"\n  inputs = ["f"]'),),
+        "nodes.n1.operators[2].type",
+        ["found 'soutpt' (unknown operator type)"],
+    ),
+    "unknown operator parameter": (
+        (('where = "v > 1"', 'where = "v > 1"\n  wehre = "v > 2"'),),
+        "nodes.n1.operators[1]",
+        ["operator 'f'", "unknown parameter(s) wehre"],
+    ),
+    "dangling stream": (
+        (('"n1.out"', '"n1.outt"'),),
+        "nodes.n2.inputs[0]",
+        ["expected a stream that a source or a node's soutput produces", "'n1.outt'",
+         "node n1 has no soutput operator 'outt'"],
+    ),
+    "duplicate data port": (
+        (("data_port = 19102", "data_port = 19101"),),
+        "nodes.n1.replicas[1].data_port",
+        ["expected a port no other process", "found 19101",
+         "already used by nodes.n1.replicas[0].data_port"],
+    ),
+    "control port equals a source port": (
+        (("control_port = 19211", "control_port = 19001"),),
+        "nodes.n2.replicas[0].control_port",
+        ["found 19001", "already used by sources.s1.port"],
+    ),
+    "localhost is 127.0.0.1": (
+        (("port = 19001\n", 'port = 19001\nhost = "localhost"\n'),
+         ("data_port = 19111", "data_port = 19001")),
+        "nodes.n2.replicas[0].data_port",
+        ["already used by sources.s1.port"],
+    ),
+    "cycle across nodes": (
+        CYCLE,
+        "nodes.n1.inputs",
+        ["expected the nodes to form a DAG", "n1 -> n2 -> n1"],
+    ),
+    "own output as input": (
+        (('inputs = ["n1.out"]', 'inputs = ["n1.out", "n2.out"]'),),
+        "nodes.n2.inputs[1]",
+        ["the node's own output", "'n2.out'"],
+    ),
+    "input read by no operator": (
+        (('[nodes.n2]\ninputs = ["n1.out"]', '[nodes.n2]\ninputs = ["n1.out", "s1"]'),),
+        "nodes.n2.inputs[1]",
+        ["expected a stream that some operator of the node reads", "'s1'"],
+    ),
+    "missing field": (
+        (("port = 19001\n", ""),),
+        "sources.s1.port",
+        ["expected an integer in 1..65535", "found nothing (the key is missing)"],
+    ),
+    "missing token": (
+        (('token = "secret"\n', ""),),
+        "cluster.token",
+        ["expected a string (non-empty)", "found nothing"],
+    ),
+    "typo of a required key": (
+        (("control_port = 19211", "contol_port = 19211"),),
+        "nodes.n2.replicas[0].control_port",
+        ["found nothing", "is 'contol_port' a typo?"],
+    ),
+    "wrong type": (
+        (("data_port = 19111", 'data_port = "19111"'),),
+        "nodes.n2.replicas[0].data_port",
+        ["expected an integer in 1..65535", "found '19111' (a string)"],
+    ),
+    "bool is not a number": (
+        (("rate = 100.0", "rate = true"),),
+        "sources.s1.rate",
+        ["expected a number of tuples per second > 0", "found true (a boolean)"],
+    ),
+    "port out of range": (
+        (("port = 19001", "port = 70000"),),
+        "sources.s1.port",
+        ["expected an integer in 1..65535", "found 70000"],
+    ),
+    "unknown key": (
+        (('name = "n2a"', 'name = "n2a"\n  hots = "127.0.0.1"'),),
+        "nodes.n2.replicas[0].hots",
+        ["unknown key", "expected one of control_port, data_port, host, name",
+         "did you mean 'host'?"],
+    ),
+    "unknown top-level key": (
+        (("[clients.c1]", "[client.c1]"),),
+        "client",
+        ["unknown key", "did you mean 'clients'?"],
+    ),
+    "bad alpha": (
+        (("[sources.s1]", "[defaults]\nalpha = 1.0\n\n[sources.s1]"),),
+        "defaults.alpha",
+        ["expected a number with 0 < alpha < 1", "found 1.0 (a float)"],
+    ),
+    "bad alpha override": (
+        (("[nodes.n2]\n", "[nodes.n2]\nalpha = 0\n"),),
+        "nodes.n2.alpha",
+        ["0 < alpha < 1", "found 0 (an integer)"],
+    ),
+    "heartbeat over 100 ms": (
+        (("[sources.s1]", "[defaults]\nheartbeat_interval = 0.2\n\n[sources.s1]"),),
+        "defaults.heartbeat_interval",
+        ["expected a duration in seconds > 0 and <= 0.1", "found 0.2"],
+    ),
+    "bad strategy": (
+        (("[sources.s1]", '[defaults]\nstabilization = "wait"\n\n[sources.s1]'),),
+        "defaults.stabilization",
+        ['one of "suspend", "delay", "process"', "found 'wait'"],
+    ),
+    "duplicate replica name": (
+        (('name = "n2a"', 'name = "n1b"'),),
+        "nodes.n2.replicas[0].name",
+        ["expected a name unique in the cluster", "'n1b'",
+         "already used by nodes.n1.replicas[1].name"],
+    ),
+    "replica named like a node": (
+        (('name = "n2a"', 'name = "n1"'),),
+        "nodes.n2.replicas[0].name",
+        ["already used by nodes.n1"],
+    ),
+    "client named like a source": (
+        (("[clients.c1]", "[clients.s1]"),),
+        "clients.s1",
+        ["expected a name unique in the cluster", "already used by sources.s1"],
+    ),
+    "dotted name": (
+        (("[clients.c1]", '[clients."c.1"]'),),
+        'clients."c.1"',
+        ["expected a name of letters, digits, '_' or '-'", "'c.1'"],
+    ),
+    "client of an unknown stream": (
+        (('stream = "n2.out"', 'stream = "n3.out"'),),
+        "clients.c1.stream",
+        ["expected a node output stream (one of: n1.out, n2.out)", "found 'n3.out'"],
+    ),
+    "client of a source": (
+        (('stream = "n2.out"', 'stream = "s1"'),),
+        "clients.c1.stream",
+        ["expected a node output stream", "a source's stream"],
+    ),
+    "node without replica": (
+        ((N2[N2.index("  [[nodes.n2.replicas]]"):], ""),),
+        "nodes.n2.replicas",
+        ["expected at least one [[nodes.n2.replicas]] table", "found none"],
+    ),
+    "node without soutput": (
+        (('type = "soutput"\n  inputs = ["u"]\n',
+          'type = "filter"\n  inputs = ["u"]\n  where = "v > 0"\n'),),
+        "nodes.n2.operators",
+        ["expected at least one soutput", "found only sunion, filter"],
+    ),
+    "attribute not in the schema": (
+        (("rate = 100.0\n", 'rate = 100.0\n[sources.s1.attributes]\nz = { kind = "seq" }\n'),),
+        "sources.s1.attributes.z",
+        ["expected an attribute of the schema (k, v)", "found 'z'"],
+    ),
+    "key attribute without n": (
+        (("rate = 100.0\n", 'rate = 100.0\n[sources.s1.attributes]\nk = { kind = "key" }\n'),),
+        "sources.s1.attributes.k.n",
+        ["expected an integer >= 1", "found nothing"],
+    ),
+    "file with a synthetic generator": (
+        (("rate = 100.0\n", 'rate = 100.0\nfile = "x.csv"\n'),),
+        "sources.s1.file",
+        ['expected no file for generator = "synthetic"', "found 'x.csv'"],
+    ),
+}
+
+
+@pytest.mark.parametrize(("pairs", "key", "fragments"), BROKEN.values(), ids=BROKEN.keys())
+def test_broken_config_names_file_key_and_expectation(
+    tmp_path: Path, pairs: tuple[tuple[str, str], ...], key: str, fragments: list[str]
+) -> None:
+    path = write(tmp_path, mutate(BASE, *pairs), "broken-cluster.toml")
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    msg = str(e.value)
+    assert msg.startswith(f"{path}: {key}: "), msg
+    for fragment in fragments:
+        assert fragment in msg, msg
+
+
+def test_base_config_is_valid(tmp_path: Path) -> None:
+    """The broken configs above fail only because of their mutation."""
+    cfg = load_config(write(tmp_path, BASE))
+    assert list(cfg.nodes) == ["n1", "n2"]
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ('[cluster]\nname = "t"\ntoken = "x"\n', "sources"),
+        (HEAD, "nodes"),
+        (BASE.replace("[cluster]", "[clusterr]"), "cluster"),
+    ],
+    ids=["no source", "no node", "no cluster table"],
+)
+def test_empty_cluster_is_refused(tmp_path: Path, text: str, key: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: {key}: expected "):
+        load_config(path)
+
+
+def test_unreadable_and_invalid_toml_name_the_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"missing\.toml: cannot read"):
+        load_config(tmp_path / "missing.toml")
+    with pytest.raises(ConfigError, match=r"bad\.toml: not valid TOML"):
+        load_config(write(tmp_path, "[cluster\nname = 1", "bad.toml"))
+
+
+def test_cycle_of_three_is_reported_in_data_flow_order(tmp_path: Path) -> None:
+    n3 = N2.replace("n2", "n3").replace("n1.out", "n2.out").replace("19111", "19121")
+    n3 = n3.replace("19211", "19221")
+    text = mutate("\n".join([HEAD, N1, N2, n3, CLIENT]), *CYCLE)
+    text = text.replace('inputs = ["s1", "n2.out"]', 'inputs = ["s1", "n3.out"]')
+    with pytest.raises(ConfigError, match=r"nodes\.n1\.inputs: .*n1 -> n2 -> n3 -> n1"):
+        load_config(write(tmp_path, text))
+
+
+# ------------------------------------------------------------------------------ semantics
+def test_nodes_are_in_topological_order_whatever_the_file_order(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, "\n".join([HEAD, N2, CLIENT, N1])))
+    assert list(cfg.nodes) == ["n1", "n2"]
+    assert list(cfg.streams) == ["s1", "n1.out", "n2.out"]
+
+
+def test_same_port_on_different_hosts_is_fine(tmp_path: Path) -> None:
+    text = mutate(BASE, ("data_port = 19111", 'host = "10.0.0.2"\n  data_port = 19101'))
+    cfg = load_config(write(tmp_path, text))
+    assert cfg.replica("n2a").host == "10.0.0.2"
+    assert cfg.replica("n2a").data_port == cfg.replica("n1a").data_port
+
+
+def test_sunion_parameters_default_to_the_node_settings(tmp_path: Path) -> None:
+    defaults = (
+        '[defaults]\nx = 2.0\nalpha = 0.5\nbucket = 0.05\nup_failure = "delay"\n'
+        'reconciliation = "undo"\n\n[sources.s1]'
+    )
+    text = mutate(BASE, ("[sources.s1]", defaults), ("[nodes.n2]\n", "[nodes.n2]\nx = 4.0\n"))
+    cfg = load_config(write(tmp_path, text))
+    u1 = cfg.nodes["n1"].network.operators[0]
+    assert dict(u1.params) == {
+        "bucket": 50_000, "wait": 1_000_000, "mode": "delay", "recovery": "undo"
+    }
+    u2 = cfg.nodes["n2"].network.operators[0]
+    assert u2.params["wait"] == 2_000_000  # alpha * the node's own X
+    # the filled spec is what a node builds
+    built = QueryNetwork(cfg.nodes["n1"].network).operator("u")
+    got = (built.width, built.wait, built.mode, built.recovery)
+    assert got == (50_000, 1_000_000, "delay", "undo")
+
+
+def test_explicit_sunion_parameter_wins(tmp_path: Path) -> None:
+    sunion_inputs = '  inputs = ["s1"]\n'
+    text = mutate(BASE, (sunion_inputs, sunion_inputs + '  bucket = 20000\n  mode = "delay"\n'))
+    cfg = load_config(write(tmp_path, text))
+    params = cfg.nodes["n1"].network.operators[0].params
+    assert params["bucket"] == 20_000 and params["mode"] == "delay"
+    assert params["wait"] == 2_700_000 and params["recovery"] == "checkpoint"  # filled
+    assert "bucket" not in cfg.nodes["n1"].network.operators[1].params  # only sunions
+
+
+def test_schemas_flow_across_nodes() -> None:
+    cfg = load_config(EXAMPLES / "chain4.toml")
+    level = ("sensor", "reading", "level")
+    assert cfg.nodes["n2"].network.inputs == {"n1.out": ("sensor", "reading")}
+    assert cfg.nodes["n3"].network.inputs == {"n2.out": level}  # n2's map output
+    assert cfg.nodes["n4"].network.inputs == {"n3.out": level}
+    assert cfg.streams["n4.out"] == ("sensor", "n", "mean", "top_level")
+    assert cfg.nodes["n4"].network.outputs == ("out",)
+
+
+MAPPED_N2 = """\
+[nodes.n2]
+inputs = ["n1.out"]
+  [[nodes.n2.operators]]
+  name = "u"
+  type = "sunion"
+  inputs = ["n1.out"]
+  [[nodes.n2.operators]]
+  name = "m"
+  type = "map"
+  inputs = ["u"]
+  fields = { w = "v" }
+  [[nodes.n2.operators]]
+  name = "out"
+  type = "soutput"
+  inputs = ["m"]
+  [[nodes.n2.replicas]]
+  name = "n2a"
+  data_port = 19111
+  control_port = 19211
+"""
+N3_READING_V = """\
+[nodes.n3]
+inputs = ["n2.out"]
+  [[nodes.n3.operators]]
+  name = "u"
+  type = "sunion"
+  inputs = ["n2.out"]
+  [[nodes.n3.operators]]
+  name = "f"
+  type = "filter"
+  inputs = ["u"]
+  where = "v > 0"
+  [[nodes.n3.operators]]
+  name = "out"
+  type = "soutput"
+  inputs = ["f"]
+  [[nodes.n3.replicas]]
+  name = "n3a"
+  data_port = 19121
+  control_port = 19221
+"""
+
+
+def test_downstream_network_is_checked_against_the_upstream_output_schema(
+    tmp_path: Path,
+) -> None:
+    # n2's map renames v to w, so n3's filter on v must fail, naming n3's operator.
+    text = "\n".join([HEAD, N1, MAPPED_N2, N3_READING_V, CLIENT])
+    with pytest.raises(ConfigError) as e:
+        load_config(write(tmp_path, text))
+    msg = str(e.value)
+    assert "nodes.n3.operators[1]: operator 'f'" in msg and "'v'" in msg, msg
+    # ... and passes once n3 filters on what n2 really outputs.
+    cfg = load_config(write(tmp_path, text.replace('where = "v > 0"', 'where = "w > 0"')))
+    assert cfg.nodes["n3"].network.inputs == {"n2.out": ("w",)}
+
+
+def test_outputs_are_every_soutput(tmp_path: Path) -> None:
+    first_replica = '  [[nodes.n1.replicas]]\n  name = "n1a"'
+    extra = '  [[nodes.n1.operators]]\n  name = "all"\n  type = "soutput"\n  inputs = ["u"]\n'
+    text = mutate(BASE, (first_replica, extra + first_replica))
+    cfg = load_config(write(tmp_path, text))
+    n1 = cfg.nodes["n1"]
+    assert n1.outputs == {"n1.out": "out", "n1.all": "all"}
+    assert n1.network.outputs == ("out", "all")
+    assert cfg.streams["n1.all"] == ("k", "v")
+
+
+def test_seconds_become_integer_microseconds(tmp_path: Path) -> None:
+    defaults = (
+        "[defaults]\nx = 2.5\nbucket = 0.05\nheartbeat_interval = 0.025\n"
+        "checkpoint_interval = 1\n\n[sources.s1]"
+    )
+    source = "rate = 100\nboundary_interval = 0.0125"
+    text = mutate(BASE, ("[sources.s1]", defaults), ("rate = 100.0", source))
+    cfg = load_config(write(tmp_path, text))
+    s = cfg.nodes["n1"].settings
+    got = (s.x, s.bucket, s.heartbeat_interval, s.checkpoint_interval, s.wait)
+    assert got == (2_500_000, 50_000, 25_000, 1_000_000, 2_250_000)
+    assert all(type(v) is int for v in got)
+    src = cfg.sources["s1"]
+    assert src.boundary_interval == 12_500 and type(src.boundary_interval) is int
+    assert src.rate == 100.0 and isinstance(src.rate, float)
+
+
+def test_boundary_interval_defaults_to_the_default_bucket(tmp_path: Path) -> None:
+    text = mutate(BASE, ("[sources.s1]", "[defaults]\nbucket = 0.25\n\n[sources.s1]"))
+    assert load_config(write(tmp_path, text)).sources["s1"].boundary_interval == 250_000
+
+
+def test_sub_microsecond_duration_is_refused(tmp_path: Path) -> None:
+    text = mutate(BASE, ("[sources.s1]", "[defaults]\nbucket = 1e-7\n\n[sources.s1]"))
+    with pytest.raises(ConfigError, match=r"defaults\.bucket: expected .*at least one microsecond"):
+        load_config(write(tmp_path, text))
+
+
+def test_synthetic_attributes_are_complete(tmp_path: Path) -> None:
+    attrs = '[sources.s1.attributes]\nk = { kind = "key", n = 10, dist = "zipf", s = 1.2 }\n'
+    cfg = load_config(write(tmp_path, mutate(BASE, ("rate = 100.0\n", "rate = 100.0\n" + attrs))))
+    gens = cfg.sources["s1"].attributes
+    assert list(gens) == ["k", "v"]
+    assert (gens["k"].kind, gens["k"].n, gens["k"].dist, gens["k"].s) == ("key", 10, "zipf", 1.2)
+    assert (gens["v"].kind, gens["v"].min, gens["v"].max) == ("int", 0, 100)
+
+
+def test_file_source_resolves_and_checks_columns(tmp_path: Path) -> None:
+    (tmp_path / "data.csv").write_text("k,v,extra\n1,2,3\n")
+    text = mutate(BASE, ("rate = 100.0\n", 'rate = 100.0\ngenerator = "file"\nfile = "data.csv"\n'))
+    cfg = load_config(write(tmp_path, text))
+    assert cfg.sources["s1"].file == (tmp_path / "data.csv").resolve()
+    assert cfg.sources["s1"].attributes == {}
+    (tmp_path / "data.csv").write_text("k,w\n1,2\n")
+    missing = r"sources\.s1\.file: expected .*without the column\(s\) v"
+    with pytest.raises(ConfigError, match=missing):
+        load_config(tmp_path / "cluster.toml")
+
+
+def test_parquet_file_source(tmp_path: Path) -> None:
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    pq.write_table(pa.table({"k": [1], "v": [2]}), tmp_path / "d.parquet")
+    parquet = 'rate = 100.0\ngenerator = "file"\nfile = "d.parquet"\n'
+    text = mutate(BASE, ("rate = 100.0\n", parquet))
+    cfg = load_config(write(tmp_path, text))
+    assert cfg.sources["s1"].file == (tmp_path / "d.parquet").resolve()
+
+
+def test_parse_config_keeps_raw_and_names_the_given_path() -> None:
+    import tomllib
+
+    raw = tomllib.loads(BASE)
+    cfg = parse_config(raw, Path("virtual.toml"))
+    assert cfg.raw is raw and cfg.token == "secret" and cfg.control_host == "127.0.0.1"
+    raw["clients"]["c1"]["stream"] = "nope"
+    with pytest.raises(ConfigError, match=r"^virtual\.toml: clients\.c1\.stream: "):
+        parse_config(raw, Path("virtual.toml"))

@@ -1,0 +1,63 @@
+"""What a replica's heartbeat answers say about its output streams (node/replica/runtime.py).
+
+A replica built in-process over memory and never run: its HA monitor's tracker is fed by
+hand, and the data port's responder is called directly."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from node.config.load import load_config
+from node.net.memory import MemoryTransport
+from node.procs.rundir import RunDir
+from node.replica.runtime import Replica
+from protocol.messages import ConsistencyState, HeartbeatRequest, HeartbeatResponse
+from tests.paths import EXAMPLES
+
+STABLE, UP_FAILURE = ConsistencyState.STABLE, ConsistencyState.UP_FAILURE
+
+
+@pytest.fixture
+def n2a(tmp_path: Path) -> Iterator[Replica]:
+    """Replica n2a of examples/sim.toml: one input, n1.out, from n1a or n1b."""
+    config = load_config(EXAMPLES / "sim.toml")
+    r = Replica(config, "n2a", RunDir(tmp_path).ensure(), MemoryTransport().for_process("n2a"))
+    yield r
+    for writer in r.output_logs.values():
+        writer.close()
+
+
+def silence(r: Replica, upstream: str, seqs: Iterator[int]) -> None:
+    """``upstream`` leaves enough heartbeats unanswered to be declared failed."""
+    tracker = r.monitor.tracker
+    assert tracker is not None
+    for _ in range(tracker.misses + 2):
+        tracker.sent(upstream, next(seqs), 0)
+    assert not tracker.alive(upstream)
+
+
+def answer(r: Replica) -> HeartbeatResponse:
+    msg = r._respond(HeartbeatRequest("c1", 1))
+    assert isinstance(msg, HeartbeatResponse)
+    return msg
+
+
+def test_an_input_with_no_upstream_replica_left_makes_its_outputs_up_failure(
+    n2a: Replica,
+) -> None:
+    # Cut off from n1a and n1b, n2a's lone SUnion receives nothing, so it never releases
+    # a tentative tuple and the machine stays STABLE: its heartbeats must still tell the
+    # client to prefer n2b, which has input (it stayed on n2a: simulate seed 450).
+    seqs = itertools.count(1)
+    assert answer(n2a).streams == {"n2.out": STABLE}
+    silence(n2a, "n1a", seqs)
+    assert answer(n2a).streams == {"n2.out": STABLE}  # n1b is left
+    silence(n2a, "n1b", seqs)
+    msg = answer(n2a)
+    assert msg.streams == {"n2.out": UP_FAILURE}
+    assert msg.state is STABLE  # the node's own state is the machine's
+    assert n2a.monitor.cut_off() == ["n1.out"]
