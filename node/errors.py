@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from protocol.errors import DPCError
 
-__all__ = ["ConfigError", "NodeError"]
+__all__ = ["ActionError", "ConfigError", "ConsistencyError", "NodeError", "RunLogError", "SimulationDeadlock"]
 
 
 class ConfigError(DPCError):
@@ -14,3 +14,21 @@ class ConfigError(DPCError):
 
 class NodeError(DPCError):
     """A node, source or client process cannot go on (a local misuse or a fatal condition)."""
+
+
+class SimulationDeadlock(NodeError):
+    """The simulated program waits for an event that nothing will ever produce, or spins
+    without ever letting virtual time move (a livelock)."""
+
+
+class ConsistencyError(NodeError):
+    """The runtime fed the consistency manager an event it cannot take in its state."""
+
+
+class RunLogError(NodeError):
+    """A run-directory log cannot be written or read; the message names the file (and the
+    line, for a corrupt JSONL line)."""
+
+
+class ActionError(NodeError):
+    """An action's request was wrong (unknown name, bad field): a 400 with this message."""

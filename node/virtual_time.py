@@ -26,12 +26,9 @@ import asyncio
 import selectors
 from typing import Any
 
-__all__ = ["SimulationDeadlock", "VirtualTimeLoop"]
+from node.errors import SimulationDeadlock
 
-
-class SimulationDeadlock(RuntimeError):
-    """The simulated program waits for an event that nothing will ever produce, or spins
-    without ever letting virtual time move (a livelock)."""
+__all__ = ["VirtualTimeLoop"]
 
 
 #: Loop turns in a row without virtual time moving before the program counts as livelocked

@@ -171,7 +171,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return print_status(load_config(resolve_config(args.target)))
         if args.command == "fault":
             from node.config.load import load_config
-            from ops_scripts.harness.fault import FaultError, cut, heal, stall, unstall
+            from ops_scripts.errors import FaultError
+            from ops_scripts.harness.fault import cut, heal, stall, unstall
 
             config = load_config(args.config)
             replicas = [r.name for n in config.nodes.values() for r in n.replicas]

@@ -47,3 +47,24 @@ def test_dependencies_point_one_way(pkg: str, path: Path) -> None:
 def test_core_is_sans_io(pkg: str, path: Path) -> None:
     bad = imports_of(path) & IO_MODULES
     assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)} (the core takes `now` as a parameter)"
+
+
+def test_every_error_derives_from_the_root() -> None:
+    """STYLE.md 9: one root error type; each package keeps its errors in errors.py."""
+    import importlib
+    import inspect
+
+    from protocol.errors import DPCError
+
+    strays = []
+    for pkg, path in modules():
+        rel = path.relative_to(ROOT).with_suffix("")
+        name = ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+        module = importlib.import_module(name)
+        for cls_name, cls in inspect.getmembers(module, inspect.isclass):
+            ours = cls.__module__ == name
+            if ours and issubclass(cls, BaseException) and not issubclass(cls, DPCError):
+                strays.append(f"{name}.{cls_name}")
+            if ours and issubclass(cls, DPCError) and rel.name != "errors":
+                strays.append(f"{name}.{cls_name} (not in {pkg}'s errors.py)")
+    assert not strays, f"errors outside the root or outside errors.py: {strays}"

@@ -23,14 +23,12 @@ from aiohttp import web
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 
-__all__ = ["ActionError", "ControlPlane"]
+from node.errors import ActionError
+
+__all__ = ["ControlPlane"]
 
 StatusFn = Callable[[], Mapping[str, Any]]
 ActionFn = Callable[[Mapping[str, Any]], Awaitable[Mapping[str, Any]]]
-
-
-class ActionError(ValueError):
-    """An action's request was wrong (unknown name, bad field): a 400 with this message."""
 
 
 class _StatusCollector:

@@ -63,14 +63,13 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from node.errors import NodeError
+from node.errors import RunLogError
 from protocol.tuples import Kind, Tuple, make_tuple
 from state.tuplelog import read_tuple_log
 
 __all__ = [
     "JsonlTupleWriter",
     "RunDir",
-    "RunLogError",
     "read_client_parquet",
     "read_jsonl_tuples",
     "read_source_log",
@@ -84,11 +83,6 @@ _INT_FIELDS = ("id", "time", "tmax", "arrival")
 _PARQUET_SCHEMA = pa.schema(
     [(f, pa.string() if f in ("kind", "values") else pa.int64()) for f in _FIELDS]
 )
-
-
-class RunLogError(NodeError):
-    """A run-directory log cannot be written or read; the message names the file (and the
-    line, for a corrupt JSONL line)."""
 
 
 def _safe_name(what: str, name: str) -> str:

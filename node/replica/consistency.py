@@ -102,10 +102,10 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Any, TypeAlias
 
-from node.errors import NodeError
+from node.errors import ConsistencyError
 
 __all__ = [
-    "TRANSITIONS", "Action", "AskPermission", "ConsistencyError", "Event", "Grant",
+    "TRANSITIONS", "Action", "AskPermission", "Event", "Grant",
     "InputsStable", "Log", "MachineState", "Method", "NewFailureDuringStabilization",
     "Permission", "PermissionAsked", "PermissionGranted", "PermissionRefused", "Policy",
     "RecRequest", "Reconcile", "ReconciliationProgress", "Refuse", "ResumeNewInput",
@@ -113,10 +113,6 @@ __all__ = [
     "TakeCheckpoint", "Tick", "UpFailure", "UpFailureStrategy", "is_caught_up",
     "next_deadline", "start", "step",
 ]
-
-
-class ConsistencyError(NodeError):
-    """The runtime fed the consistency manager an event it cannot take in its state."""
 
 
 class State(Enum):

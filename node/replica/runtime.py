@@ -40,9 +40,10 @@ import orjson
 
 from node.clock import now_us
 from node.config.model import ClusterConfig
+from node.errors import ActionError
 from node.faults.rules import Faults, FaultyTransport
 from node.net.transport import Transport
-from node.procs.control import ActionError, ControlPlane
+from node.procs.control import ControlPlane
 from node.procs.rundir import JsonlTupleWriter, RunDir
 from node.procs.source import END_OF_STREAM
 from node.replica.manager import Manager, Partner, policy_of

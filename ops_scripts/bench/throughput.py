@@ -49,13 +49,13 @@ from node.net.tcp import TcpTransport
 from node.procs.generators import make_generator
 from node.streams.link import InputLink
 from node.streams.publisher import Publisher
+from ops_scripts.errors import BenchFailed
 from protocol.codec import FrameDecoder, encode
-from protocol.errors import DPCError
 from protocol.messages import Batch
 from protocol.tuples import Kind, boundary, make_tuple
 from state.buffer import OutputBuffer
 
-__all__ = ["LATENCY_BOUND_S", "BenchFailed", "Step", "raw_rate", "run_throughput_bench"]
+__all__ = ["LATENCY_BOUND_S", "Step", "raw_rate", "run_throughput_bench"]
 
 log = logging.getLogger("dpc.bench")
 LATENCY_BOUND_S = 1.0  # p99 bound; also: backlog < 1 s of input, output through within 1 s
@@ -65,10 +65,6 @@ CLIENT = "bench"
 POOL = 1 << 16  # attribute values drawn per source and rate, used cyclically
 TIMEOUT = 30.0  # replica start-up; catching up after an overloaded step
 STABLE, BOUNDARY = Kind.STABLE, Kind.BOUNDARY
-
-
-class BenchFailed(DPCError):
-    """The replica failed to start or died, or the config has no node to drive."""
 
 
 @dataclass

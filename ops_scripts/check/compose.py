@@ -54,7 +54,6 @@ from ops_scripts.check.availability import ClientDelays, assess, bound_for, judg
 from ops_scripts.check.history import count_events, final_digests
 from ops_scripts.check.paths import Outage, client_outages, down_at_end
 from ops_scripts.check.properties import (
-    CheckError,
     Status,
     Verdict,
     apply_undos_checked,
@@ -75,6 +74,7 @@ from ops_scripts.check.properties import (
 )
 from ops_scripts.check.recorded import History, load_events, load_history
 from ops_scripts.check.reference import END_OF_STREAM, reference_outputs
+from ops_scripts.errors import CheckError
 from protocol.tuples import DATA_KINDS, Tuple
 
 __all__ = [

@@ -42,10 +42,10 @@ from typing import Any
 
 from node.config.model import ClusterConfig
 from node.procs.rundir import RunDir
+from ops_scripts.errors import HistoryError
 from ops_scripts.harness.schedule import Fault, cut_pairs, impaired_pairs
 
 __all__ = [
-    "HistoryError",
     "HistoryWriter",
     "count_events",
     "fault_effects",
@@ -53,10 +53,6 @@ __all__ = [
     "merge_states",
     "read_history",
 ]
-
-
-class HistoryError(ValueError):
-    """A history file that cannot be read (the message names file and line)."""
 
 
 def fault_effects(fault: Fault, config: ClusterConfig) -> dict[str, Any]:

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from node.config.model import ClusterConfig, NodeConfig
-from ops_scripts.check.history import HistoryError
+from ops_scripts.errors import HistoryError
 
 __all__ = [
     "Conditions",

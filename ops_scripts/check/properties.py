@@ -28,11 +28,10 @@ from typing import Any
 from node.config.model import ClientConfig
 from ops_scripts.check.availability import ClientDelays, NewResult
 from ops_scripts.check.paths import Outage
-from protocol.errors import DPCError
+from ops_scripts.errors import CheckError
 from protocol.tuples import Kind, Tuple
 
 __all__ = [
-    "CheckError",
     "Status",
     "Verdict",
     "apply_undos_checked",
@@ -52,10 +51,6 @@ __all__ = [
     "replica_subject",
     "seconds",
 ]
-
-
-class CheckError(DPCError):
-    """A property cannot be judged from what the run left (the message says why)."""
 
 
 class Status(StrEnum):
@@ -83,8 +78,6 @@ def guarded(name: str, subject: str, checker: Callable[..., Verdict], *args: Any
         return dataclasses.replace(verdict, status=Status(verdict.status))
     except Exception as e:
         return Verdict(name, Status.UNKNOWN, f"checker crashed: {type(e).__name__}: {e}", subject)
-
-
 
 
 def client_subject(c: ClientConfig) -> str:

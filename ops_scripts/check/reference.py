@@ -19,7 +19,8 @@ from collections.abc import Mapping, Sequence
 from node.config.model import ClusterConfig
 from operators.network import QueryNetwork
 from operators.spec import NetworkSpec
-from ops_scripts.check.properties import CheckError, fmt_tuple
+from ops_scripts.check.properties import fmt_tuple
+from ops_scripts.errors import CheckError
 from protocol.tuples import Kind, Tuple, boundary
 
 __all__ = ["END_OF_STREAM", "reference_outputs"]

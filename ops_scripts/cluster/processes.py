@@ -21,13 +21,9 @@ import time
 from pathlib import Path
 
 from node.procs.rundir import RunDir
-from protocol.errors import DPCError
+from ops_scripts.errors import ProcessError
 
-__all__ = ["PidProcess", "ProcessError", "alive", "find_pid", "runs_node"]
-
-
-class ProcessError(DPCError):
-    """A process of a run cannot be found or acted on (the message names it and its pid file)."""
+__all__ = ["PidProcess", "alive", "find_pid", "runs_node"]
 
 
 def alive(pid: int) -> bool:

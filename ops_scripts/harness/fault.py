@@ -32,12 +32,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from node.config.model import ClusterConfig
+from ops_scripts.errors import FaultError
 
-__all__ = ["FaultError", "cut", "heal", "heal_all", "post_action", "shape", "stall", "unstall"]
-
-
-class FaultError(RuntimeError):
-    """A control plane refused or could not be reached."""
+__all__ = ["cut", "heal", "heal_all", "post_action", "shape", "stall", "unstall"]
 
 
 def post_action(config: ClusterConfig, replica: str, action: str, body: dict[str, Any]) -> dict[str, Any]:

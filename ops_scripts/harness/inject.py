@@ -40,10 +40,10 @@ from node.config.model import ClusterConfig
 from node.procs.rundir import RunDir
 from ops_scripts.check.history import HistoryWriter, fault_effects, read_history
 from ops_scripts.cluster.launch import Launched
-from ops_scripts.cluster.processes import PidProcess, ProcessError, alive, find_pid
-from ops_scripts.harness.fault import FaultError
-from ops_scripts.harness.nemesis import InjectError, Nemesis, request_heal, request_unstall
-from ops_scripts.harness.schedule import CUTS, SHAPES, Fault, ScheduleError, parse_faults
+from ops_scripts.cluster.processes import PidProcess, alive, find_pid
+from ops_scripts.errors import FaultError, InjectError, ProcessError, ScheduleError
+from ops_scripts.harness.nemesis import Nemesis, request_heal, request_unstall
+from ops_scripts.harness.schedule import CUTS, SHAPES, Fault, parse_faults
 from protocol.errors import DPCError
 
 __all__ = ["ACTIONS", "add_inject_parser", "run_inject"]

@@ -43,14 +43,13 @@ from node.config.model import ClusterConfig
 from node.procs.rundir import RunDir
 from ops_scripts.cluster.launch import Launched, restart_replica
 from ops_scripts.cluster.status import fetch_status
-from ops_scripts.harness.fault import FaultError, post_action
+from ops_scripts.errors import FaultError, InjectError
+from ops_scripts.harness.fault import post_action
 from ops_scripts.harness.rules import ActiveRules, Cut, Heal, Op, Shape, Stall, Unstall
 from ops_scripts.harness.schedule import Fault, node_of
 from ops_scripts.harness.timeline import blocked
-from protocol.errors import DPCError
 
 __all__ = [
-    "InjectError",
     "Nemesis",
     "perform",
     "request_cut",
@@ -61,10 +60,6 @@ __all__ = [
 ]
 
 KILL_WAIT = 10.0  # seconds for a SIGKILLed process to be gone
-
-
-class InjectError(DPCError):
-    """A fault could not be injected or healed (the message names it and the reason)."""
 
 
 # ---------------------------------------------------------------- the POST /fault call sites

@@ -51,9 +51,10 @@ from ops_scripts.cluster.launch import (
     wait_until,
 )
 from ops_scripts.cluster.status import fetch_status
-from ops_scripts.harness.fault import FaultError, post_action
-from ops_scripts.harness.nemesis import InjectError, Nemesis
-from ops_scripts.harness.scenario import Scenario, ScenarioError, load_scenario
+from ops_scripts.errors import FaultError, InjectError, ScenarioError
+from ops_scripts.harness.fault import post_action
+from ops_scripts.harness.nemesis import Nemesis
+from ops_scripts.harness.scenario import Scenario, load_scenario
 from ops_scripts.harness.schedule import Fault
 from ops_scripts.harness.timeline import BLOCKED_LIMIT, Timeline
 

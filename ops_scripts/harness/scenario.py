@@ -66,21 +66,13 @@ from node.config.model import ClusterConfig, NodeSettings
 from node.config.read import Table
 from node.errors import ConfigError
 from node.net.ports import free_port
-from ops_scripts.harness.schedule import (
-    Fault,
-    ScheduleError,
-    cut_pairs,
-    dump_faults,
-    parse_faults,
-    replica_rules,
-)
-from protocol.errors import DPCError
+from ops_scripts.errors import ScenarioError, ScheduleError
+from ops_scripts.harness.schedule import Fault, cut_pairs, dump_faults, parse_faults, replica_rules
 
 __all__ = [
     "CLUSTER_TABLES",
     "SETTING_KEYS",
     "Scenario",
-    "ScenarioError",
     "dump_scenario",
     "load_scenario",
 ]
@@ -91,10 +83,6 @@ CLUSTER_TABLES = ("cluster", "defaults", "sources", "nodes", "clients")
 SETTING_KEYS = tuple(f.name for f in dataclasses.fields(NodeSettings))
 DEFAULT_SETTLE = 2.0
 DEFAULT_QUIET = 4.0
-
-
-class ScenarioError(DPCError):
-    """A scenario that cannot be played; the message names the file and the key."""
 
 
 @dataclass(frozen=True)

@@ -48,14 +48,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from node.config.model import ClusterConfig
-from protocol.errors import DPCError
+from ops_scripts.errors import ScheduleError
 
 __all__ = [
     "CUTS",
     "KINDS",
     "SHAPES",
     "Fault",
-    "ScheduleError",
     "cut_pairs",
     "dump_faults",
     "impaired_pairs",
@@ -83,10 +82,6 @@ _KEYS: dict[str, set[str]] = {
     "slow": {"reader", "writer", "seconds"},
     "stall": {"process"},
 }
-
-
-class ScheduleError(DPCError):
-    """A fault schedule that cannot be played (the message names the fault and key)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,9 +49,9 @@ from typing import Any, TextIO
 
 from node.clock import now_us, use_clock
 from node.config.model import ClusterConfig, ReplicaConfig
+from node.errors import ActionError
 from node.net.memory import MemoryTransport
 from node.procs.client import Client
-from node.procs.control import ActionError
 from node.procs.rundir import RunDir
 from node.procs.source import Source
 from node.replica.runtime import Replica

@@ -34,10 +34,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from node.config.model import ClusterConfig
+from ops_scripts.errors import ScenarioError, ScheduleError
 from ops_scripts.examples import EXAMPLES
 from ops_scripts.harness.runner import RunOutcome, describe_delay, describe_figures, play_scenario
-from ops_scripts.harness.scenario import Scenario, ScenarioError, load_scenario
-from ops_scripts.harness.schedule import Fault, ScheduleError, parse_faults, random_faults
+from ops_scripts.harness.scenario import Scenario, load_scenario
+from ops_scripts.harness.schedule import Fault, parse_faults, random_faults
 
 __all__ = ["DEFAULT_CLUSTER", "TortureOptions", "run_torture", "torture_schedule"]
 

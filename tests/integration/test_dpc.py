@@ -34,7 +34,8 @@ from ops_scripts.check.availability import assess
 from ops_scripts.check.compose import run_check
 from ops_scripts.cluster.launch import Launched, restart_replica, start_cluster, stop_cluster
 from ops_scripts.cluster.status import fetch_status
-from ops_scripts.harness.fault import FaultError, cut, heal, post_action
+from ops_scripts.errors import FaultError
+from ops_scripts.harness.fault import cut, heal, post_action
 from protocol.codec import encode
 from protocol.messages import Subscribe
 from protocol.tuples import Kind

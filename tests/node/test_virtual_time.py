@@ -8,7 +8,8 @@ import time
 import pytest
 
 from node.clock import now_us, use_clock
-from node.virtual_time import SimulationDeadlock, VirtualTimeLoop
+from node.errors import SimulationDeadlock
+from node.virtual_time import VirtualTimeLoop
 
 
 def _run(coro):  # type: ignore[no-untyped-def]

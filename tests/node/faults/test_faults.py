@@ -21,10 +21,9 @@ from typing import Any
 import pytest
 
 from node.config.load import load_config
-from node.errors import NodeError
+from node.errors import ActionError, NodeError
 from node.faults.rules import Cut, CutKind, Direction, Faults
 from node.net.memory import MemoryTransport
-from node.procs.control import ActionError
 from node.procs.rundir import RunDir
 from node.replica.runtime import Replica
 from protocol.messages import (

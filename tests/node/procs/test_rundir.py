@@ -15,10 +15,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from node.errors import RunLogError
 from node.procs.rundir import (
     JsonlTupleWriter,
     RunDir,
-    RunLogError,
     read_client_parquet,
     read_jsonl_tuples,
     read_source_log,

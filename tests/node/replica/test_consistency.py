@@ -14,12 +14,11 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from node.errors import NodeError
+from node.errors import ConsistencyError, NodeError
 from node.replica.consistency import (
     TRANSITIONS,
     Action,
     AskPermission,
-    ConsistencyError,
     Event,
     Grant,
     InputsStable,

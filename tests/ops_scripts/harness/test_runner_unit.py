@@ -16,11 +16,12 @@ import pytest
 from node.config.load import load_config
 from node.procs.rundir import RunDir
 from ops_scripts.cli import _parser
-from ops_scripts.cluster.processes import PidProcess, ProcessError, find_pid
+from ops_scripts.cluster.processes import PidProcess, find_pid
+from ops_scripts.errors import ProcessError, ScenarioError
 from ops_scripts.harness.inject import _table
 from ops_scripts.harness.rules import ActiveRules, Cut, Heal, LinkRule, Shape, Stall, Unstall
 from ops_scripts.harness.runner import figures_of
-from ops_scripts.harness.scenario import Scenario, ScenarioError, dump_scenario, load_scenario
+from ops_scripts.harness.scenario import Scenario, dump_scenario, load_scenario
 from ops_scripts.harness.schedule import Fault, parse_faults
 from ops_scripts.harness.torture import DEFAULT_CLUSTER, torture_schedule
 from tests.paths import ROOT
@@ -284,7 +285,7 @@ def test_inject_arguments_become_fault_tables() -> None:
                               "c1", "--cut", "reset"))["sides"] == [["s1", "n1a"], ["s3", "n1b"]]
     assert _table(inject_args("slow", "n1a", "s1", "0.01")) == {
         "fault": "slow", "reader": "n1a", "writer": "s1", "seconds": 0.01}
-    from ops_scripts.harness.nemesis import InjectError
+    from ops_scripts.errors import InjectError
 
     with pytest.raises(InjectError, match="expected 2 name argument"):
         _table(inject_args("partition", "--shape", "link", "s3"))

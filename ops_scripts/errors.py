@@ -1,0 +1,42 @@
+"""Errors of the operations layer (the `dpc` commands, the harness, the checker).
+
+Every one derives from the project's root error, ``protocol.errors.DPCError``, so a caller
+can tell our errors from a bug's; the message names what failed and why."""
+
+from __future__ import annotations
+
+from protocol.errors import DPCError
+
+__all__ = ["BenchFailed", "CheckError", "FaultError", "HistoryError", "InjectError", "ProcessError", "ScenarioError", "ScheduleError"]
+
+
+class BenchFailed(DPCError):
+    """The replica failed to start or died, or the config has no node to drive."""
+
+
+class CheckError(DPCError):
+    """A property cannot be judged from what the run left (the message says why)."""
+
+
+class FaultError(DPCError):
+    """A control plane refused or could not be reached."""
+
+
+class HistoryError(DPCError):
+    """A history file that cannot be read (the message names file and line)."""
+
+
+class InjectError(DPCError):
+    """A fault could not be injected or healed (the message names it and the reason)."""
+
+
+class ProcessError(DPCError):
+    """A process of a run cannot be found or acted on (the message names it and its pid file)."""
+
+
+class ScenarioError(DPCError):
+    """A scenario that cannot be played; the message names the file and the key."""
+
+
+class ScheduleError(DPCError):
+    """A fault schedule that cannot be played (the message names the fault and key)."""
