@@ -1,1 +1,27 @@
-"""ops_scripts/cluster."""
+"""Running a cluster on this machine: ``dpc launch``, ``dpc status``, ``dpc demo``.
+
+* ``launch.py``: start every process of a config by group, progress, drain, stop by pid;
+  restart a killed replica;
+* ``processes.py``: processes known by pid (liveness, identity, a handle on a non-child);
+* ``status.py``: each replica's state and streams, from the control planes;
+* ``demo.py``: the main job (``make demo``).
+"""
+
+from ops_scripts.cluster.launch import (
+    Launched,
+    ProcessHandle,
+    drain_streams,
+    launch,
+    restart_replica,
+    start_cluster,
+    stop_cluster,
+    wait_until,
+)
+from ops_scripts.cluster.processes import PidProcess, alive, find_pid, runs_node
+from ops_scripts.cluster.status import fetch_status, print_status, resolve_config
+
+__all__ = [
+    "Launched", "PidProcess", "ProcessHandle", "alive", "drain_streams", "fetch_status",
+    "find_pid", "launch", "print_status", "resolve_config", "restart_replica", "runs_node",
+    "start_cluster", "stop_cluster", "wait_until",
+]
