@@ -77,7 +77,7 @@ def guarded(name: str, subject: str, checker: Callable[..., Verdict], *args: Any
         if not isinstance(verdict, Verdict):
             raise TypeError(f"checker returned {verdict!r}, not a Verdict")
         return dataclasses.replace(verdict, status=Status(verdict.status))
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001  a crashing checker is unknown, never a pass
         return Verdict(name, Status.UNKNOWN, f"checker crashed: {type(e).__name__}: {e}", subject)
 
 
