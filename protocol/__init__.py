@@ -2,7 +2,8 @@
 
 ``protocol`` is the bottom package: it imports nothing else of the project, and everything
 else imports it. It is sans-IO: no sockets, no asyncio, no clock. This module re-exports
-the public API of :mod:`.tuples`, :mod:`.errors`, :mod:`.messages` and :mod:`.codec`.
+the public API of :mod:`.tuples`, :mod:`.undo_rule` (the UNDO rule), :mod:`.errors`,
+:mod:`.messages` and :mod:`.codec`.
 """
 
 from .codec import DEFAULT_MAX_FRAME_SIZE, HEADER_SIZE, VERSION, FrameDecoder, decode_frame, encode
@@ -41,6 +42,7 @@ from .tuples import (
     rec_done,
     undo,
 )
+from .undo_rule import apply_undo, apply_undos, kept_end, undo_cut, undone_from
 
 __all__ = [
     "CONTROL_KINDS",
@@ -77,10 +79,15 @@ __all__ = [
     "Tuple",
     "Unsubscribe",
     "Value",
+    "apply_undo",
+    "apply_undos",
     "boundary",
     "decode_frame",
     "encode",
+    "kept_end",
     "make_tuple",
     "rec_done",
     "undo",
+    "undo_cut",
+    "undone_from",
 ]

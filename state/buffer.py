@@ -11,14 +11,18 @@ Definitions and invariants (``s`` = last stable id, ``t`` = last tentative id):
   tuple never follows a tentative one without an UNDO in between. ``append`` checks both at
   every batch edge (the ids inside a batch are the producer's and are trusted: checking
   each would be per-tuple Python work on the hot path).
-* ``UNDO(u)`` deletes the first data tuple with id > u and everything after it, control
-  tuples (BOUNDARY, REC_DONE, ...) included: a positional truncation. The control tuples
-  between ``u`` and that tuple stay: they were promises about stable data (the boundary
-  that closed the last stable bucket), the same rule as the operators' undo
-  (operators/base.py). If no data tuple has id > u, nothing is deleted. ``UNDO(0)``
-  deletes every data tuple (the control tuples before the first one stay). An UNDO that
-  would delete a stable tuple raises (stable tuples are never undone, DESIGN.md 6.4).
-  UNDO tuples themselves are applied, never stored.
+* ``UNDO(u)`` applies the UNDO rule of ``protocol/undo_rule.py`` (its one home): it deletes
+  from the first data tuple with id > u, or the first tentative boundary after data tuple
+  u, to the end, control tuples (BOUNDARY, REC_DONE, ...) included: a positional
+  truncation. The control tuples between ``u`` and that tuple stay: they were promises
+  about stable data (the boundary that closed the last stable bucket). If there is no such
+  tuple, nothing is deleted. ``UNDO(0)`` deletes every data tuple (the control tuples
+  before the first one stay). Here "after data tuple u" is found by binary search
+  (``_cut``), the rest is ``protocol.undo_rule.undone_from``; the content equals
+  ``apply_undos`` of the stream appended (tests/state/test_buffer_property.py). An SOutput
+  never lets a tentative boundary out, so the live buffer meets none. An UNDO that would
+  delete a stable tuple raises (stable tuples are never undone, DESIGN.md 6.4). UNDO
+  tuples themselves are applied, never stored.
 * A consumer acks its last *stable* id (the ``s`` it would SUBSCRIBE with), never a
   tentative one: an ack of tentative id 4 that is still in flight when 4 is corrected
   would otherwise let the stable 4 be trimmed before that consumer got it. So a known
@@ -63,6 +67,7 @@ from collections.abc import Iterable, Iterator
 from operator import itemgetter
 
 from protocol.tuples import Kind, Tuple, undo
+from protocol.undo_rule import undone_from
 
 from .errors import ReplayAheadError, ReplayError, StateError
 
@@ -229,11 +234,10 @@ class OutputBuffer:
             )
         kept = self._cut(u)  # right after the last data tuple kept
         items = self._items
-        p = kept
-        while p < len(items) and items[p][0] > _LAST_DATA_KIND:
-            p += 1  # control tuples before the first undone one were about stable data
+        # The control tuples before the first undone one were about stable data: they stay.
+        p = undone_from(items, kept)
         if p == len(items):
-            return  # no data tuple with id > u: nothing is undone
+            return  # nothing after data tuple u is undone
         del items[p:]
         if self._tent is not None and self._tent >= p:
             self._tent = None

@@ -48,6 +48,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from node.config.model import ClusterConfig, NodeConfig
+from protocol import undo_rule
 from protocol.tuples import DATA_KINDS, Kind, Tuple
 
 __all__ = [
@@ -67,15 +68,10 @@ Row = tuple[int, Tuple]  # (arrival in microseconds, the tuple)
 
 
 def apply_undos(stream: Iterable[Tuple]) -> list[Tuple]:
-    """The client's view: each UNDO(u) deletes the data tuples after id u."""
-    kept: list[Tuple] = []
-    for t in stream:
-        if t.kind is Kind.UNDO:
-            while kept and kept[-1].id > t.id:
-                kept.pop()
-        elif t.kind in DATA_KINDS:
-            kept.append(t)
-    return kept
+    """The client's final data: its stream with every UNDO applied by the one UNDO rule
+    (``protocol.undo_rule``), data tuples only. Control tuples never change which data
+    tuples an UNDO removes, so they are left out before applying (fewer to walk over)."""
+    return undo_rule.apply_undos(t for t in stream if t.kind is Kind.UNDO or t.kind in DATA_KINDS)
 
 
 @dataclass(frozen=True, slots=True)

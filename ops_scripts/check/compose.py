@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from node.config.model import ClusterConfig
+from node.errors import ConfigError
 from node.procs.rundir import RunDir
 from ops_scripts.check.availability import ClientDelays, assess, bound_for, judge_delays
 from ops_scripts.check.history import count_events, final_digests
@@ -145,8 +146,8 @@ def _log_verdicts(config: ClusterConfig, h: History) -> list[Verdict]:
     if not why:
         try:
             reference = reference_outputs(config, h.sources)
-        except Exception as e:
-            why = f"{type(e).__name__}: {e}"
+        except Exception as e:  # noqa: BLE001  the reference is checker work: its crash
+            why = f"{type(e).__name__}: {e}"  # makes every verdict needing it unknown
     verdicts: list[Verdict] = []
 
     def judge(name: str, subject: str, checker: Callable[..., Verdict], *args: Any,
@@ -191,7 +192,7 @@ def _availability(config: ClusterConfig, events: Sequence[Event] | None, h: Hist
     if events is not None and problem is None:
         try:
             outages = client_outages(config, events)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001  checker crash: availability unknown, never a pass
             problem = f"cannot compute the outages: {type(e).__name__}: {e}"
     verdicts: list[Verdict] = []
     found: list[ClientDelays] = []
@@ -209,7 +210,7 @@ def _availability(config: ClusterConfig, events: Sequence[Event] | None, h: Hist
                 rows = list(zip(arrivals, tuples, strict=True))
                 d = judge_delays(c.name, c.stream, rows, bound_for(config, c.stream), windows)
                 found.append(d)  # measured even when the history is unusable: a report
-            except Exception as e:  # a bug of ours or garbage in the log: never a pass
+            except Exception as e:  # noqa: BLE001  a bug of ours or garbage in the log: unknown
                 why = f"checker crashed: {type(e).__name__}: {e}"
         if events is None:
             continue  # no history: the delays are a report
@@ -297,7 +298,9 @@ def _availability_report(config: ClusterConfig, h: History, figures: Figures,
         try:
             a = assess(config, c.name, list(zip(h.arrivals[c.name], h.clients[c.name],
                                                 strict=True)))
-        except Exception as e:  # a report: one bad log must not hide the others
+        except (KeyError, ValueError) as e:  # a report: one bad log must not hide the others
+            # (a client's rows and arrivals of unequal length: zip's ValueError; a stream
+            # bound_for cannot follow to its sources: KeyError, or ValueError on a cycle)
             print(f"availability: client {c.name}: cannot assess: {type(e).__name__}: {e}",
                   file=out)
             continue
@@ -324,18 +327,18 @@ def run_check(run_dir: Path, *, out: TextIO = sys.stdout) -> int:
     if not rd.config.is_file():
         print(f"dpc check: error: {rd.config} is missing (no cluster config)", file=out)
         return 2
-    try:
-        from node.config.load import load_config
+    from node.config.load import load_config
 
+    try:
         config = load_config(rd.config)
-    except Exception as e:
+    except ConfigError as e:  # unreadable, not TOML or invalid: load_config says which
         print(f"dpc check: error: cannot load {rd.config}: {type(e).__name__}: {e}", file=out)
         return 2
     h = History()
     try:
         h = load_history(rd, config)
         verdicts, figures = check_run(config, load_events(rd, h), h)
-    except Exception as e:  # a bug of ours: never a pass
+    except Exception as e:  # noqa: BLE001  a bug of ours: the run is unknown, never a pass
         verdicts = [Verdict("run", Status.UNKNOWN, f"checker crashed: {type(e).__name__}: {e}")]
         figures = Figures()
     counts = {s.value: sum(1 for v in verdicts if v.status == s) for s in Status}

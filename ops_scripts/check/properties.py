@@ -30,6 +30,7 @@ from ops_scripts.check.availability import ClientDelays, NewResult
 from ops_scripts.check.paths import Outage
 from ops_scripts.errors import CheckError
 from protocol.tuples import Kind, Tuple
+from protocol.undo_rule import undo_cut
 
 __all__ = [
     "Status",
@@ -76,7 +77,7 @@ def guarded(name: str, subject: str, checker: Callable[..., Verdict], *args: Any
         if not isinstance(verdict, Verdict):
             raise TypeError(f"checker returned {verdict!r}, not a Verdict")
         return dataclasses.replace(verdict, status=Status(verdict.status))
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001  a crashing checker is unknown, never a pass
         return Verdict(name, Status.UNKNOWN, f"checker crashed: {type(e).__name__}: {e}", subject)
 
 
@@ -163,26 +164,29 @@ def check_stable_never_undone(subject: str, received: Sequence[Tuple]) -> Verdic
     suffix: when it arrives, no STABLE tuple with id > u is in force (UNDOs before it applied
     as the client applies them, from the end while the id exceeds u). Evidence: the UNDO's
     line and the stable tuple it would take back (the one with the highest id)."""
-    # The stack in force; each entry carries the highest-id stable tuple at or below it,
-    # so that each UNDO is judged in O(1) however long the log.
-    kept: list[tuple[Tuple, tuple[int, Tuple] | None]] = []
+    # The data in force (UNDOs applied by the one rule, protocol.undo_rule; control tuples
+    # never change which data an UNDO removes) and, beside each, the highest-id stable tuple
+    # at or below it, so that each UNDO is judged in O(1) however long the log.
+    kept: list[Tuple] = []
+    best: list[tuple[int, Tuple] | None] = []
     undos = 0
     for line, t in enumerate(received, start=1):
         if t.kind is Kind.UNDO:
             undos += 1
-            top = kept[-1][1] if kept else None
+            top = best[-1] if best else None
             if top is not None and top[1].id > t.id:
                 return Verdict("stable-never-undone", Status.INVALID, (
                     f"line {line}: UNDO({t.id}) would take back the stable tuple "
                     f"{fmt_tuple(top[1])} (line {top[0]}); an UNDO takes back tentative tuples "
                     "only"), subject)
-            while kept and kept[-1][0].id > t.id:
-                kept.pop()
+            cut = undo_cut(kept, t.id)
+            del kept[cut:], best[cut:]
         elif t.kind in (Kind.STABLE, Kind.TENTATIVE):
-            best = kept[-1][1] if kept else None
-            if t.kind is Kind.STABLE and (best is None or t.id >= best[1].id):
-                best = (line, t)
-            kept.append((t, best))
+            b = best[-1] if best else None
+            if t.kind is Kind.STABLE and (b is None or t.id >= b[1].id):
+                b = (line, t)
+            kept.append(t)
+            best.append(b)
     why = f"{undos} UNDO(s), each taking back tentative tuples only"
     return Verdict("stable-never-undone", Status.VALID, why, subject)
 
@@ -196,34 +200,37 @@ def fmt_tuple(t: Tuple) -> str:
 def apply_undos_checked(
     stream: Sequence[Tuple],
 ) -> tuple[list[tuple[int, Tuple]], str | None]:
-    """Apply UNDOs as a client does, checking each step: returns the tuples in force as
-    ``(line, tuple)`` (line = 1-based position in ``stream``) and the first violation, if
-    any (then the tuples in force are those up to it). Violations: a data tuple whose id is
-    not above the id of the tuple in force before it (a duplicate, or out of order), and an
-    UNDO(u) while a STABLE tuple with id > u is in force (stable tuples are never undone)."""
-    kept: list[tuple[int, Tuple]] = []
+    """Apply UNDOs as a client does (the one UNDO rule, ``protocol.undo_rule``), checking
+    each step: returns the data tuples in force as ``(line, tuple)`` (line = 1-based
+    position in ``stream``) and the first violation, if any (then the tuples in force are
+    those up to it). Violations: a data tuple whose id is not above the id of the tuple in
+    force before it (a duplicate, or out of order), and an UNDO(u) while a STABLE tuple with
+    id > u is in force (stable tuples are never undone). Control tuples never change which
+    data an UNDO removes: only data tuples are kept."""
+    kept: list[Tuple] = []
+    lines: list[int] = []  # lines[i]: the line of kept[i]
     for line, t in enumerate(stream, start=1):
         if t.kind is Kind.UNDO:
-            cut = len(kept)
-            while cut and kept[cut - 1][1].id > t.id:
-                cut -= 1
-            taken = next((k for k in kept[cut:] if k[1].kind is Kind.STABLE), None)
+            cut = undo_cut(kept, t.id)
+            taken = next((i for i in range(cut, len(kept)) if kept[i].kind is Kind.STABLE), None)
             if taken is not None:
-                return kept, (
-                    f"line {line}: UNDO({t.id}) takes back the stable tuple {fmt_tuple(taken[1])} "
-                    f"(line {taken[0]}); stable tuples are never undone"
+                return list(zip(lines, kept, strict=True)), (
+                    f"line {line}: UNDO({t.id}) takes back the stable tuple "
+                    f"{fmt_tuple(kept[taken])} (line {lines[taken]}); stable tuples are never "
+                    "undone"
                 )
-            del kept[cut:]
+            del kept[cut:], lines[cut:]
         elif t.kind in (Kind.STABLE, Kind.TENTATIVE):
-            if kept and t.id <= kept[-1][1].id:
-                prev_line, prev = kept[-1]
+            if kept and t.id <= kept[-1].id:
+                prev_line, prev = lines[-1], kept[-1]
                 what = "a duplicate of" if t.id == prev.id else "out of order after"
-                return kept, (
+                return list(zip(lines, kept, strict=True)), (
                     f"line {line}: {fmt_tuple(t)} is {what} the tuple in force {fmt_tuple(prev)} "
                     f"(line {prev_line}); ids must increase"
                 )
-            kept.append((line, t))
-    return kept, None
+            kept.append(t)
+            lines.append(line)
+    return list(zip(lines, kept, strict=True)), None
 
 
 def _difference(who: str, got: list[tuple[int, Tuple]], ref: Sequence[Tuple]) -> str | None:

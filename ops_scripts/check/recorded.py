@@ -7,7 +7,8 @@ that the checkers stay pure functions of what is read here.
 
 Invariants: never raises for a missing or unreadable log or history: it records why in
 ``History.problems`` (the subject it concerns -> the reason), and the verdicts that need it
-become ``unknown``; a client's tuples and their arrival times are read together, line by
+become ``unknown``; anything but a reading error (a bug of ours) propagates, and
+``run_check`` makes the whole run ``unknown``; a client's tuples and their arrival times are read together, line by
 line (line n of a log is element n-1 here).
 """
 
@@ -19,10 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from node.config.model import ClusterConfig
 from node.procs.rundir import RunDir, read_client_parquet, read_jsonl_tuples, read_source_log
 from ops_scripts.check.history import read_history
 from ops_scripts.check.properties import client_subject, replica_subject
+from ops_scripts.errors import HistoryError
+from protocol.errors import DPCError
 from protocol.tuples import Tuple
 
 __all__ = ["History", "load_events", "load_history"]
@@ -49,6 +54,14 @@ class History:
     problems: dict[str, str] = field(default_factory=dict)
 
 
+#: What reading a log can raise: the readers' own errors (``RunLogError``, ``StateError``:
+#: missing, corrupt, truncated), OSError, and what garbage that gets past their checks
+#: raises in decoding (``orjson.JSONDecodeError`` is a ValueError; Arrow's errors derive
+#: from ``pyarrow.ArrowException``, most also from ValueError or TypeError). Anything else
+#: is a bug of ours: it propagates, and ``run_check`` makes the run unknown.
+_READ_ERRORS = (DPCError, OSError, ValueError, TypeError, pa.ArrowException)
+
+
 def _jsonl_data(path: Path) -> list[Tuple]:
     return [t for _, t in read_jsonl_tuples(path)]
 
@@ -64,7 +77,7 @@ def load_history(rd: RunDir, config: ClusterConfig) -> History:
             return None
         try:
             return reader(*args)
-        except Exception as e:
+        except _READ_ERRORS as e:
             h.problems[subject] = f"unreadable log {path}: {e}"
             return None
 
@@ -107,7 +120,7 @@ def _read_recoveries(h: History, rd: RunDir, replica: str, stream: str, subject:
     while (p := rd.replica_output_before(replica, stream, k)).exists():
         try:
             logs.append(_jsonl_data(p))
-        except Exception as e:
+        except _READ_ERRORS as e:
             h.problems[subject] = f"unreadable log {p}: {e}"
             return
         k += 1
@@ -123,6 +136,6 @@ def load_events(rd: RunDir, h: History) -> list[dict[str, Any]] | None:
         return None
     try:
         return read_history(rd.history)
-    except Exception as e:
+    except (HistoryError, OSError, ValueError) as e:  # malformed; unreadable; not UTF-8
         h.problems["history"] = f"unreadable history {rd.history}: {e}"
         return []

@@ -19,6 +19,7 @@ import random
 
 from operators.base import Operator
 from protocol.tuples import Kind, Tuple, boundary, make_tuple
+from protocol.undo_rule import apply_undo
 from tests.operators.harness import Case, Step, case
 
 __all__ = ["SOUTPUT_CASE", "SUNION_CASE", "apply_undos", "data_of", "undo_start"]
@@ -35,27 +36,19 @@ def undo_start() -> Tuple:
 
 
 def apply_undos(stream: list[Tuple]) -> list[Tuple]:
-    """The stream a client ends with: each UNDO(u) cuts everything positionally after the
-    data tuple u (0: everything). Fails if an UNDO names no tuple or takes back a STABLE
-    one (property 4). Keeps data and BOUNDARY tuples; drops REC_DONE."""
+    """The stream a client ends with: every UNDO applied by the one UNDO rule
+    (``protocol.undo_rule``). Fails if an UNDO(u), u > 0, names no data tuple in force
+    (SUnion and SOutput never drop an id, unlike a filter) or takes back a STABLE one
+    (property 4)."""
     out: list[Tuple] = []
     for t in stream:
         if t.kind is Kind.UNDO:
-            k = 0
-            if t.id:
-                k = next(
-                    (
-                        i + 1
-                        for i in range(len(out) - 1, -1, -1)
-                        if out[i].kind in (Kind.STABLE, Kind.TENTATIVE) and out[i].id == t.id
-                    ),
-                    -1,
-                )
-                assert k > 0, f"UNDO({t.id}) names no tuple of the stream"
-            undone = [x for x in out[k:] if x.kind is Kind.STABLE]
+            assert t.id == 0 or any(
+                x.kind in (Kind.STABLE, Kind.TENTATIVE) and x.id == t.id for x in out
+            ), f"UNDO({t.id}) names no tuple of the stream"
+            undone = [x for x in apply_undo(out, t.id) if x.kind is Kind.STABLE]
             assert not undone, f"UNDO({t.id}) takes back stable tuples {undone}"
-            del out[k:]
-        elif t.kind is not Kind.REC_DONE:
+        else:
             out.append(t)
     return out
 

@@ -38,6 +38,7 @@ from protocol.tuples import (
     tentative_boundary,
     undo,
 )
+from protocol.undo_rule import apply_undo
 
 from . import harness
 from .harness import Case, Step
@@ -69,14 +70,14 @@ def data(stream: Sequence[Tuple]) -> list[tuple[int, int, int, int, tuple[object
 
 
 def apply_undos(stream: Sequence[Tuple]) -> list[Tuple]:
-    """The stream with every UNDO(u) applied: it deletes everything after data tuple u
-    (which a filter may have dropped). Fails if it would delete a STABLE tuple."""
+    """The stream with every UNDO(u) applied by the one UNDO rule (``protocol.undo_rule``;
+    data tuple u may be missing: a filter dropped it). Fails if an UNDO takes back a STABLE
+    tuple."""
     res: list[Tuple] = []
     for t in stream:
         if t[0] is Kind.UNDO:
-            while res and (res[-1][0] not in DATA_KINDS or res[-1][1] > t[1]):
-                gone = res.pop()
-                assert gone[0] is not STABLE, f"{t} takes back the stable tuple {gone}"
+            stable = [x for x in apply_undo(res, t[1]) if x[0] is STABLE]
+            assert not stable, f"{t} takes back the stable tuple {stable[0]}"
         else:
             res.append(t)
     return res

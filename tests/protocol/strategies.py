@@ -1,4 +1,5 @@
-"""Hypothesis strategies for valid protocol messages (and for almost-valid ones).
+"""Hypothesis strategies for valid protocol messages (and for almost-valid ones), and for
+valid streams as a producer emits them.
 
 Valid means: what :func:`protocol.codec.encode` accepts and what decodes back equal. Other
 test packages may import these to build messages for their own properties.
@@ -23,7 +24,17 @@ from protocol.messages import (
     Subscribe,
     Unsubscribe,
 )
-from protocol.tuples import Kind, Tuple, make_tuple
+from protocol.tuples import (
+    DATA_KINDS,
+    Kind,
+    Tuple,
+    boundary,
+    make_tuple,
+    rec_done,
+    tentative_boundary,
+    undo,
+)
+from protocol.undo_rule import apply_undo
 
 __all__ = [
     "MESSAGE_STRATEGIES",
@@ -31,6 +42,7 @@ __all__ = [
     "ints",
     "messages",
     "names",
+    "producer_batches",
     "tuples",
     "values",
 ]
@@ -87,3 +99,56 @@ any_values = st.one_of(
     st.sampled_from([Kind.UNDO, ConsistencyState.STABLE, b"bytes", object()]),
     st.datetimes(),
 )
+
+
+# ------------------------------------------------------------------ streams with UNDOs
+_STEPS = ("stable", "tentative", "boundary", "tentative_boundary", "rec_done", "undo", "flush")
+
+
+@st.composite
+def producer_batches(draw: st.DrawFn, max_steps: int = 30) -> list[list[Tuple]]:
+    """A valid stream as a producer (an SOutput, an operator) emits it, cut into batches:
+    STABLE and TENTATIVE runs whose ids increase (with gaps, as a filter leaves), stable and
+    tentative boundaries, REC_DONEs, and UNDOs (UNDO(u) with u from the last stable id in
+    force up to one past the last id: it never takes back a stable tuple). Taint is sticky:
+    no STABLE tuple follows a TENTATIVE tuple or a tentative boundary in force. After an
+    UNDO the ids go on after the last data tuple kept (corrections reuse the undone ids)."""
+    in_force: list[Tuple] = []  # what the stream holds so far, to keep the next steps valid
+    batches: list[list[Tuple]] = []
+    batch: list[Tuple] = []
+    next_id = 1
+    for _ in range(draw(st.integers(0, max_steps))):
+        step = draw(st.sampled_from(_STEPS))
+        stable_ids = [t.id for t in in_force if t.kind is Kind.STABLE]
+        tainted = any(
+            t.kind is Kind.TENTATIVE or (t.kind is Kind.BOUNDARY and t.id) for t in in_force
+        )
+        new: list[Tuple] = []
+        if step in ("stable", "tentative") and not (step == "stable" and tainted):
+            kind = Kind.STABLE if step == "stable" else Kind.TENTATIVE
+            first = next_id + draw(st.integers(0, 2))
+            n = draw(st.integers(1, 3))
+            new = [make_tuple(kind, i, 10 * i, 10 * i, (i, step)) for i in range(first, first + n)]
+            next_id = first + n
+        elif step == "boundary":
+            new = [boundary(10 * next_id)]
+        elif step == "tentative_boundary":
+            new = [tentative_boundary(10 * next_id)]
+        elif step == "rec_done":
+            new = [rec_done(10 * next_id)]
+        elif step == "undo":
+            u = draw(st.integers(max(stable_ids, default=0), next_id))
+            new = [undo(u)]
+        elif step == "flush" and batch:
+            batches.append(batch)
+            batch = []
+        for t in new:
+            if t.kind is Kind.UNDO:
+                apply_undo(in_force, t.id)
+                next_id = max((x.id for x in in_force if x.kind in DATA_KINDS), default=0) + 1
+            else:
+                in_force.append(t)
+        batch.extend(new)
+    if batch:
+        batches.append(batch)
+    return batches

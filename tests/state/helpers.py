@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
-from protocol.tuples import DATA_KINDS, Kind, Tuple, boundary, make_tuple, rec_done, undo
+from protocol.tuples import (
+    DATA_KINDS,
+    Kind,
+    Tuple,
+    boundary,
+    make_tuple,
+    rec_done,
+    tentative_boundary,
+    undo,
+)
+from protocol.undo_rule import apply_undo
 
-__all__ = ["RD", "B", "S", "T", "U", "apply", "data_of", "last_ids"]
+__all__ = ["RD", "TB", "B", "S", "T", "U", "apply", "data_of", "last_ids"]
 
 
 def S(i: int) -> Tuple:
@@ -19,21 +29,20 @@ def B(time: int) -> Tuple:
     return boundary(time)
 
 
+def TB(time: int) -> Tuple:
+    return tentative_boundary(time)
+
+
 RD = rec_done()
 U = undo
 
 
 def apply(stream: list[Tuple], tuples: list[Tuple]) -> None:
-    """What a subscriber does: append, and on UNDO(u) delete from the first data tuple with
-    id > u on (by a plain scan, independent of the buffer's binary search)."""
+    """What a subscriber does: append, and apply each UNDO by the one UNDO rule
+    (``protocol.undo_rule``: a plain scan, independent of the buffer's binary search)."""
     for t in tuples:
         if t.kind is Kind.UNDO:
-            cut = len(stream)
-            for i, x in enumerate(stream):
-                if x.kind in DATA_KINDS and x.id > t.id:
-                    cut = i
-                    break
-            del stream[cut:]
+            apply_undo(stream, t.id)
         else:
             stream.append(t)
 

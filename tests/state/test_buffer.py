@@ -7,7 +7,7 @@ import pytest
 from protocol.tuples import Tuple
 from state import OutputBuffer, ReplayAheadError, ReplayError, StateError
 
-from .helpers import RD, B, S, T, U
+from .helpers import RD, TB, B, S, T, U
 
 
 def buf(*tuples: Tuple, consumers: tuple[str, ...] = ()) -> OutputBuffer:
@@ -120,6 +120,18 @@ def test_undo_past_the_last_data_tuple_deletes_nothing() -> None:
     assert b.replay(1, 2) == [B(20), RD]  # still the same tentative run
     b.append([T(3)])
     assert list(b) == [S(1), T(2), B(20), RD, T(3)] and b.last_id == 3
+
+
+def test_undo_takes_a_tentative_boundary_after_u_even_without_data_after_it() -> None:
+    # The UNDO rule (protocol/undo_rule.py); an SOutput never emits one, but the rule holds.
+    b = buf(S(1), S(2), B(20), TB(25))
+    b.append([U(2)])
+    assert list(b) == [S(1), S(2), B(20)] and (b.last_id, b.last_stable_id) == (2, 2)
+    b.append([TB(25), T(3), RD, TB(35)])
+    b.append([U(3)])
+    assert list(b) == [S(1), S(2), B(20), TB(25), T(3), RD]
+    b.append([U(2)])
+    assert list(b) == [S(1), S(2), B(20)] and b.last_id == 2
 
 
 def test_undo_to_an_id_that_is_not_in_the_stream() -> None:

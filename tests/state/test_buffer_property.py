@@ -1,22 +1,43 @@
-"""Property: whatever the producer did, a subscriber that held an earlier state of the
-stream and applies ``replay(s, t)`` holds the buffer's stream in force.
+"""Properties: the buffer holds the stream in force by the one UNDO rule, and whatever the
+producer did, a subscriber that held an earlier state of the stream and applies
+``replay(s, t)`` holds the buffer's stream in force.
 
-A hypothesis state machine drives a producer (stable runs, tentative runs, controls,
-UNDO to the last stable id or later, corrections, batches that mix all of them), two
-consumers that ack, and subscribers that copied the stream at random moments. The
-reference is a plain list with UNDOs applied by a linear scan (``helpers.apply``).
+The buffer finds "after data tuple u" by binary search (its fast path); the reference is
+``protocol.undo_rule`` (a plain scan from the end). A hypothesis state machine drives a
+producer (stable runs, tentative runs, stable and tentative boundaries, REC_DONEs, UNDO to
+the last stable id or later, corrections, batches that mix all of them), two consumers that
+ack, and subscribers that copied the stream at random moments; the reference applies the
+same tuples with ``helpers.apply``. A plain property feeds random valid streams
+(``tests.protocol.strategies.producer_batches``) and compares with ``apply_undos``.
 """
 
 from __future__ import annotations
 
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from protocol.tuples import DATA_KINDS, Kind, Tuple
+from protocol.tuples import DATA_KINDS, TENTATIVE_BOUNDARY_ID, Kind, Tuple
+from protocol.undo_rule import apply_undos, kept_end
 from state import OutputBuffer, ReplayError
+from tests.protocol.strategies import producer_batches
 
-from .helpers import RD, B, S, T, U, apply, data_of, last_ids
+from .helpers import RD, TB, B, S, T, U, apply, data_of, last_ids
+
+
+@settings(max_examples=300, deadline=None)
+@given(producer_batches(), st.booleans())
+def test_the_buffer_holds_the_one_rules_stream_in_force(
+    batches: list[list[Tuple]], one_batch: bool
+) -> None:
+    stream = [t for batch in batches for t in batch]
+    b = OutputBuffer("prop")
+    for batch in [stream] if one_batch else batches:
+        b.append(batch)
+    expected = apply_undos(stream)
+    assert list(b) == expected
+    s, t = last_ids(expected)
+    assert (b.last_stable_id, b.last_id) == (s, max(s, t))
 
 
 class BufferMachine(RuleBasedStateMachine):
@@ -35,7 +56,11 @@ class BufferMachine(RuleBasedStateMachine):
         apply(self.model, tuples)
 
     def tainted(self) -> bool:
-        return any(t.kind is Kind.TENTATIVE for t in self.model)
+        """A tentative tuple or boundary in force: no stable tuple may follow until an UNDO."""
+        return any(
+            t.kind is Kind.TENTATIVE or (t.kind is Kind.BOUNDARY and t.id == TENTATIVE_BOUNDARY_ID)
+            for t in self.model
+        )
 
     @precondition(lambda self: not self.tainted())
     @rule(n=st.integers(1, 4), gap=st.integers(0, 2))
@@ -50,9 +75,10 @@ class BufferMachine(RuleBasedStateMachine):
         self.produce([T(i) for i in range(first, first + n)])
         self.next_id = first + n
 
-    @rule(rec_done=st.booleans())
-    def control(self, rec_done: bool) -> None:
-        self.produce([RD if rec_done else B(10 * self.next_id)])
+    @rule(kind=st.sampled_from(["rec_done", "boundary", "tentative_boundary"]))
+    def control(self, kind: str) -> None:
+        time = 10 * self.next_id
+        self.produce([{"rec_done": RD, "boundary": B(time), "tentative_boundary": TB(time)}[kind]])
 
     @rule(data=st.data())
     def undo(self, data: st.DataObject) -> None:
@@ -115,7 +141,7 @@ class BufferMachine(RuleBasedStateMachine):
         # The rest restates everything after the last data tuple the subscriber holds now
         # (max(s, t), or s after the UNDO), controls included: the subscriber drops its own
         # trailing controls first (boundaries are idempotent; this makes the check exact).
-        del held[_after(held, max(s, t)) :]
+        del held[kept_end(held, max(s, t)) :]
         apply(held, rest)
         if not continued:
             assert held == self.model
@@ -123,7 +149,7 @@ class BufferMachine(RuleBasedStateMachine):
         # The continuation is exact; before it, the subscriber keeps its own tentative run
         # (the buffer cannot see it), equal in data when it too has every id s+1..t
         # (tentative values are a function of the id here), with controls possibly moved.
-        assert held[_after(held, t) :] == self.model[_after(self.model, t) :]
+        assert held[kept_end(held, t) :] == self.model[kept_end(self.model, t) :]
         if held_run == run:
             assert data_of(held) == data_of(self.model)
 
@@ -133,24 +159,17 @@ class BufferMachine(RuleBasedStateMachine):
         if self.pending:
             return
         b = self.buffer
-        assert list(b) == self.model[_after(self.model, b.trimmed_up_to) :]
+        assert list(b) == self.model[kept_end(self.model, b.trimmed_up_to) :]
         s, t = last_ids(self.model)
         assert b.last_stable_id == s
         assert b.last_id == max(s, t, b.trimmed_up_to)
         assert b.trimmed_up_to <= s
-        trimmed = self.model[: _after(self.model, b.trimmed_up_to)]
+        trimmed = self.model[: kept_end(self.model, b.trimmed_up_to)]
         assert all(x.kind is not Kind.TENTATIVE for x in trimmed)
 
 
 def _ids_in(stream: list[Tuple], s: int, t: int) -> list[int]:
     return [x.id for x in stream if x.kind in DATA_KINDS and s < x.id <= t]
-
-
-def _after(stream: list[Tuple], u: int) -> int:
-    """Index right after the last data tuple with id <= u (0 if none)."""
-    return max(
-        (i + 1 for i, x in enumerate(stream) if x.kind in DATA_KINDS and x.id <= u), default=0
-    )
 
 
 BufferMachine.TestCase.settings = settings(max_examples=250, stateful_step_count=40, deadline=None)

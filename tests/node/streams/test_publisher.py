@@ -20,6 +20,7 @@ from node.streams.link import InputLink
 from node.streams.publisher import Publisher
 from protocol.messages import Ack, Batch, HeartbeatRequest, Message, Subscribe, Unsubscribe
 from protocol.tuples import DATA_KINDS, Kind, Tuple, make_tuple
+from protocol.undo_rule import apply_undos
 from state.buffer import OutputBuffer
 from tests.node.net.test_transport import (
     GUARD,
@@ -114,17 +115,9 @@ class Sink:
         return [t for _, batch in self.batches for t in batch]
 
     def in_force(self) -> list[Tuple]:
-        """The stream received, UNDOs applied (a plain scan, independent of the code)."""
-        out: list[Tuple] = []
-        for t in self.raw:
-            if t.kind is Kind.UNDO:
-                cut = next(
-                    (i for i, x in enumerate(out) if x.kind in DATA_KINDS and x.id > t.id), len(out)
-                )
-                del out[cut:]
-            else:
-                out.append(t)
-        return out
+        """The stream received, UNDOs applied by the one UNDO rule (``protocol.undo_rule``:
+        a plain scan, independent of the buffer's binary search)."""
+        return apply_undos(self.raw)
 
     def data(self) -> list[Tuple]:
         return [t for t in self.in_force() if t.kind in DATA_KINDS]
