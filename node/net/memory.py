@@ -261,7 +261,9 @@ class MemoryServer:
     async def _run(self, conn: MemoryConnection) -> None:
         try:
             await self._handler(conn)
-        except Exception:
+        except Exception:  # noqa: BLE001  the transport's contract, as TCP's: a failing handler,
+            # whatever its error, ends its own connection, logged with the peer and the
+            # traceback; the server goes on serving the others.
             self._log.exception("handler for peer %s failed; connection closed", conn.peer)
         finally:
             await conn.close()
