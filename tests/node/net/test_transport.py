@@ -49,10 +49,12 @@ pytestmark = LEAK_FREE
 GUARD = 10.0  # seconds: only ever a bound on a wait for a condition, never asserted on
 
 
-async def wait_until(cond: Callable[[], bool], timeout: float = GUARD) -> None:
-    """Poll ``cond`` until it holds; fail after ``timeout``."""
-    async with asyncio.timeout(timeout):
-        while not cond():
+async def wait_until(cond: Callable[[], bool]) -> None:
+    """Poll ``cond`` until it holds; fail after ``GUARD`` seconds."""
+    async with asyncio.timeout(GUARD):
+        # A poll on purpose: ``cond`` reads state of the objects under test (ids, counters,
+        # subscribers) that no Event announces, and the tests must not add one to them.
+        while not cond():  # noqa: ASYNC110
             await asyncio.sleep(0.002)
 
 
