@@ -77,11 +77,6 @@ class TcpConnection:
     def peer(self) -> str:
         return self._peer
 
-    @property
-    def local(self) -> str:
-        """``host:port`` of this end."""
-        return _address(self._writer.get_extra_info("sockname"))
-
     async def send(self, message: Message) -> None:
         frame = encode(message, max_frame_size=self._limit)
         if self._closed or self._writer.is_closing():
