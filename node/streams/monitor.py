@@ -273,7 +273,7 @@ class UpstreamMonitor:
             try:
                 while (msg := await conn.receive()) is not None:
                     if isinstance(msg, HeartbeatResponse):
-                        if tracker.answered(r.name, msg.seq, msg.state, msg.streams, _now()):
+                        if tracker.answered(r.name, msg.seq, msg.state, msg.streams):
                             self.evaluate()
                     else:
                         self._log.error("%s: upstream %s answered a heartbeat with a %s; "
