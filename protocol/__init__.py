@@ -24,14 +24,8 @@ from .messages import (
     Unsubscribe,
 )
 from .tuples import (
-    CONTROL_KINDS,
     DATA_KINDS,
-    ID,
-    KIND,
     KINDS,
-    TIME,
-    TMAX,
-    VALUES,
     Kind,
     Schema,
     Tuple,
@@ -43,18 +37,12 @@ from .tuples import (
 )
 
 __all__ = [
-    "CONTROL_KINDS",
     "DATA_KINDS",
     "DEFAULT_MAX_FRAME_SIZE",
     "HEADER_SIZE",
-    "ID",
-    "KIND",
     "KINDS",
     "MESSAGE_CLASSES",
     "MESSAGE_TYPES",
-    "TIME",
-    "TMAX",
-    "VALUES",
     "VERSION",
     "Ack",
     "Batch",
