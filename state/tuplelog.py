@@ -66,8 +66,6 @@ class TupleLogWriter:
         self._types = types
         self._fsync = fsync
         self._pending: list[Tuple] = []
-        #: Tuples written to the file so far (what a crash now would not lose).
-        self.flushed = 0
         # Unbuffered: each write of the Arrow writer reaches the OS at once.
         self._file = open(self.path, "wb", buffering=0)  # noqa: SIM115 (closed in close())
         # The Arrow stream writer and schema, made at the first flush.
@@ -90,7 +88,6 @@ class TupleLogWriter:
             return
         arrays = _arrays(self._where, self.schema, self._pending, self._types)
         self._write(arrays)
-        self.flushed += len(self._pending)
         self._pending = []
 
     def close(self) -> None:

@@ -200,7 +200,6 @@ class InputLink:
         # resubscriptions overlap what the link already holds, so that duplicates reach it.
         self._overlap = os.environ.get("DPC_TEST_MUTATION") == MUTATION_DUPLICATES
         self.producer: str | None = None  # "host:port" while connected
-        self.tuples_in = 0
         self.batches_in = 0
         self.connects = 0  # connections that carried a Subscribe
         self.failures = 0  # connection attempts that failed
@@ -432,7 +431,6 @@ class InputLink:
             self.tmax.observe(first)
             await on_batch(stream, first)
             self._advance(first)
-            self.tuples_in += len(first)
             self.batches_in += 1
         try:
             while True:
@@ -450,7 +448,6 @@ class InputLink:
                     self.tmax.observe(tuples)
                 await on_batch(stream, tuples)
                 self._advance(tuples)  # no await since on_batch returned: see the docstring
-                self.tuples_in += len(tuples)
                 self.batches_in += 1
         except RemoteProtocolError as exc:
             return logging.ERROR, f"sent bad data: {exc}; closing the connection"
