@@ -265,7 +265,8 @@ def runtime_error(
         for source, fn in scalars:
             try:
                 fn(t[4])
-            except Exception as e:  # any failure of the expression itself
+            except Exception as e:  # noqa: BLE001  whatever the user's expression raised on
+                # these values (ArithmeticError, TypeError, ValueError, ...) is the error to name
                 return OperatorError(
                     f"{owner}: expression {source!r} failed on tuple id {t[1]} "
                     f"(time {t[2]}, values {t[4]!r}): {type(e).__name__}: {e}"

@@ -75,24 +75,12 @@ class Params:
             raise self._fail(key, f"an integer >= {minimum}", v)
         return v
 
-    def get_number(self, key: str, default: Any = _MISSING) -> float:
-        v = self._get(key, default)
-        if not isinstance(v, int | float) or isinstance(v, bool):
-            raise self._fail(key, "a number", v)
-        return v
-
     def get_str(self, key: str, default: Any = _MISSING, *, choices: Sequence[str] = ()) -> str:
         v = self._get(key, default)
         if not isinstance(v, str):
             raise self._fail(key, "a string", v)
         if choices and v not in choices:
             raise self._fail(key, "one of " + ", ".join(repr(c) for c in choices), v)
-        return v
-
-    def get_bool(self, key: str, default: Any = _MISSING) -> bool:
-        v = self._get(key, default)
-        if not isinstance(v, bool):
-            raise self._fail(key, "true or false", v)
         return v
 
     def get_str_list(self, key: str, default: Any = _MISSING) -> list[str]:

@@ -11,7 +11,8 @@ __all__ = ["BenchFailed", "CheckError", "FaultError", "HistoryError", "InjectErr
 
 
 class BenchFailed(DPCError):
-    """The replica failed to start or died, or the config has no node to drive."""
+    """A benchmark cannot measure: the replica failed to start or died, the config has no
+    node to drive, or the measured chain produced nothing."""
 
 
 class CheckError(DPCError):

@@ -25,14 +25,8 @@ from .messages import (
     Unsubscribe,
 )
 from .tuples import (
-    CONTROL_KINDS,
     DATA_KINDS,
-    ID,
-    KIND,
     KINDS,
-    TIME,
-    TMAX,
-    VALUES,
     Kind,
     Schema,
     Tuple,
@@ -45,18 +39,12 @@ from .tuples import (
 from .undo_rule import apply_undo, apply_undos, kept_end, undo_cut, undone_from
 
 __all__ = [
-    "CONTROL_KINDS",
     "DATA_KINDS",
     "DEFAULT_MAX_FRAME_SIZE",
     "HEADER_SIZE",
-    "ID",
-    "KIND",
     "KINDS",
     "MESSAGE_CLASSES",
     "MESSAGE_TYPES",
-    "TIME",
-    "TMAX",
-    "VALUES",
     "VERSION",
     "Ack",
     "Batch",

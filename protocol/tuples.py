@@ -23,8 +23,8 @@ A stream is an ordered sequence of :class:`Tuple` ``(kind, id, time, tmax, value
 
 Tuples are ``NamedTuple``\\ s: positional (cheap to build from the wire, cheap to compare),
 readable by name, immutable. Hot paths build them with :func:`make_tuple` (``tuple.__new__``
-directly, about 3x cheaper than the keyword constructor) and read fields by index
-constants (``KIND``, ``ID``, ...) where a profiler says it matters.
+directly, about 3x cheaper than the keyword constructor) and read fields by position
+(``t[0]`` is the kind, ``t[4]`` the values) where a profiler says it matters.
 """
 
 from __future__ import annotations
@@ -33,15 +33,9 @@ from enum import IntEnum
 from typing import Any, NamedTuple
 
 __all__ = [
-    "CONTROL_KINDS",
     "DATA_KINDS",
-    "ID",
-    "KIND",
     "KINDS",
     "TENTATIVE_BOUNDARY_ID",
-    "TIME",
-    "TMAX",
-    "VALUES",
     "Kind",
     "Schema",
     "Tuple",
@@ -70,15 +64,11 @@ class Kind(IntEnum):
 #: Wire integer -> Kind, by list index (faster than ``Kind(i)`` on the hot path).
 KINDS: tuple[Kind, ...] = tuple(Kind)
 DATA_KINDS = frozenset({Kind.STABLE, Kind.TENTATIVE})
-CONTROL_KINDS = frozenset(Kind) - DATA_KINDS
 
 #: An attribute value: what orjson can carry (and Arrow can store).
 Value = Any
 #: Attribute names of a stream, in positional order.
 Schema = tuple[str, ...]
-
-# Field positions, for hot loops that index instead of using attribute names.
-KIND, ID, TIME, TMAX, VALUES = range(5)
 
 
 class Tuple(NamedTuple):

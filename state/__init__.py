@@ -19,7 +19,7 @@ from .checkpoint import (
     take_checkpoint,
 )
 from .errors import CheckpointError, ReplayAheadError, ReplayError, StateError
-from .tuplelog import HEADER_COLUMNS, TupleLogWriter, read_parquet, read_tuple_log, write_parquet
+from .tuplelog import HEADER_COLUMNS, TupleLogWriter, read_tuple_log
 
 __all__ = [
     "CHECKPOINT_VERSION",
@@ -36,9 +36,7 @@ __all__ = [
     "TupleLogWriter",
     "decode_checkpoint",
     "encode_checkpoint",
-    "read_parquet",
     "read_tuple_log",
     "restore_checkpoint",
     "take_checkpoint",
-    "write_parquet",
 ]

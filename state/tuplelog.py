@@ -1,16 +1,14 @@
-"""Persistent tuple logs: what sources and clients record, in formats Spark and pyarrow read.
+"""Persistent tuple logs: what sources record, in a format Spark and pyarrow read.
 
 Columns: ``kind`` (int8, the :class:`protocol.tuples.Kind` wire value), ``id``, ``time``,
 ``tmax`` (int64), then one column per attribute of the stream, named after it. The stream
-schema is also stored in the Arrow/Parquet schema metadata (``dpc.schema``), so a reader
-gets the attribute names back even for a log without rows.
+schema is also stored in the Arrow schema metadata (``dpc.schema``), so a reader gets the
+attribute names back even for a log without rows.
 
-* :func:`write_parquet` / :func:`read_parquet`: one immutable Parquet file (bulk replay,
-  offline reconciliation on Spark).
-* :class:`TupleLogWriter` / :func:`read_tuple_log`: an append-only Arrow IPC *stream* file,
-  one record batch per flush (every ``flush_every`` tuples, and at close). Each flush goes
-  straight to the OS, so a crashed process loses at most the tuples not flushed yet; the
-  reader keeps every complete batch and drops a truncated last one.
+:class:`TupleLogWriter` / :func:`read_tuple_log`: an append-only Arrow IPC *stream* file,
+one record batch per flush (every ``flush_every`` tuples, and at close). Each flush goes
+straight to the OS, so a crashed process loses at most the tuples not flushed yet; the
+reader keeps every complete batch and drops a truncated last one.
 
 Limitations (the price of inferring types): attribute types are inferred by Arrow from the
 values unless ``types`` are given. A column mixing ints and floats comes back as floats;
@@ -32,13 +30,12 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from protocol.tuples import KINDS, Kind, Schema, Tuple, make_tuple
 
 from .errors import StateError
 
-__all__ = ["HEADER_COLUMNS", "TupleLogWriter", "read_parquet", "read_tuple_log", "write_parquet"]
+__all__ = ["HEADER_COLUMNS", "TupleLogWriter", "read_tuple_log"]
 
 HEADER_COLUMNS = ("kind", "id", "time", "tmax")
 _HEADER_TYPES = (pa.int8(), pa.int64(), pa.int64(), pa.int64())
@@ -46,30 +43,6 @@ _SCHEMA_KEY = b"dpc.schema"
 _LAST_DATA_KIND = int(Kind.TENTATIVE)
 _CONTINUATION = b"\xff\xff\xff\xff"  # starts every Arrow IPC message
 _EOS = _CONTINUATION + b"\x00\x00\x00\x00"  # what a cleanly closed IPC stream ends with
-
-
-def write_parquet(
-    path: str | os.PathLike[str],
-    stream_schema: Sequence[str],
-    tuples: Iterable[Tuple],
-    *,
-    types: Sequence[pa.DataType] | None = None,
-) -> None:
-    """Write ``tuples`` (of a stream with attribute names ``stream_schema``) as Parquet."""
-    where = f"tuple log {os.fspath(path)}"
-    schema = _check_schema(where, stream_schema, types)
-    arrays = _arrays(where, schema, list(tuples), types)
-    pq.write_table(pa.Table.from_arrays(arrays, schema=_arrow_schema(schema, arrays)), path)
-
-
-def read_parquet(path: str | os.PathLike[str]) -> tuple[Schema, list[Tuple]]:
-    """Read a log written by :func:`write_parquet` (or any table with the same columns)."""
-    where = f"tuple log {os.fspath(path)}"
-    try:
-        table = pq.read_table(path)
-    except pa.ArrowInvalid as e:
-        raise StateError(f"{where}: not a readable Parquet file: {e}") from None
-    return _from_table(where, table)
 
 
 class TupleLogWriter:
@@ -93,8 +66,6 @@ class TupleLogWriter:
         self._types = types
         self._fsync = fsync
         self._pending: list[Tuple] = []
-        #: Tuples written to the file so far (what a crash now would not lose).
-        self.flushed = 0
         # Unbuffered: each write of the Arrow writer reaches the OS at once.
         self._file = open(self.path, "wb", buffering=0)  # noqa: SIM115 (closed in close())
         # The Arrow stream writer and schema, made at the first flush.
@@ -117,7 +88,6 @@ class TupleLogWriter:
             return
         arrays = _arrays(self._where, self.schema, self._pending, self._types)
         self._write(arrays)
-        self.flushed += len(self._pending)
         self._pending = []
 
     def close(self) -> None:

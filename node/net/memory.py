@@ -10,7 +10,7 @@ Invariants, matching what :mod:`node.net.tcp` gives over a real network:
 
 * Order: each direction delivers messages in the order they were sent, or not at all.
 * Back-pressure: a direction holds at most ``queue_size`` messages; ``send`` waits while
-  the peer's queue is full. Nothing is dropped except by the controls below.
+  the peer's queue is full. Nothing is dropped except across a partition (below).
 * Close: the peer receives what was sent before ``close``, then ``None``; its later sends
   raise ``ConnectionResetError``. Connecting to an address nobody serves raises
   ``ConnectionRefusedError``.
@@ -19,7 +19,8 @@ Invariants, matching what :mod:`node.net.tcp` gives over a real network:
 * ``codec=True`` round-trips every message through :func:`protocol.codec.encode` and the
   decoder, so that tests exercise the wire format (and its limits) as TCP would.
 
-Fault controls act on the whole network, until changed:
+Fault controls act on the whole network, until changed (link shapes: delay, bandwidth, a
+slow reader, are node/faults/'s, over either transport):
 
 * ``partition(a, b)`` cuts every connection whose two ends are ``a`` and ``b`` (a process
   name, or a server's ``host:port``), both ways. As a blackhole (the default), messages
@@ -28,10 +29,6 @@ Fault controls act on the whole network, until changed:
   ``reset=True`` the connections across are reset at once (both ends' ``receive`` and
   ``send`` raise ``ConnectionResetError``) and connects across are refused.
 * ``heal()`` removes every partition (reset connections stay dead: their owners reconnect).
-* ``set_delay(seconds)`` delivers each message that long after it is sent (latency, not
-  throughput: the sender does not wait for it).
-* ``drop(probability, rng)`` makes each message vanish with that probability, drawn from
-  the seeded ``rng`` (one draw per message sent), so a run is reproducible.
 """
 
 from __future__ import annotations
@@ -39,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
-import random
 from collections import deque
 from dataclasses import dataclass
 
@@ -54,12 +50,12 @@ _FIRST_PORT = 40_000  # where port-0 servers are numbered from, per host
 
 
 class _Pipe:
-    """One direction of a connection: a bounded FIFO of ``(due time, message)``."""
+    """One direction of a connection: a bounded FIFO of messages."""
 
     __slots__ = ("_capacity", "_items", "_readable", "_writable", "eof", "error", "reader_gone")
 
     def __init__(self, capacity: int) -> None:
-        self._items: deque[tuple[float, Message]] = deque()
+        self._items: deque[Message] = deque()
         self._capacity = capacity
         self._readable = asyncio.Event()
         self._writable = asyncio.Event()
@@ -67,7 +63,7 @@ class _Pipe:
         self.reader_gone = False  # the reader closed: writes fail, what was queued is gone
         self.error = ""  # set by a reset: both ends fail at once
 
-    async def put(self, due: float, message: Message) -> None:
+    async def put(self, message: Message) -> None:
         while True:
             if self.error:
                 raise ConnectionResetError(self.error)
@@ -77,21 +73,15 @@ class _Pipe:
                 break
             self._writable.clear()
             await self._writable.wait()
-        self._items.append((due, message))
+        self._items.append(message)
         self._readable.set()
 
     async def get(self) -> Message | None:
-        loop = asyncio.get_running_loop()
         while True:
             if self.error:
                 raise ConnectionResetError(self.error)
             if self._items:
-                wait = self._items[0][0] - loop.time()
-                if wait > 0:
-                    # Peek, sleep, re-check: cancelling a receive here loses nothing.
-                    await asyncio.sleep(wait)
-                    continue
-                message = self._items.popleft()[1]
+                message = self._items.popleft()
                 self._writable.set()
                 return message
             if self.eof or self.reader_gone:
@@ -149,9 +139,6 @@ class _Network:
         self.servers: dict[tuple[str, int], MemoryServer] = {}
         self.links: set[_Link] = set()
         self.cuts: list[_Cut] = []
-        self.delay = 0.0
-        self.drop_p = 0.0
-        self.rng = random.Random(0)
         self.clients = 0
         self.changed = asyncio.Event()  # replaced after each set(): "the cuts changed"
 
@@ -192,12 +179,10 @@ class MemoryConnection:
             raise ConnectionResetError(f"connection to {self._peer} is closed")
         if self._out.error:
             raise ConnectionResetError(self._out.error)
-        if (net.cuts and net.cut_of(self._link) is not None) or (
-            net.drop_p and net.rng.random() < net.drop_p
-        ):
+        if net.cuts and net.cut_of(self._link) is not None:
             await asyncio.sleep(0)  # vanished; still yield, as a real send would
             return
-        await self._out.put(asyncio.get_running_loop().time() + net.delay, message)
+        await self._out.put(message)
 
     async def receive(self) -> Message | None:
         return await self._in.get()
@@ -261,7 +246,9 @@ class MemoryServer:
     async def _run(self, conn: MemoryConnection) -> None:
         try:
             await self._handler(conn)
-        except Exception:
+        except Exception:  # noqa: BLE001  the transport's contract, as TCP's: a failing handler,
+            # whatever its error, ends its own connection, logged with the peer and the
+            # traceback; the server goes on serving the others.
             self._log.exception("handler for peer %s failed; connection closed", conn.peer)
         finally:
             await conn.close()
@@ -370,17 +357,3 @@ class MemoryTransport:
         """Remove every partition."""
         self._net.cuts.clear()
         self._net.notify()
-
-    def set_delay(self, seconds: float) -> None:
-        """Deliver every message sent from now on ``seconds`` after its send."""
-        if seconds < 0:
-            raise ValueError(f"delay must be >= 0, got {seconds}")
-        self._net.delay = seconds
-
-    def drop(self, probability: float, rng: random.Random | None = None) -> None:
-        """Drop each message sent from now on with ``probability`` (0 stops dropping)."""
-        if not 0.0 <= probability <= 1.0:
-            raise ValueError(f"drop probability must be in [0, 1], got {probability}")
-        self._net.drop_p = probability
-        if rng is not None:
-            self._net.rng = rng

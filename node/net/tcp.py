@@ -15,8 +15,9 @@ Each message travels as one frame of :mod:`protocol.codec`. Invariants:
 * ``close`` flushes what is buffered when the peer reads it within a short grace period
   and otherwise aborts (a peer that stopped reading must not hold us); it is idempotent.
   ``abort`` resets at once (fault injection's reset cuts, node/faults/rules.py).
-* A server owns the tasks that run its handler (asyncio creates one per accepted
-  connection); ``close`` cancels the running ones and waits for them.
+* A server owns the task that runs its handler on each accepted connection (it creates
+  them itself, as the memory transport does); ``close`` cancels the running ones and waits
+  for them. A handler that raises is logged with its peer; the others go on.
 
 TCP_NODELAY is set on every connection: frames are already batched by the publisher, and
 Nagle's delay would only add latency to small frames at low rates.
@@ -75,11 +76,6 @@ class TcpConnection:
     @property
     def peer(self) -> str:
         return self._peer
-
-    @property
-    def local(self) -> str:
-        """``host:port`` of this end."""
-        return _address(self._writer.get_extra_info("sockname"))
 
     async def send(self, message: Message) -> None:
         frame = encode(message, max_frame_size=self._limit)
@@ -165,40 +161,40 @@ class TcpServer:
     def port(self) -> int:
         return self._port
 
-    async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # A plain callback, so that the handler's task is ours from the start (asyncio would
+        # wrap a coroutine in a task of its own): close() cancels and awaits every one.
         conn = TcpConnection(reader, writer, self._limit)
+        task = asyncio.get_running_loop().create_task(self._run(conn))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, conn: TcpConnection) -> None:
         if self._closing:  # accepted just before close(): refuse politely
             await conn.close()
             return
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
         try:
-            try:
-                await self._handler(conn)
-            finally:
-                await conn.close()
-        except asyncio.CancelledError:
-            # Only close() cancels these tasks (it awaits them). Ending normally matters:
-            # asyncio's done-callback for this task calls exception(), which a cancelled
-            # task would raise from inside the callback.
-            pass
-        except Exception:
+            await self._handler(conn)
+        except Exception:  # noqa: BLE001  the transport's contract: a failing handler, whatever
+            # its error, ends its own connection, logged with the peer and the traceback; the
+            # server goes on serving the others (no caller awaits this task to hear of it).
             self._log.exception("handler for peer %s failed; connection closed", conn.peer)
         finally:
-            self._tasks.discard(task)
+            await conn.close()
 
     async def close(self) -> None:
         if self._closing:
             return
         self._closing = True
-        assert self._server is not None
-        self._server.close()  # stop listening first: no new handler starts after this
+        server = self._server
+        if server is not None:  # None: _start never ran, nothing listens
+            server.close()  # stop listening first: no new handler starts after this
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await self._server.wait_closed()
+        if server is not None:
+            await server.wait_closed()
 
 
 class TcpTransport:

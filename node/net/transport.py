@@ -4,8 +4,8 @@ One interface, two implementations:
 
 * :class:`~node.net.tcp.TcpTransport`: asyncio streams on loopback or a real network, frames
   of the core codec, back-pressure through ``drain``;
-* :class:`~node.net.memory.MemoryTransport`: in-process pairs of bounded queues with drop,
-  delay and partition controls, for fast deterministic tests.
+* :class:`~node.net.memory.MemoryTransport`: in-process pairs of bounded queues with
+  partition controls, for fast deterministic tests and the simulation.
 
 A connection carries :mod:`protocol.messages` both ways. ``receive`` returns ``None`` at a
 clean end of stream, raises :class:`~protocol.errors.RemoteProtocolError` on garbage

@@ -262,7 +262,6 @@ class JsonlTupleWriter:
     def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False) -> None:
         self.path = Path(path)
         self._fsync = fsync
-        self.written = 0  #: tuples written through this writer
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             _cut_torn_tail(self.path)
@@ -291,7 +290,6 @@ class JsonlTupleWriter:
             self.flush()
         except OSError as e:
             raise RunLogError(f"tuple log {self.path}: write failed: {e}") from None
-        self.written += len(lines) - 1
 
     def flush(self) -> None:
         """Hand buffered bytes to the OS (and fsync if asked). :meth:`write` already does."""

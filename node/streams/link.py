@@ -200,7 +200,6 @@ class InputLink:
         # resubscriptions overlap what the link already holds, so that duplicates reach it.
         self._overlap = os.environ.get("DPC_TEST_MUTATION") == MUTATION_DUPLICATES
         self.producer: str | None = None  # "host:port" while connected
-        self.tuples_in = 0
         self.batches_in = 0
         self.connects = 0  # connections that carried a Subscribe
         self.failures = 0  # connection attempts that failed
@@ -307,10 +306,11 @@ class InputLink:
             self._switching = False
             self._wake.clear()
             here, address = (host, port), f"{host}:{port}"
-            handover, first = await self._take_handover(here, name)
-            if handover is not None:
+            taken = await self._take_handover(here, name)
+            if taken is not None:
+                handover, first = taken
                 try:
-                    await self._session(handover.conn, address, name, first, handover.fix)
+                    await self._session(handover.conn, address, name, (first, handover.fix))
                 finally:
                     self.producer = None
                     await handover.conn.close()
@@ -339,9 +339,9 @@ class InputLink:
 
     async def _take_handover(
         self, here: Address, name: str
-    ) -> tuple[_Handover | None, list[Tuple] | None]:
+    ) -> tuple[_Handover, list[Tuple]] | None:
         """The corrections connection to adopt at ``here`` with what to deliver first, or
-        (None, None). Any other handover is closed: nothing of it was delivered, so
+        None. Any other handover is closed: nothing of it was delivered, so
         dropping it loses nothing (the link moved elsewhere meanwhile, or that producer is
         behind the ids held and the link resubscribes there by ids)."""
         while (handover := self._handover) is not None:
@@ -357,19 +357,19 @@ class InputLink:
                 *here,
             )
             await handover.conn.close()  # another handover may arrive meanwhile: loop
-        return None, None
+        return None
 
     async def _session(
         self,
         conn: Connection,
         address: str,
         name: str,
-        first: list[Tuple] | None = None,
-        fix: _Corrections | None = None,
+        adopted: tuple[list[Tuple], _Corrections] | None = None,
     ) -> None:
-        """One main session on ``conn``: a fresh subscription, or (``first`` given) the
-        adopted corrections connection, whose buffered corrections ``first`` goes first."""
-        if first is None:
+        """One main session on ``conn``: a fresh subscription, or (``adopted`` given) the
+        adopted corrections connection, whose buffered corrections ``adopted[0]`` go first."""
+        first: list[Tuple] | None = None
+        if adopted is None:
             s, t = self.last_stable_id, self.last_tentative_id
             if self._overlap and s > 0:  # the mutation: ask again for the last stable tuple
                 s, t = s - 1, max(t - 1, s - 1)
@@ -388,7 +388,7 @@ class InputLink:
                 self.last_tentative_id,
             )
         else:
-            assert fix is not None
+            first, fix = adopted
             self.corrections_applied += 1
             self.tmax.reset()  # UNDO(s) replaces every tentative tuple held: nothing to filter
             self.reconciled = fix.settled
@@ -431,15 +431,12 @@ class InputLink:
             self.tmax.observe(first)
             await on_batch(stream, first)
             self._advance(first)
-            self.tuples_in += len(first)
             self.batches_in += 1
         try:
             while True:
                 msg = await conn.receive()
-                problem = self._bad(msg)
-                if problem is not None:
-                    return problem
-                assert isinstance(msg, Batch)
+                if type(msg) is not Batch or msg.stream != stream:
+                    return self._problem(msg)
                 tuples = msg.tuples
                 if not tuples:
                     continue
@@ -451,24 +448,21 @@ class InputLink:
                     self.tmax.observe(tuples)
                 await on_batch(stream, tuples)
                 self._advance(tuples)  # no await since on_batch returned: see the docstring
-                self.tuples_in += len(tuples)
                 self.batches_in += 1
         except RemoteProtocolError as exc:
             return logging.ERROR, f"sent bad data: {exc}; closing the connection"
         except OSError as exc:
             return logging.WARNING, f"connection failed: {exc!r}"
 
-    def _bad(self, msg: object) -> tuple[int, str] | None:
-        """Why a received message ends the connection (None: a Batch of our stream)."""
+    def _problem(self, msg: object) -> tuple[int, str]:
+        """Why ``msg``, which is not a Batch of our stream, ends the connection."""
         if msg is None:
             return logging.WARNING, "closed the connection"
         if type(msg) is not Batch:
             what = f"an unexpected {type(msg).__name__} (expected Batch)"
-            return logging.ERROR, f"sent {what}; closing the connection"
-        if msg.stream != self.stream:
+        else:
             what = f"a Batch of stream {msg.stream!r} (expected {self.stream!r})"
-            return logging.ERROR, f"sent {what}; closing the connection"
-        return None
+        return logging.ERROR, f"sent {what}; closing the connection"
 
     def _advance(self, tuples: Sequence[Tuple]) -> None:
         kinds = list(map(_kind_of, tuples))
@@ -619,10 +613,8 @@ class InputLink:
         try:
             while True:
                 msg = await conn.receive()
-                problem = self._bad(msg)
-                if problem is not None:
-                    return problem
-                assert isinstance(msg, Batch)
+                if type(msg) is not Batch or msg.stream != self.stream:
+                    return self._problem(msg)
                 tuples = list(msg.tuples)
                 if not tuples:
                     continue

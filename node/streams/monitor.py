@@ -36,6 +36,9 @@ Invariants
 * A link is moved only to a producer the chooser picked from answered, alive replicas, and
   reads corrections only from one it picked too (or from none).
 * Probe connections are owned by :meth:`run`'s TaskGroup: cancelling it closes them.
+* A probe connection that breaks (``OSError``) or carries garbage (``RemoteProtocolError``)
+  is closed and opened again; any other exception while handling heartbeats is a bug:
+  it ends :meth:`run` (and the owner's TaskGroup with it), never logged and swallowed.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from node.config.model import ClusterConfig, NodeConfig
 from node.net.transport import Connection, Transport
 from node.streams.link import InputLink
 from node.streams.upstream import Choice, HeartbeatTracker, ReplicaView, Resume, choose_upstream
+from protocol.errors import RemoteProtocolError
 from protocol.messages import HeartbeatRequest, HeartbeatResponse
 
 __all__ = ["UpstreamMonitor", "UpstreamReplica", "upstream_links"]
@@ -232,14 +236,13 @@ class UpstreamMonitor:
     async def run(self) -> None:
         if self.tracker is None:
             return
+        tracker = self.tracker
         async with asyncio.TaskGroup() as tg:
             for probe in self._probes.values():
-                tg.create_task(self._keep_connected(probe))
-            tg.create_task(self._beat())
+                tg.create_task(self._keep_connected(probe, tracker))
+            tg.create_task(self._beat(tracker))
 
-    async def _beat(self) -> None:
-        tracker = self.tracker
-        assert tracker is not None
+    async def _beat(self, tracker: HeartbeatTracker) -> None:
         while True:
             delay = (tracker.next_deadline() - _now()) / 1e6
             if delay > 0:
@@ -255,27 +258,31 @@ class UpstreamMonitor:
                         await conn.send(HeartbeatRequest(self.owner, seq))
             self.evaluate()
 
-    async def _keep_connected(self, probe: _Probe) -> None:
+    async def _keep_connected(self, probe: _Probe, tracker: HeartbeatTracker) -> None:
         r = probe.replica
         while True:
             try:
                 conn = await self.transport.connect(r.host, r.port)
-            except OSError:
+            except OSError:  # refused, unreachable (TimeoutError is one): try again later
                 await asyncio.sleep(self.interval / 1e6)
                 continue
             probe.conn = conn
+            # Only what a dead or garbage-sending peer raises ends the connection here (the
+            # transport's contract, node/net/transport.py); anything else is our bug and
+            # ends run(), and with it the replica's TaskGroup, loudly.
             try:
                 while (msg := await conn.receive()) is not None:
                     if isinstance(msg, HeartbeatResponse):
-                        if self.tracker is not None and self.tracker.answered(
-                            r.name, msg.seq, msg.state, msg.streams, _now()
-                        ):
+                        if tracker.answered(r.name, msg.seq, msg.state, msg.streams):
                             self.evaluate()
                     else:
                         self._log.error("%s: upstream %s answered a heartbeat with a %s; "
                                         "closing", self.owner, r.name, type(msg).__name__)
                         break
-            except Exception as exc:
+            except RemoteProtocolError as exc:
+                self._log.error("%s: upstream %s sent bad data on the heartbeat connection: "
+                                "%s; closing", self.owner, r.name, exc)
+            except OSError as exc:  # ConnectionError: the peer died or reset the connection
                 self._log.info("%s: heartbeat connection to %s ended: %r", self.owner, r.name, exc)
             finally:
                 probe.conn = None

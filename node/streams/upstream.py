@@ -110,7 +110,7 @@ _TMAX = itemgetter(3)
 class _Replica:
     """What the tracker knows of one upstream replica."""
 
-    __slots__ = ("answered_at", "due", "last_seq", "node_state", "since", "streams", "window")
+    __slots__ = ("due", "last_seq", "node_state", "since", "streams", "window")
 
     def __init__(self, start: int, misses: int) -> None:
         self.due = start  # when the next request is due
@@ -119,7 +119,6 @@ class _Replica:
         # than those cannot revive the replica (see the module docstring).
         self.window: deque[int] = deque(maxlen=misses + 2)
         self.since = 0  # requests sent after the last counted answer (exact, unbounded)
-        self.answered_at: int | None = None
         self.node_state: ConsistencyState | None = None
         self.streams: dict[str, ConsistencyState] = {}
 
@@ -183,7 +182,6 @@ class HeartbeatTracker:
         seq: int,
         state: ConsistencyState,
         streams: Mapping[str, ConsistencyState],
-        now: int,
     ) -> bool:
         """Record a response. True iff it was counted (module docstring); an ignored one
         changes nothing."""
@@ -196,7 +194,6 @@ class HeartbeatTracker:
             if not r.window:
                 break
         r.since = len(r.window)
-        r.answered_at = now
         r.node_state = state
         r.streams = dict(streams)  # a copy: decoded messages hand us their own dict
         return True
@@ -220,10 +217,6 @@ class HeartbeatTracker:
     def stream_states(self, replica: str) -> Mapping[str, ConsistencyState]:
         """The state of each output stream of ``replica``, from its last counted answer."""
         return dict(self._get(replica).streams)
-
-    def last_answer(self, replica: str) -> int | None:
-        """When the last counted answer of ``replica`` arrived (None: never)."""
-        return self._get(replica).answered_at
 
     def view(self, stream: str) -> dict[str, ReplicaView]:
         """What :func:`choose_upstream` needs for ``stream``."""

@@ -22,8 +22,9 @@ from collections.abc import Callable
 from typing import Any
 
 from operators import QueryNetwork
+from ops_scripts.errors import BenchFailed
 from protocol.codec import FrameDecoder, encode
-from protocol.messages import Batch
+from protocol.messages import Batch, Message
 from protocol.tuples import Kind, Tuple, boundary, make_tuple
 
 __all__ = ["CHAIN_SPEC", "make_frames", "run_core_bench"]
@@ -78,13 +79,20 @@ def make_frames(tuples: int, frame: int, seed: int = 1) -> list[bytes]:
     return out
 
 
+def _batch(msg: Message) -> Batch:
+    """``msg``, a frame of :func:`make_frames`: always a Batch."""
+    if not isinstance(msg, Batch):
+        raise BenchFailed(f"decoded a {type(msg).__name__} from the benchmark's frames, "
+                          "expected a Batch")
+    return msg
+
+
 def _bare(frames: list[bytes]) -> int:
     decoder = FrameDecoder()
     n = 0
     for f in frames:
         for msg in decoder.feed(f):
-            assert isinstance(msg, Batch)
-            for _t in msg.tuples:
+            for _t in _batch(msg).tuples:
                 n += 1
     return n
 
@@ -96,11 +104,11 @@ def _chain(frames: list[bytes]) -> int:
     produced = 0
     for f in frames:
         for msg in decoder.feed(f):
-            assert isinstance(msg, Batch)
-            n += len(msg.tuples)
-            produced += len(net.push(msg.stream, msg.tuples, 0).outputs["out"])
+            batch = _batch(msg)
+            n += len(batch.tuples)
+            produced += len(net.push(batch.stream, batch.tuples, 0).outputs["out"])
     if produced == 0:
-        raise AssertionError("the chain produced no output: the benchmark would be meaningless")
+        raise BenchFailed("the chain produced no output: the benchmark would be meaningless")
     return n
 
 

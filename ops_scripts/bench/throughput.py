@@ -26,10 +26,12 @@ example's (~0.3), where the config's 100 keys (``--keys example``) make the basi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import itertools
 import json
 import logging
+import os
 import signal
 import socket
 import subprocess
@@ -100,7 +102,8 @@ def _raw_receiver(port: int) -> None:
         if not n:
             start = time.perf_counter()
         for msg in decoder.feed(data):
-            assert isinstance(msg, Batch)
+            if not isinstance(msg, Batch):
+                raise BenchFailed(f"raw receiver: got a {type(msg).__name__}, expected Batch frames")
             for _t in msg.tuples:
                 n += 1
     print(n, time.perf_counter() - start, flush=True)
@@ -159,7 +162,7 @@ class _Feed:
 
 
 class _Run:
-    """The replica process and this process's sources and client (the caller stops ``proc``)."""
+    """The replica process and this process's sources and client (``stop`` ends the replica)."""
 
     def __init__(self, config: ClusterConfig, scale_keys: bool, run_dir: Path) -> None:
         self.config, self.scale_keys, self.node = config, scale_keys, _bench_node(config)
@@ -176,7 +179,8 @@ class _Run:
         self.rate, self.t0, self.watermark, self.outputs, self.control_port = 0.0, 0, 0, 0, 0
         self.window = (0, 0)  # outputs with tmax in [lo, hi) count for latency
         self.latencies: list[int] = []
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: asyncio.subprocess.Process | None = None
+        self.moved = asyncio.Event()  # set when the output's watermark moves or the replica dies
         self.halted = ""  # why the search cannot go on
         self.tasks: list[asyncio.Task[None]] = []
 
@@ -201,7 +205,7 @@ class _Run:
 
     def _check_alive(self, problem: str = "") -> None:
         """Raise if the replica died (or ``problem``), with the end of its output."""
-        if self.proc is not None and self.proc.poll() is not None:
+        if self.proc is not None and self.proc.returncode is not None:
             problem = f"died (exit {self.proc.returncode})"
         if problem:
             lines = (self.dir / "replica.out").read_text(errors="replace").splitlines()
@@ -213,17 +217,41 @@ class _Run:
                  for f in self.feeds}
         # The replica binds these itself, later: pick them outside the ephemeral range.
         data_port, self.control_port = free_port(), free_port()
-        cfg = self._write_config(ports, data_port)
-        with open(self.dir / "replica.out", "wb") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "ops_scripts.cli", "node", str(cfg), self.replica,
-                 "--run-dir", str(self.dir)], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        cfg = await asyncio.to_thread(self._write_config, ports, data_port)
+        out = await asyncio.to_thread(open, self.dir / "replica.out", "wb")
+        with out:  # the child writes to its own copy of the descriptor
+            self.proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "ops_scripts.cli", "node", str(cfg), self.replica,
+                "--run-dir", str(self.dir), stdout=out, stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True)
         # The link retries until the replica serves; its first boundary out means ready.
         link = InputLink(self.transport, self.output, CLIENT, [("127.0.0.1", data_port)],
                          self._on_output, log=log)
-        self.tasks = [asyncio.create_task(self._generate()), asyncio.create_task(link.run())]
-        if not await self._caught_up(now_us(), TIMEOUT):
+        self.tasks = [asyncio.create_task(self._generate()), asyncio.create_task(link.run()),
+                      asyncio.create_task(self._watch(self.proc))]
+        try:
+            async with asyncio.timeout(TIMEOUT):
+                await self._caught_up(now_us())
+        except TimeoutError:
             self._check_alive(f"sent no boundary within {TIMEOUT:.0f} s")
+
+    async def _watch(self, proc: asyncio.subprocess.Process) -> None:
+        """Wake the waits for output when the replica exits: they then raise at once."""
+        await proc.wait()
+        self.moved.set()
+
+    async def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM the replica, SIGKILL after ``grace`` seconds; waits until it exited."""
+        proc = self.proc
+        if proc is None or proc.returncode is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            async with asyncio.timeout(grace):
+                await proc.wait()
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
 
     def _set_rate(self, rate: float) -> None:
         scale = rate / self.base_rate if self.scale_keys else 1.0
@@ -261,15 +289,16 @@ class _Run:
                     lat.append(arrival - t[3])
             elif k is BOUNDARY and t[2] > self.watermark:
                 self.watermark = t[2]
+                self.moved.set()
         self.outputs += len(tuples)
 
-    async def _caught_up(self, t: int, timeout: float) -> bool:
-        """Wait until the output's boundary passed tuple time ``t``; False after ``timeout``."""
-        deadline = time.monotonic() + timeout
-        while self.watermark < t and time.monotonic() < deadline:
+    async def _caught_up(self, t: int) -> None:
+        """Return once the output's boundary passed tuple time ``t``; raise if the replica
+        dies meanwhile. The caller bounds the wait (``asyncio.timeout``)."""
+        while self.watermark < t:
             self._check_alive()
-            await asyncio.sleep(0.01)
-        return self.watermark >= t
+            self.moved.clear()
+            await self.moved.wait()
 
     def _state(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.control_port}/status", timeout=5) as r:
@@ -290,9 +319,15 @@ class _Run:
         end = now_us()
         res.achieved = sum(f.sent for f in self.feeds) / ((end - start) / 1e6)
         self._set_rate(0)
-        if not await self._caught_up(end, LATENCY_BOUND_S):
+        try:
+            async with asyncio.timeout(LATENCY_BOUND_S):
+                await self._caught_up(end)
+        except TimeoutError:
             res.failure = res.failure or f"output not through the step's end in {LATENCY_BOUND_S:g} s"
-            if not await self._caught_up(end, TIMEOUT):
+            try:
+                async with asyncio.timeout(TIMEOUT):
+                    await self._caught_up(end)
+            except TimeoutError:
                 self.halted = f"{self.replica} did not catch up in {TIMEOUT:.0f} s after {rate:,.0f}/s"
         self.window, res.outputs = (0, 0), self.outputs - out0
         lats, q = self.latencies, len(self.latencies) // 4
@@ -335,6 +370,7 @@ async def _search(run: _Run, seconds: float, start: float, max_rate: float, n: i
         for t in run.tasks:
             t.cancel()
         await asyncio.gather(*run.tasks, return_exceptions=True)
+        await run.stop()
     if run.halted:
         print(f"  search stopped: {run.halted}")
     return steps
@@ -379,8 +415,10 @@ def run_throughput_bench(config_path: Path = Path("examples/basic.toml"), second
                 print(f"dpc bench throughput: FAILED: {e}", file=sys.stderr)
                 return 1
             finally:
-                if run.proc is not None:
-                    _stop(run.proc)
+                if run.proc is not None and run.proc.returncode is None:
+                    # The loop ended before _search's stop() could (a second Ctrl-C): by pid.
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(run.proc.pid, signal.SIGKILL)
     finally:
         gc.set_threshold(*old)
         gc.unfreeze()

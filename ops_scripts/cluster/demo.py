@@ -22,12 +22,14 @@ shows the operators' side of the protocol without the processes.
 from __future__ import annotations
 
 import random
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from operators import QueryNetwork
+from operators.errors import SpecError
 from operators.soutput import SOutput
 from operators.sunion import SUnion
 from ops_scripts.check.availability import apply_undos, delay_new
@@ -94,7 +96,9 @@ def simulate(seed: int, method: str, cut: tuple[int, int] | None) -> DemoRun:
     net = QueryNetwork(demo_spec(method))
     merge = net.operator("merge")
     out_op = net.operator("out")
-    assert isinstance(merge, SUnion) and isinstance(out_op, SOutput)
+    if not isinstance(merge, SUnion) or not isinstance(out_op, SOutput):
+        raise SpecError(f"demo spec: operators 'merge' and 'out' must be an SUnion and an "
+                        f"SOutput, found {type(merge).__name__} and {type(out_op).__name__}")
     logs = source_tuples(seed)
     sent = dict.fromkeys(STREAMS, 0)
     run = DemoRun()
@@ -166,6 +170,7 @@ def run_demo(seed: int = 7, method: str = "checkpoint", cluster_seconds: float =
     from ops_scripts.check.compose import run_check
     from ops_scripts.cluster.launch import progress, start_cluster, stop_cluster
     from ops_scripts.cluster.status import fetch_status
+    from ops_scripts.errors import ProcessError
     from ops_scripts.harness.fault import cut, heal
 
     rd = RunDir(Path("runs") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}").ensure()
@@ -176,7 +181,11 @@ def run_demo(seed: int = 7, method: str = "checkpoint", cluster_seconds: float =
     replicas = [r.name for r in config.nodes["n1"].replicas]
     print(f"dpc demo: examples/basic.toml as real processes, reconciliation = {method}/redo, "
           f"run directory {rd.path}\n")
-    procs = start_cluster(config, rd)
+    try:
+        procs = start_cluster(config, rd)
+    except ProcessError as e:  # it printed why and stopped what it had started
+        print(f"dpc demo: {e}", file=sys.stderr)
+        return 1
     t0 = time.monotonic()
 
     def show(seconds: float, until: Any = None) -> None:

@@ -2,7 +2,9 @@
 
 1. Load and validate the config (a bad config exits 2 before anything starts).
 2. Start sources, then nodes upstream first, then clients, one OS process each
-   (``dpc node CLUSTER.toml NAME``), each waited for until it is serving.
+   (``dpc node CLUSTER.toml NAME``), each waited for until it is serving. One that does not
+   start stops the launch (:class:`~ops_scripts.errors.ProcessError`): what was started is
+   stopped, the reason printed, exit 1.
 3. Show progress every second until ``--duration`` passed or Ctrl-C.
 4. Drain (:func:`drain_streams`): ask the sources to end their streams (SIGUSR1: each publishes
    the end-of-stream boundary and goes on serving replays), wait until every client saw the
@@ -38,6 +40,7 @@ from node.config.model import ClusterConfig
 from node.procs.rundir import RunDir
 from ops_scripts.cluster.processes import PidProcess, alive, runs_node
 from ops_scripts.cluster.status import fetch_status
+from ops_scripts.errors import ProcessError
 
 __all__ = [
     "Launched",
@@ -113,7 +116,9 @@ def _tail(rd: RunDir, name: str, n: int = 15) -> str:
 def start_cluster(config: ClusterConfig, rd: RunDir, out: TextIO = sys.stdout,
                   procs: list[Launched] | None = None) -> list[Launched]:
     """Start every process, group by group, each waited for until ready. Started processes
-    are appended to ``procs`` as they start, so a caller interrupted meanwhile can stop them."""
+    are appended to ``procs`` as they start, so a caller interrupted meanwhile can stop them.
+    When one does not start, prints why (with the end of its log) to ``out``, stops every
+    process started and raises :class:`ProcessError`."""
     groups: list[tuple[str, list[str]]] = [("source", list(config.sources))]
     groups += [("replica", [r.name for r in n.replicas]) for n in config.nodes.values()]
     groups.append(("client", list(config.clients)))
@@ -133,7 +138,8 @@ def start_cluster(config: ClusterConfig, rd: RunDir, out: TextIO = sys.stdout,
             for p in bad:
                 print(f"  {p.kind} {p.name} failed to start (exit {p.proc.poll()}):\n{_tail(rd, p.name)}", file=out)
             stop_cluster(procs, rd, drain=False, out=out)
-            raise SystemExit(1)
+            raise ProcessError(f"the cluster did not start: {', '.join(p.name for p in bad)} "
+                               f"failed to start (their logs are in {rd.path / 'logs'})")
         if started:
             print(f"  ready: {', '.join(p.name for p in started)}", file=out, flush=True)
     return procs
@@ -142,12 +148,13 @@ def start_cluster(config: ClusterConfig, rd: RunDir, out: TextIO = sys.stdout,
 def restart_replica(config: ClusterConfig, rd: RunDir, name: str,
                     out: TextIO = sys.stdout) -> Launched:
     """Start replica ``name`` again after a crash, with ``--recover`` (node/replica/recovery.py);
-    returns once its control plane serves (it then rebuilds and rejoins on its own)."""
+    returns once its control plane serves (it then rebuilds and rejoins on its own). Raises
+    :class:`ProcessError` when it does not."""
     rd.clear_ready(name)
     p = _start(config.path, name, "replica", rd, recover=True)
     print(f"  restarted replica {name:<12} pid {p.proc.pid} (recovering)", file=out, flush=True)
     if not wait_until(lambda: rd.is_ready(name), READY_TIMEOUT, [p]):
-        raise RuntimeError(f"replica {name} did not restart (exit {p.proc.poll()}):\n{_tail(rd, name)}")
+        raise ProcessError(f"replica {name} did not restart (exit {p.proc.poll()}):\n{_tail(rd, name)}")
     return p
 
 
@@ -238,7 +245,11 @@ def launch(config_path: Path, duration: float | None, run_dir: Path | None, out:
     dead_replicas: set[str] = set()
     start = time.monotonic()
     try:
-        start_cluster(config, rd, out, procs)
+        try:
+            start_cluster(config, rd, out, procs)
+        except ProcessError as e:  # it printed why and stopped what it had started
+            print(f"dpc launch: {e}; run dir {rd.path}", file=out)
+            return 1
         start = time.monotonic()
         while duration is None or time.monotonic() - start < duration:
             time.sleep(min(1.0, max(0.0, (duration or 1e9) - (time.monotonic() - start))))

@@ -43,7 +43,7 @@ from node.config.model import ClusterConfig
 from node.procs.rundir import RunDir
 from ops_scripts.cluster.launch import Launched, restart_replica
 from ops_scripts.cluster.status import fetch_status
-from ops_scripts.errors import FaultError, InjectError
+from ops_scripts.errors import FaultError, InjectError, ProcessError
 from ops_scripts.harness.fault import post_action
 from ops_scripts.harness.rules import ActiveRules, Cut, Heal, Op, Shape, Stall, Unstall
 from ops_scripts.harness.schedule import Fault, node_of
@@ -205,7 +205,7 @@ class Nemesis:
             raise InjectError(f"cannot restart {name}: a restart needs the run directory")
         try:
             self.procs.append(restart_replica(self.config, self.rd, name, self.out))
-        except RuntimeError as e:
+        except ProcessError as e:
             raise InjectError(str(e)) from None
         self.down.pop(name, None)
         self.rules.forget(name)

@@ -51,7 +51,7 @@ from ops_scripts.cluster.launch import (
     wait_until,
 )
 from ops_scripts.cluster.status import fetch_status
-from ops_scripts.errors import FaultError, InjectError, ScenarioError
+from ops_scripts.errors import FaultError, InjectError, ProcessError, ScenarioError
 from ops_scripts.harness.fault import post_action
 from ops_scripts.harness.nemesis import Nemesis
 from ops_scripts.harness.scenario import Scenario, load_scenario
@@ -285,7 +285,7 @@ def play_scenario(scenario: Scenario, run_dir: Path, out: TextIO | None = None) 
         print("  interrupted: stopping every process", file=out, flush=True)
         player.history.record("note", text="interrupted (Ctrl-C)")
         outcome.code = 130
-    except SystemExit:  # start_cluster: a process did not start (it printed why, stopped all)
+    except ProcessError:  # start_cluster: a process did not start (it printed why, stopped all)
         player.procs.clear()
         player.problem("the cluster did not start")
         outcome.code = 1

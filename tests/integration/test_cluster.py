@@ -6,6 +6,7 @@ fixed sleeps, and stops every process it started, by pid.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -27,8 +28,9 @@ from node.config.load import load_config
 from node.config.model import ClusterConfig
 from node.net.ports import free_port
 from node.procs.rundir import RunDir
-from ops_scripts.cluster.launch import Launched, start_cluster, stop_cluster
+from ops_scripts.cluster.launch import Launched, restart_replica, start_cluster, stop_cluster
 from ops_scripts.cluster.processes import alive, runs_node
+from ops_scripts.errors import ProcessError
 from protocol.codec import encode
 from protocol.messages import Subscribe
 from tests.paths import ROOT
@@ -150,6 +152,29 @@ def test_bad_config_exits_before_any_process_starts(mutation: Callable[[str], st
     assert r.returncode == 2
     assert "bad.toml" in r.stderr and message in r.stderr, r.stderr
     assert not run_dir.exists()  # nothing was started
+
+
+
+def test_a_process_that_does_not_start_stops_the_launch_with_exit_1(tmp_path: Path) -> None:
+    cfg = small("basic.toml", tmp_path)
+    s1 = load_config(cfg).sources["s1"]
+    run_dir = tmp_path / "run"
+    with socket.create_server((s1.host, s1.port)):  # s1's port is taken: s1 cannot serve
+        r = dpc("launch", str(cfg), "--duration", "2", "--run-dir", str(run_dir))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "source s1 failed to start" in r.stdout
+    assert "dpc launch: the cluster did not start: s1 failed to start" in r.stdout
+    pids = [int(m) for m in re.findall(r"pid (\d+)", r.stdout)]
+    assert pids and not [p for p in pids if Path(f"/proc/{p}").exists()
+                         and "zombie" not in Path(f"/proc/{p}/status").read_text()]
+
+
+def test_a_replica_that_does_not_restart_is_a_process_error(tmp_path: Path) -> None:
+    config = load_config(small("basic.toml", tmp_path))
+    rd = RunDir(tmp_path / "run").ensure()
+    out = io.StringIO()
+    with pytest.raises(ProcessError, match="replica nosuch did not restart"):
+        restart_replica(config, rd, "nosuch", out)  # no such process: `dpc node` exits at once
 
 
 def _http(url: str, method: str = "GET", token: str | None = None) -> tuple[int, bytes]:

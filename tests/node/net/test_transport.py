@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,10 +48,12 @@ pytestmark = LEAK_FREE
 GUARD = 10.0  # seconds: only ever a bound on a wait for a condition, never asserted on
 
 
-async def wait_until(cond: Callable[[], bool], timeout: float = GUARD) -> None:
-    """Poll ``cond`` until it holds; fail after ``timeout``."""
-    async with asyncio.timeout(timeout):
-        while not cond():
+async def wait_until(cond: Callable[[], bool]) -> None:
+    """Poll ``cond`` until it holds; fail after ``GUARD`` seconds."""
+    async with asyncio.timeout(GUARD):
+        # A poll on purpose: ``cond`` reads state of the objects under test (ids, counters,
+        # subscribers) that no Event announces, and the tests must not add one to them.
+        while not cond():  # noqa: ASYNC110
             await asyncio.sleep(0.002)
 
 
@@ -477,70 +478,10 @@ async def test_memory_reset_partition_breaks_connections_and_refuses_new_ones() 
     await server.close()
 
 
-async def test_memory_drop_is_reproducible_from_the_seed() -> None:
-    net = make_net("memory")
-    assert net.memory is not None
-    got: list[int] = []
-    done = asyncio.Event()
-
-    async def collect(conn: Connection) -> None:
-        while (msg := await conn.receive()) is not None:
-            assert isinstance(msg, HeartbeatRequest)
-            got.append(msg.seq)
-        done.set()
-
-    server = await serve(net, collect)
-    conn = await net.transport("a").connect(net.host, server.port)
-    net.memory.drop(0.5, random.Random(7))
-    for i in range(200):
-        await conn.send(HeartbeatRequest("a", i))
-    net.memory.drop(0.0)
-    await conn.send(HeartbeatRequest("a", 999))
-    await conn.close()
-    async with asyncio.timeout(GUARD):
-        await done.wait()
-    rng = random.Random(7)
-    expected = [i for i in range(200) if not rng.random() < 0.5]
-    assert got == [*expected, 999]
-    assert 50 < len(expected) < 150
-    await server.close()
-
-
-async def test_memory_delay_holds_each_message_back_and_keeps_order() -> None:
-    net = make_net("memory")
-    assert net.memory is not None
-    arrivals: list[tuple[float, Message | None]] = []
-    loop = asyncio.get_running_loop()
-
-    async def collect(conn: Connection) -> None:
-        while True:
-            msg = await conn.receive()
-            arrivals.append((loop.time(), msg))
-            if msg is None:
-                return
-
-    server = await serve(net, collect)
-    conn = await net.transport("a").connect(net.host, server.port)
-    net.memory.set_delay(0.05)
-    sent_at = loop.time()
-    for i in range(3):
-        await conn.send(HeartbeatRequest("a", i))
-    await conn.close()
-    async with asyncio.timeout(GUARD):
-        await wait_until(lambda: len(arrivals) == 4)
-    assert [m for _, m in arrivals] == [*(HeartbeatRequest("a", i) for i in range(3)), None]
-    assert all(t >= sent_at + 0.05 for t, _ in arrivals[:3])
-    await server.close()
-
-
-async def test_memory_address_in_use_and_bad_controls() -> None:
+async def test_memory_address_in_use() -> None:
     net = make_net("memory")
     assert net.memory is not None
     server = await serve(net, echo)
     with pytest.raises(OSError):
         await net.memory.serve(net.host, server.port, echo)
-    with pytest.raises(ValueError):
-        net.memory.drop(1.5)
-    with pytest.raises(ValueError):
-        net.memory.set_delay(-1)
     await server.close()

@@ -490,7 +490,7 @@ async def test_the_monitor_reads_corrections_beside_fresh_data_and_keeps_the_new
         for name, state in states.items():
             seq += 1
             tracker.sent(name, seq, seq)
-            assert tracker.answered(name, seq, state, {"s": state}, seq)
+            assert tracker.answered(name, seq, state, {"s": state})
         monitor.evaluate()
 
     stable_, up_failure, stabilization = (

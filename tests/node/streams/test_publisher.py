@@ -168,7 +168,7 @@ async def test_a_subscriber_gets_the_stream_from_before_and_after_it_subscribed(
             await prod.publish(stable(i, i + 9))
         await wait_until(lambda: link.last_stable_id == 100)
     assert sink.raw == stable(1, 100)
-    assert link.tuples_in == 100 and link.reconnects == 0
+    assert link.reconnects == 0
     await prod.stop()
 
 

@@ -41,10 +41,8 @@ def tracker(misses: int = 3, names: tuple[str, ...] = ("a", "b")) -> HeartbeatTr
     return HeartbeatTracker(names, IV, misses)
 
 
-def answer(
-    hb: HeartbeatTracker, name: str, seq: int, now: int, state: ConsistencyState = S
-) -> bool:
-    return hb.answered(name, seq, state, {"out": state}, now)
+def answer(hb: HeartbeatTracker, name: str, seq: int, state: ConsistencyState = S) -> bool:
+    return hb.answered(name, seq, state, {"out": state})
 
 
 # ------------------------------------------------------------------------------ heartbeats
@@ -68,9 +66,8 @@ def test_answers_keep_alive_and_revive() -> None:
     for seq in range(1, 6):
         hb.sent("a", seq, seq * IV)
     assert not hb.alive("a")
-    assert answer(hb, "a", 5, 550)  # answers everything up to 5
+    assert answer(hb, "a", 5)  # answers everything up to 5
     assert hb.alive("a") and hb.missed("a") == 0
-    assert hb.last_answer("a") == 550
     assert hb.node_state("a") is S and hb.stream_states("a") == {"out": S}
 
 
@@ -80,13 +77,13 @@ def test_late_answer_counts_only_for_requests_up_to_its_seq() -> None:
         hb.sent("a", seq, seq * IV)
     assert hb.missed("a") == 5
     # An answer to 2 leaves 3..6 waiting: 3 missed + 1 in flight, no more than misses.
-    assert answer(hb, "a", 2, 650)
+    assert answer(hb, "a", 2)
     assert hb.missed("a") == 3 and hb.alive("a")
     hb.sent("a", 7, 700)
     assert not hb.alive("a")
     # An answer to 1 (older than the counted one) is ignored: it cannot revive a replica
     # that missed newer requests, nor roll its states back.
-    assert not answer(hb, "a", 1, 710, U)
+    assert not answer(hb, "a", 1, U)
     assert not hb.alive("a") and hb.stream_states("a") == {"out": S}
 
 
@@ -95,9 +92,9 @@ def test_answer_older_than_the_window_cannot_revive() -> None:
     for seq in range(1, 11):
         hb.sent("a", seq, seq * IV)
     # Requests 6..10 sent after 5: 4 missed + 1 in flight, failed whatever the order.
-    assert not answer(hb, "a", 5, 1000)
+    assert not answer(hb, "a", 5)
     assert not hb.alive("a")
-    assert answer(hb, "a", 6, 1000)  # 7..10 after it: 3 missed, alive
+    assert answer(hb, "a", 6)  # 7..10 after it: 3 missed, alive
     assert hb.alive("a")
 
 
@@ -111,7 +108,7 @@ def test_answer_order_does_not_matter() -> None:
             for seq in range(1, 9):
                 hb.sent("a", seq, seq * IV)
             for seq in order:
-                answer(hb, "a", seq, 900)
+                answer(hb, "a", seq)
             results.add((hb.alive("a"), hb.missed("a")))
         # Only the misses + 2 = 4 newest requests (5..8) can be counted answers.
         newest = max((q for q in answered if q >= 5), default=None)
@@ -122,9 +119,9 @@ def test_answer_order_does_not_matter() -> None:
 def test_garbage_answers_are_ignored_and_misuse_raises() -> None:
     hb = tracker()
     hb.sent("a", 1, 0)
-    assert not answer(hb, "zz", 1, 10)  # unknown replica
-    assert not answer(hb, "a", 2, 10)  # never sent
-    assert not answer(hb, "b", 1, 10)  # sent to a, not to b
+    assert not answer(hb, "zz", 1)  # unknown replica
+    assert not answer(hb, "a", 2)  # never sent
+    assert not answer(hb, "b", 1)  # sent to a, not to b
     assert hb.node_state("b") is None and hb.stream_states("b") == {}
     with pytest.raises(NodeError, match="unknown replica 'zz'"):
         hb.sent("zz", 1, 0)
@@ -163,9 +160,9 @@ def test_deadlines_follow_a_fixed_grid_and_skip_late_rounds() -> None:
 def test_view_reports_liveness_and_stream_state() -> None:
     hb = tracker(1, ("a", "b", "c"))
     hb.sent("a", 1, 0)
-    hb.answered("a", 1, U, {"out": S, "other": U}, 10)
+    hb.answered("a", 1, U, {"out": S, "other": U})
     hb.sent("b", 1, 0)
-    hb.answered("b", 1, U, {"out": U}, 10)
+    hb.answered("b", 1, U, {"out": U})
     for seq in (2, 3, 4):
         hb.sent("b", seq, seq * IV)
     view = hb.view("out")
@@ -173,7 +170,7 @@ def test_view_reports_liveness_and_stream_state() -> None:
     assert hb.view("other")["a"] == up(True, U)
     # A later answer replaces the states: a stream it no longer reports is unknown.
     hb.sent("a", 2, 200)
-    hb.answered("a", 2, S, {"out": S}, 210)
+    hb.answered("a", 2, S, {"out": S})
     assert hb.view("other")["a"] == up(True, None)
 
 
