@@ -37,12 +37,14 @@ from typing import Any, TextIO
 
 from node.config.load import load_config
 from node.config.model import ClusterConfig
+from node.faults.ops import Heal, Unstall
 from node.procs.rundir import RunDir
 from ops_scripts.check.history import HistoryWriter, fault_effects, read_history
 from ops_scripts.cluster.launch import Launched
 from ops_scripts.cluster.processes import PidProcess, alive, find_pid
 from ops_scripts.errors import FaultError, InjectError, ProcessError, ScheduleError
-from ops_scripts.harness.nemesis import Nemesis, request_heal, request_unstall
+from ops_scripts.harness.fault import send_fault
+from ops_scripts.harness.nemesis import Nemesis
 from ops_scripts.harness.schedule import CUTS, SHAPES, Fault, parse_faults
 from protocol.errors import DPCError
 
@@ -241,10 +243,10 @@ class _Injector:
             raise InjectError(f"unknown process(es) {unknown}; known: {', '.join(self.processes)}")
         problems = []
         for r in self.nemesis.replicas:
-            peers = None if everything else (
+            peers = None if everything else tuple(
                 [p for p in self.processes if p != r] if r in names else [n for n in names if n != r])
             try:
-                request_heal(self.config, r, peers)
+                send_fault(self.config, r, Heal(peers))
             except FaultError as e:
                 problems.append(str(e))
         if everything and self.rd is not None:
@@ -287,8 +289,8 @@ def run_inject(args: argparse.Namespace, out: TextIO | None = None) -> int:
                 inj.resume(args.name)
                 what = f"resumed {args.name}"
             elif args.action == "unstall":
-                request_unstall(config, _fault({"fault": "stall", "process": args.name},
-                                               config).params["process"])
+                replica = _fault({"fault": "stall", "process": args.name}, config).params["process"]
+                send_fault(config, replica, Unstall())
                 inj.healed(inj.open_ids("stall", {args.name}))
                 what = f"unstalled {args.name}"
             else:
