@@ -186,10 +186,17 @@ class _Injector:
         self.history = HistoryWriter(rd.history, lambda: time.time_ns() // 1000) if rd else None
         self.processes = [*config.sources, *self.nemesis.replicas, *config.clients]
 
+    def run_dir(self) -> RunDir:
+        """The run directory, whose pid files find the processes to signal (``run_inject``
+        refuses those actions without one first)."""
+        if self.rd is None:
+            raise InjectError("this action needs a RUN_DIR: it finds the process by the pid "
+                              "the launcher recorded")
+        return self.rd
+
     def adopt(self, name: str) -> None:
-        assert self.rd is not None
         kind = "replica" if name in self.nemesis.replicas else "source"
-        self.procs.append(Launched(name, kind, PidProcess(find_pid(self.rd, name))))
+        self.procs.append(Launched(name, kind, PidProcess(find_pid(self.run_dir(), name))))
 
     def healed(self, ids: list[int]) -> None:
         if self.history is not None:
@@ -219,10 +226,10 @@ class _Injector:
             raise
 
     def restart(self, name: str) -> None:
-        assert self.rd is not None
+        rd = self.run_dir()
         if name not in self.nemesis.replicas:
             raise InjectError(f"{name!r} is not a replica; replicas: {', '.join(self.nemesis.replicas)}")
-        pid = self.rd.read_pid(name)
+        pid = rd.read_pid(name)
         if pid is not None and alive(pid):
             raise InjectError(f"{name} is running (pid {pid}): kill it first")
         self.nemesis.restart(name)

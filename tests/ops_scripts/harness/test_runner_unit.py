@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import io
 import json
 import os
 import random
@@ -145,6 +146,9 @@ def test_dump_scenario_from_parts_names_the_cluster_relative_to_base(tmp_path: P
                             dump_scenario(name="k", cluster=config, faults=faults, seed=9,
                                           inline=True)))
     assert s.seed == 9 and s.faults == tuple(faults) and s.cluster_file is None
+    by_path = load_scenario(write(tmp_path, dump_scenario(
+        name="k", cluster=EXAMPLES / "basic.toml", faults=faults, inline=True), "p.toml"))
+    assert by_path.cluster_file is None and by_path.cluster == s.cluster  # the file, read
 
 
 # ------------------------------------------------------------------ the active rules
@@ -292,6 +296,17 @@ def test_inject_arguments_become_fault_tables() -> None:
         _table(inject_args("partition", "--shape", "link", "s3"))
     with pytest.raises(InjectError, match="--bridge P goes with --shape bridge"):
         _table(inject_args("partition", "--shape", "split", "s3", "--bridge", "c1"))
+
+
+def test_inject_refuses_to_find_a_process_without_a_run_dir() -> None:
+    from ops_scripts.errors import InjectError
+    from ops_scripts.harness.inject import _Injector
+
+    inj = _Injector(load_config(EXAMPLES / "basic.toml"), None, io.StringIO())
+    for act in (inj.adopt, inj.restart):
+        with pytest.raises(InjectError, match="needs a RUN_DIR: it finds the process by the pid"):
+            act("n1a")
+    assert inj.procs == []
 
 
 def test_pid_lookups_refuse_missing_dead_and_foreign_pids(tmp_path: Path) -> None:
