@@ -36,6 +36,8 @@ Invariants:
   The checks of values are the ones :class:`~node.faults.rules.Faults` makes
   (:func:`checked_cut`, :meth:`~node.faults.shaping.LinkShape.checked`), with the same
   messages.
+* Building an operation checks nothing: a replica checks what it reads (``from_body``), so
+  what the harness builds is judged exactly as what a user sends.
 * Nothing here does I/O or changes a replica: reading a body never applies it.
 """
 
