@@ -7,7 +7,7 @@ demo           a failure, tentative results and their correction, end to end    
 launch         start every process of a cluster config locally; drain and stop       launch.py
 node           one process of a cluster (what launch runs)                            node/procs/entry.py
 status         each replica's state and streams, from the control planes              status.py
-fault          cut / heal / stall at one replica (``POST /fault``)                    fault.py
+fault          cut / heal / stall at one replica (``POST /fault``)                    node/faults/ops.py
 inject         one fault or heal in a running cluster (by a run dir's pid files)      inject.py
 run            play a scenario's fault schedule on a real cluster, then check it      runner.py
 torture        seeded random schedules on real clusters, every run checked           torture.py
@@ -171,8 +171,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return print_status(load_config(resolve_config(args.target)))
         if args.command == "fault":
             from node.config.load import load_config
+            from node.faults.ops import Cut, FaultOp, Heal, Stall, Unstall
             from ops_scripts.errors import FaultError
-            from ops_scripts.harness.fault import cut, heal, stall, unstall
+            from ops_scripts.harness.fault import send_fault
 
             config = load_config(args.config)
             replicas = [r.name for n in config.nodes.values() for r in n.replicas]
@@ -183,15 +184,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.action == "cut" and not args.peers:
                 print("dpc: error: cut needs at least one process name", file=sys.stderr)
                 return 2
+            peers = tuple(args.peers)
+            ops: dict[str, FaultOp] = {"cut": Cut(peers), "heal": Heal(peers or None),
+                                       "stall": Stall(), "unstall": Unstall()}
             try:
-                if args.action == "cut":
-                    print(cut(config, args.replica, args.peers))
-                elif args.action == "heal":
-                    print(heal(config, args.replica, args.peers or None))
-                elif args.action == "stall":
-                    print(stall(config, args.replica))
-                else:
-                    print(unstall(config, args.replica))
+                print(send_fault(config, args.replica, ops[args.action]))
             except FaultError as e:
                 print(f"dpc: error: {e}", file=sys.stderr)
                 return 2

@@ -1,12 +1,13 @@
 """Fault injection for one process: cuts and shaped links between it and named peers.
 
-A replica process owns one :class:`Faults`; its control plane calls ``cut``, ``shape`` and
-``heal``. Its :class:`FaultyTransport` wraps each connection in a :class:`FaultyConnection`
+A replica process owns one :class:`Faults`; the operations it is asked for (node/faults/ops.py:
+the vocabulary and its wire form) become calls of ``cut``, ``shape`` and ``heal``
+(``Replica.apply_fault``). Its :class:`FaultyTransport` wraps each connection in a :class:`FaultyConnection`
 (node/faults/connection.py: the data path; node/faults/shaping.py: shapes and the pumps' mailbox).
 Every connection of a cluster has a replica at one end, so faults made there cover them all.
 
-Theory of operation. Each peer has at most one cut rule (:class:`Cut`) and one shape
-(:class:`~node.faults.shaping.Shape`); a later ``cut`` or ``shape`` of a peer replaces its rule,
+Theory of operation. Each peer has at most one cut rule (:class:`CutRule`) and one shape
+(:class:`~node.faults.shaping.LinkShape`); a later ``cut`` or ``shape`` of a peer replaces its rule,
 ``heal`` removes both. Rules are looked up per message, so they act on open connections and
 new ones alike. An accepting end learns its peer's name from the first message that carries
 one (a subscribe, an ack, a heartbeat or permission request); until then the connection is
@@ -66,32 +67,19 @@ import itertools
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from enum import Enum
-from typing import Any, TypeVar
+from typing import Any
 
 from node.errors import NodeError
 from node.faults.connection import FaultyConnection
-from node.faults.shaping import Shape
+from node.faults.ops import CutKind, Direction, checked_cut
+from node.faults.shaping import LinkShape
 from node.net.transport import Connection, Handler, Server, Transport
 
-__all__ = ["Cut", "CutKind", "Direction", "Faults", "FaultyConnection", "FaultyTransport"]
-
-
-class Direction(Enum):
-    """Which messages a blackhole cut drops, seen from the process that makes it."""
-
-    BOTH = "both"
-    IN = "in"  # from the peer
-    OUT = "out"  # to the peer
-
-
-class CutKind(Enum):
-    BLACKHOLE = "blackhole"  # silence; connections stay open
-    RESET = "reset"  # connections torn down, connects refused
+__all__ = ["CutRule", "Faults", "FaultyConnection", "FaultyTransport"]
 
 
 @dataclass(frozen=True, slots=True)
-class Cut:
+class CutRule:
     """The cut rule for one peer."""
 
     direction: Direction = Direction.BOTH
@@ -109,27 +97,14 @@ class Cut:
         return {"direction": self.direction.value, "kind": self.kind.value}
 
 
-_E = TypeVar("_E", bound=Enum)
-
-
-def _choice(enum: type[_E], value: Any, key: str, action: str) -> _E:
-    if isinstance(value, enum):
-        return value
-    try:
-        return enum(value)
-    except ValueError:
-        allowed = ", ".join(repr(e.value) for e in enum)
-        raise NodeError(f"cannot {action}: {key} must be one of {allowed}, got {value!r}") from None
-
-
 class Faults:
     """The cut rules and shapes of one process, and every connection it wrapped."""
 
     def __init__(self, owner: str, *, log: logging.Logger) -> None:
         self.owner = owner
         self._log = log
-        self._rules: dict[str, Cut] = {}
-        self._shapes: dict[str, Shape] = {}
+        self._rules: dict[str, CutRule] = {}
+        self._shapes: dict[str, LinkShape] = {}
         self._conns: dict[int, FaultyConnection] = {}  # by wrap order: heals replay exactly
         self._keys = itertools.count()
         self._changed = asyncio.Event()  # set, then replaced, when the cut rules change
@@ -159,13 +134,7 @@ class Faults:
         """Cut this process from ``peers`` (replacing their cut rules) until healed."""
         action = f"cut {self.owner!r}"
         names = self._names(peers, action)
-        rule = Cut(_choice(Direction, direction, "direction", action),
-                   _choice(CutKind, kind, "kind", action))
-        if rule.kind is CutKind.RESET and rule.direction is not Direction.BOTH:
-            raise NodeError(
-                f"cannot {action}: a reset cuts both ways, so kind 'reset' takes direction "
-                f"'both', got {rule.direction.value!r}"
-            )
+        rule = CutRule(*checked_cut(direction, kind, action))
         for name in names:
             self._rules[name] = rule
         wanted = set(names)
@@ -186,7 +155,7 @@ class Faults:
         """Shape the links between this process and ``peers`` (replacing their shapes)."""
         action = f"shape {self.owner!r}"
         names = self._names(peers, action)
-        shape = Shape.checked(delay=delay, bandwidth=bandwidth, slow=slow, action=action)
+        shape = LinkShape.checked(delay=delay, bandwidth=bandwidth, slow=slow, action=action)
         for name in names:
             self._shapes[name] = shape
         self._log.warning("fault injection: %s shapes its links to %s: %s", self.owner, names,
@@ -218,7 +187,7 @@ class Faults:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    def _apply(self, conn: FaultyConnection, rule: Cut) -> None:
+    def _apply(self, conn: FaultyConnection, rule: CutRule) -> None:
         """What ``rule`` does to ``conn``, an open connection to the peer it names."""
         if rule.kind is CutKind.RESET:
             self._counts["reset"] += 1
@@ -228,11 +197,11 @@ class Faults:
             conn._gappy = True  # may lose messages from now until the heal closes it
 
     # ------------------------------------------------------------------ queries
-    def rule(self, peer: str | None) -> Cut | None:
+    def rule(self, peer: str | None) -> CutRule | None:
         """The cut rule for ``peer`` (``None``: unknown or not cut)."""
         return None if peer is None else self._rules.get(peer)
 
-    def shape_of(self, peer: str | None) -> Shape | None:
+    def shape_of(self, peer: str | None) -> LinkShape | None:
         return None if peer is None else self._shapes.get(peer)
 
     def blocks(self, peer: str | None) -> bool:
@@ -306,9 +275,10 @@ class FaultyTransport:
 
     async def connect(self, host: str, port: int) -> FaultyConnection:
         faults, peer = self._faults, self._names.get((host, port))
+        if peer is None:  # nobody's name: no rule can name it
+            return faults.wrap(await self._inner.connect(host, port))
         deadline = asyncio.get_running_loop().time() + self._connect_timeout
         while (rule := faults.rule(peer)) is not None and rule.direction is not Direction.IN:
-            assert peer is not None
             if rule.kind is CutKind.RESET:
                 raise self._refused(peer, host, port)
             try:  # a blackhole: the handshake gets no answer, unless the rule goes first
@@ -321,7 +291,7 @@ class FaultyTransport:
                 ) from None
         conn = await self._inner.connect(host, port)
         if (rule := faults.rule(peer)) is not None and rule.kind is CutKind.RESET:
-            assert peer is not None  # reset while the handshake ran
+            # reset while the handshake ran
             if callable(reset := getattr(conn, "abort", None)):
                 reset()
             await conn.close()

@@ -2,14 +2,14 @@
 and a peer (used by :mod:`node.faults.rules`).
 
 Role: the parts a :class:`~node.faults.connection.FaultyConnection` shapes its traffic
-with. :class:`Shape` is the validated rule for one peer and says how long to wait between
+with. :class:`LinkShape` is the validated rule for one peer and says how long to wait between
 two messages; :class:`Mailbox` holds the messages a connection's pumps carry under a delay
 (read ahead of its user, or sent behind it); :func:`frame_size` is what a message weighs on
 the wire.
 
 Invariants:
 
-* A :class:`Shape` is valid once built (:meth:`Shape.checked`): delay and slow are finite
+* A :class:`LinkShape` is valid once built (:meth:`LinkShape.checked`): delay and slow are finite
   seconds >= 0, bandwidth is ``None`` or finite bytes/s > 0, and at least one of the three is
   in effect. A misuse raises :class:`~node.errors.NodeError` naming the key, what was expected
   and what arrived.
@@ -32,7 +32,7 @@ from node.errors import NodeError
 from protocol.codec import encode
 from protocol.messages import Message
 
-__all__ = ["Mailbox", "Shape", "frame_size"]
+__all__ = ["LinkShape", "Mailbox", "frame_size"]
 
 # Messages are weighed, not refused: the frame limit is the sending transport's business.
 _NO_LIMIT = 2**32
@@ -49,7 +49,7 @@ def _number(value: Any) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class Shape:
+class LinkShape:
     """The shaping of every link between this process and one peer.
 
     ``delay``: seconds of one-way latency added in both directions. ``bandwidth``: bytes/s
@@ -62,7 +62,7 @@ class Shape:
     slow: float = 0.0
 
     @classmethod
-    def checked(cls, *, delay: Any, bandwidth: Any, slow: Any, action: str) -> Shape:
+    def checked(cls, *, delay: Any, bandwidth: Any, slow: Any, action: str) -> LinkShape:
         """A shape from untrusted values; raises :class:`NodeError` ("cannot ``action``: ...")."""
         for key, value in (("delay", delay), ("slow", slow)):
             if not _number(value) or value < 0:

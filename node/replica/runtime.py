@@ -41,6 +41,7 @@ import orjson
 from node.clock import now_us
 from node.config.model import ClusterConfig
 from node.errors import ActionError
+from node.faults.ops import Cut, Heal, Shape, Stall, Unstall, from_body
 from node.faults.rules import Faults, FaultyTransport
 from node.net.transport import Transport
 from node.procs.control import ControlPlane
@@ -357,71 +358,41 @@ class Replica:
         return {"taken": True, "seq": self.manager.take_checkpoint(now_us())}
 
     async def _fault_action(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        """Fault injection at this replica (node/faults/rules.py). One action per body:
+        """``POST /fault``: :meth:`apply_fault`."""
+        return self.apply_fault(body)
 
-        * ``{"cut": [names], "direction": "both"|"in"|"out", "kind": "blackhole"|"reset"}``
-          (direction and kind optional: "both", "blackhole") cuts this replica from those
-          processes, replacing their earlier cut rules;
-        * ``{"shape": [names], "delay": s, "bandwidth": bytes_per_s, "slow": s}`` (each
-          optional, at least one in effect) shapes the links to them, replacing earlier shapes;
-        * ``{"heal": [names]}`` or ``{"heal": "all"}`` removes their cuts and shapes (``"all"``
-          also ends a stall);
-        * ``{"stall": "replay"}`` stalls this replica's reconciliations between two replay
-          steps until ``{"heal": "all"}`` or ``{"unstall": "replay"}``.
+    def apply_fault(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Fault injection at this replica (node/faults/rules.py): one operation of the
+        fault vocabulary, as the body of ``POST /fault`` (node/faults/ops.py: cut, shape,
+        heal, stall, unstall), read and applied. The simulation calls it with the bodies
+        ``dpc run`` sends. A heal of all also ends a stall; a stall holds this replica's
+        reconciliations between two replay steps (the manager's replay gate).
 
-        Names must be the cluster's other listening processes. A bad body, key or value is
-        an :class:`ActionError` (a 400) naming it; nothing changes then."""
-        from node.errors import NodeError  # the faults' refusal of a value, turned into a 400
-
-        usage = ('send {"cut": [names]} (optional "direction": "both"|"in"|"out", "kind": '
-                 '"blackhole"|"reset"), {"shape": [names], "delay": s, "bandwidth": '
-                 'bytes_per_s, "slow": s}, {"heal": [names] | "all"} or {"stall": "replay"} / '
-                 '{"unstall": "replay"}')
-        options = {"cut": {"direction", "kind"}, "shape": {"delay", "bandwidth", "slow"},
-                   "heal": set(), "stall": set(), "unstall": set()}
-        actions = [key for key in body if key in options]
-        if len(actions) != 1:
-            raise ActionError(usage)
-        action = actions[0]
-        extra = sorted(set(body) - options[action] - {action})
-        if extra:
-            allowed = sorted(options[action]) or "nothing else"
-            raise ActionError(f"unknown key(s) {extra} with {action!r}: it takes {allowed}; "
-                              f"{usage}")
-        if action in ("stall", "unstall"):
-            if body[action] != "replay":
-                raise ActionError('send {"stall": "replay"} or {"unstall": "replay"}')
-            if action == "stall":
-                self.manager.replay_gate.clear()
-            else:
-                self.manager.replay_gate.set()
-            log.warning("%s: replay %s", self.me.name, "stalled" if action == "stall" else "resumed")
-            return {"replay": self.manager.replay_progress()}
-        if action == "heal" and body["heal"] == "all":
-            self.manager.replay_gate.set()
-            return {"healed": self.faults.heal(), "cut": self.faults.cut_peers}
-        names = body[action]
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise ActionError(f"{action!r}: the names must be a list of process names, "
-                              f"got {names!r}")
+        Names must be the cluster's other processes. A bad body, key or value is an
+        :class:`ActionError` (a 400) naming it; nothing changes then."""
         # Every process: clients too (they listen nowhere, but a replica serves them).
         known = {*self.config.sources, *self.config.clients,
                  *(r.name for n in self.config.nodes.values() for r in n.replicas)} - {self.me.name}
-        unknown = sorted(set(names) - known)
-        if unknown:
-            raise ActionError(f"unknown process(es) {unknown}; known: {sorted(known)}")
-        try:
-            if action == "cut":
-                self.faults.cut(names, direction=body.get("direction", "both"),
-                                kind=body.get("kind", "blackhole"))
+        match from_body(body, owner=self.me.name, known=known):
+            case Stall():
+                self.manager.replay_gate.clear()
+                log.warning("%s: replay stalled", self.me.name)
+                return {"replay": self.manager.replay_progress()}
+            case Unstall():
+                self.manager.replay_gate.set()
+                log.warning("%s: replay resumed", self.me.name)
+                return {"replay": self.manager.replay_progress()}
+            case Cut(peers, direction, kind):
+                self.faults.cut(peers, direction=direction, kind=kind)
                 return {"cut": self.faults.cut_peers, "rules": self.faults.status()["rules"]}
-            if action == "shape":
-                self.faults.shape(names, delay=body.get("delay", 0.0),
-                                  bandwidth=body.get("bandwidth"), slow=body.get("slow", 0.0))
+            case Shape(peers, delay, bandwidth, slow):
+                self.faults.shape(peers, delay=delay, bandwidth=bandwidth, slow=slow)
                 return {"shapes": self.faults.status()["shapes"]}
-        except NodeError as exc:
-            raise ActionError(str(exc)) from None
-        return {"healed": self.faults.heal(names), "cut": self.faults.cut_peers}
+            case Heal(None):
+                self.manager.replay_gate.set()
+                return {"healed": self.faults.heal(), "cut": self.faults.cut_peers}
+            case Heal(peers):
+                return {"healed": self.faults.heal(peers), "cut": self.faults.cut_peers}
 
     def _shutdown_action(self, stop: asyncio.Event) -> Any:
         async def shutdown(body: Mapping[str, Any]) -> dict[str, Any]:

@@ -166,12 +166,13 @@ def run_demo(seed: int = 7, method: str = "checkpoint", cluster_seconds: float =
     ``failure_seconds`` (longer than alpha*X = 2.7 s: tentative results), healed (both
     replicas reconcile, one after the other), drained and judged by ``dpc check``."""
     from node.config.load import load_config
+    from node.faults.ops import Cut, Heal
     from node.procs.rundir import RunDir
     from ops_scripts.check.compose import run_check
     from ops_scripts.cluster.launch import progress, start_cluster, stop_cluster
     from ops_scripts.cluster.status import fetch_status
     from ops_scripts.errors import ProcessError
-    from ops_scripts.harness.fault import cut, heal
+    from ops_scripts.harness.fault import send_fault
 
     rd = RunDir(Path("runs") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}").ensure()
     text = (EXAMPLES / "basic.toml").read_text()
@@ -203,11 +204,11 @@ def run_demo(seed: int = 7, method: str = "checkpoint", cluster_seconds: float =
         print(f"\n  -- cutting s3 off from {' and '.join(replicas)} for {failure_seconds:.0f} s "
               "(s3 keeps producing; alpha*X = 2.7 s) --")
         for r in replicas:
-            cut(config, r, ["s3"])
+            send_fault(config, r, Cut(("s3",)))
         show(failure_seconds)
         print("\n  -- healing: s3 replays what the replicas missed; they reconcile in turn --")
         for r in replicas:
-            heal(config, r)
+            send_fault(config, r, Heal())
         show(2.0)
         show(15.0, until=all_stable)
         print()

@@ -1,26 +1,26 @@
-"""``dpc fault``: inject and heal faults in a running cluster through the replicas' control planes.
+"""The HTTP client of the replicas' control planes: fault operations and other actions.
 
-Every fault is made at a replica (``POST /fault``, node/faults/rules.py); every connection in a
-cluster has a replica at one end, so making it there covers them all:
+Every fault is made at a replica; every connection in a cluster has a replica at one end, so
+making it there covers them all. :func:`send_fault` hands a replica one operation of the
+fault vocabulary (node/faults/ops.py) as the body of its ``POST /fault``
+(``op.to_body()``); the replica reads it back with ``from_body`` and applies it
+(node/faults/rules.py says what a cut or a shape does):
 
-* cut a source from one replica: ``cut(config, "n1a", ["s3"])``; from all: once per replica.
-  The default is a blackhole both ways (a partition: silence, connections stay open);
-  ``direction="in"`` drops only what the peers send to the replica, ``"out"`` only what the
-  replica sends them (a connect from the replica then times out; under ``"in"`` it succeeds);
-  ``kind="reset"`` tears the connections down at once and refuses new ones (both ways);
-* cut the link between two processes: at the replica end (either replica, for two);
-* shape the links between a replica and processes: ``shape(config, "n1a", ["s3"],
-  delay=0.2, bandwidth=50_000, slow=0.01)``: one-way latency in seconds, bytes/s each way,
-  and a slow reader (seconds between two reads of their messages); a later shape replaces it;
-* kill a replica: SIGKILL by its pid (``Launched.proc``); restart it, recovering from a
-  partner (node/replica/recovery.py): ``launch.restart_replica(config, rd, name)``;
-* stall a replica's reconciliations mid-replay (a slow reconciliation, so that a new
-  failure can start during STABILIZATION): ``stall(config, "n1a")`` / ``unstall``;
-* heal named processes at a replica (their cuts and shapes): ``heal(config, "n1a", ["s3"])``;
-  heal everything: ``heal_all(config)`` (also ends stalls).
+* cut a source from one replica: ``send_fault(config, "n1a", Cut(("s3",)))``; from all:
+  once per replica. The default is a blackhole both ways (a partition: silence, connections
+  stay open); ``Direction.IN`` drops only what the peers send to the replica, ``OUT`` only
+  what the replica sends them (a connect from the replica then times out; under ``IN`` it
+  succeeds); ``CutKind.RESET`` tears the connections down at once and refuses new ones
+  (both ways);
+* shape the links between a replica and processes: ``Shape(("s3",), delay=0.2,
+  bandwidth=50_000, slow=0.01)``; heal named processes (``Heal(("s3",))``) or everything,
+  stalls too (``Heal()``); stall a replica's reconciliations mid-replay (``Stall()`` /
+  ``Unstall()``).
 
-A refused request (unknown name, bad value) raises :class:`FaultError` with the replica's
-reason. These are the hooks the fault-schedule harness grows from (issue 5).
+Kills, pauses and restarts are signals to processes: ``nemesis.py``. :func:`post_action` is
+the one request of every ``POST`` (``/fault``, ``/digest``, ...). A refused request
+(unknown name, bad value) or an unreachable control plane raises :class:`FaultError` with
+the replica's reason.
 """
 
 from __future__ import annotations
@@ -28,16 +28,18 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
 from typing import Any
 
 from node.config.model import ClusterConfig
+from node.faults.ops import FaultOp
 from ops_scripts.errors import FaultError
 
-__all__ = ["cut", "heal", "heal_all", "post_action", "shape", "stall", "unstall"]
+__all__ = ["post_action", "send_fault"]
 
 
 def post_action(config: ClusterConfig, replica: str, action: str, body: dict[str, Any]) -> dict[str, Any]:
+    """``POST /<action>`` with ``body`` to ``replica``'s control plane (the cluster's token);
+    its JSON answer, or :class:`FaultError` naming the replica, the action and the reason."""
     r = config.replica(replica)
     req = urllib.request.Request(
         f"http://{config.control_host}:{r.control_port}/{action}", data=json.dumps(body).encode(),
@@ -59,41 +61,6 @@ def post_action(config: ClusterConfig, replica: str, action: str, body: dict[str
         raise FaultError(f"{replica} /{action}: control plane unreachable: {exc}") from None
 
 
-def cut(config: ClusterConfig, replica: str, peers: Sequence[str], *, direction: str = "both",
-        kind: str = "blackhole") -> dict[str, Any]:
-    """Cut ``replica`` from ``peers``: ``direction`` "both" | "in" | "out", ``kind``
-    "blackhole" | "reset" (a reset is both ways)."""
-    body = {"cut": list(peers), "direction": direction, "kind": kind}
-    return post_action(config, replica, "fault", body)
-
-
-def shape(config: ClusterConfig, replica: str, peers: Sequence[str], *, delay: float = 0.0,
-          bandwidth: float | None = None, slow: float = 0.0) -> dict[str, Any]:
-    """Shape the links between ``replica`` and ``peers``: ``delay`` seconds of one-way
-    latency, at most ``bandwidth`` bytes/s each way, one read of their messages per ``slow``
-    seconds at most."""
-    body: dict[str, Any] = {"shape": list(peers), "delay": delay, "slow": slow}
-    if bandwidth is not None:
-        body["bandwidth"] = bandwidth
-    return post_action(config, replica, "fault", body)
-
-
-def heal(config: ClusterConfig, replica: str, peers: Sequence[str] | None = None) -> dict[str, Any]:
-    """Remove the cuts and shapes of ``peers`` at ``replica`` (``None``: all, and end a stall)."""
-    return post_action(config, replica, "fault", {"heal": "all" if peers is None else list(peers)})
-
-
-def stall(config: ClusterConfig, replica: str) -> dict[str, Any]:
-    return post_action(config, replica, "fault", {"stall": "replay"})
-
-
-def unstall(config: ClusterConfig, replica: str) -> dict[str, Any]:
-    return post_action(config, replica, "fault", {"unstall": "replay"})
-
-
-def heal_all(config: ClusterConfig, skip: Sequence[str] = ()) -> None:
-    """Heal every cut at every replica (``skip``: replicas known to be down)."""
-    for node in config.nodes.values():
-        for r in node.replicas:
-            if r.name not in skip:
-                heal(config, r.name)
+def send_fault(config: ClusterConfig, replica: str, op: FaultOp) -> dict[str, Any]:
+    """Make ``op`` at ``replica`` (``POST /fault``); its answer (the rules it now holds)."""
+    return post_action(config, replica, "fault", op.to_body())

@@ -37,12 +37,14 @@ from typing import Any, TextIO
 
 from node.config.load import load_config
 from node.config.model import ClusterConfig
+from node.faults.ops import Heal, Unstall
 from node.procs.rundir import RunDir
 from ops_scripts.check.history import HistoryWriter, fault_effects, read_history
 from ops_scripts.cluster.launch import Launched
 from ops_scripts.cluster.processes import PidProcess, alive, find_pid
 from ops_scripts.errors import FaultError, InjectError, ProcessError, ScheduleError
-from ops_scripts.harness.nemesis import Nemesis, request_heal, request_unstall
+from ops_scripts.harness.fault import send_fault
+from ops_scripts.harness.nemesis import Nemesis
 from ops_scripts.harness.schedule import CUTS, SHAPES, Fault, parse_faults
 from protocol.errors import DPCError
 
@@ -184,10 +186,17 @@ class _Injector:
         self.history = HistoryWriter(rd.history, lambda: time.time_ns() // 1000) if rd else None
         self.processes = [*config.sources, *self.nemesis.replicas, *config.clients]
 
+    def run_dir(self) -> RunDir:
+        """The run directory, whose pid files find the processes to signal (``run_inject``
+        refuses those actions without one first)."""
+        if self.rd is None:
+            raise InjectError("this action needs a RUN_DIR: it finds the process by the pid "
+                              "the launcher recorded")
+        return self.rd
+
     def adopt(self, name: str) -> None:
-        assert self.rd is not None
         kind = "replica" if name in self.nemesis.replicas else "source"
-        self.procs.append(Launched(name, kind, PidProcess(find_pid(self.rd, name))))
+        self.procs.append(Launched(name, kind, PidProcess(find_pid(self.run_dir(), name))))
 
     def healed(self, ids: list[int]) -> None:
         if self.history is not None:
@@ -217,10 +226,10 @@ class _Injector:
             raise
 
     def restart(self, name: str) -> None:
-        assert self.rd is not None
+        rd = self.run_dir()
         if name not in self.nemesis.replicas:
             raise InjectError(f"{name!r} is not a replica; replicas: {', '.join(self.nemesis.replicas)}")
-        pid = self.rd.read_pid(name)
+        pid = rd.read_pid(name)
         if pid is not None and alive(pid):
             raise InjectError(f"{name} is running (pid {pid}): kill it first")
         self.nemesis.restart(name)
@@ -241,10 +250,10 @@ class _Injector:
             raise InjectError(f"unknown process(es) {unknown}; known: {', '.join(self.processes)}")
         problems = []
         for r in self.nemesis.replicas:
-            peers = None if everything else (
+            peers = None if everything else tuple(
                 [p for p in self.processes if p != r] if r in names else [n for n in names if n != r])
             try:
-                request_heal(self.config, r, peers)
+                send_fault(self.config, r, Heal(peers))
             except FaultError as e:
                 problems.append(str(e))
         if everything and self.rd is not None:
@@ -287,8 +296,8 @@ def run_inject(args: argparse.Namespace, out: TextIO | None = None) -> int:
                 inj.resume(args.name)
                 what = f"resumed {args.name}"
             elif args.action == "unstall":
-                request_unstall(config, _fault({"fault": "stall", "process": args.name},
-                                               config).params["process"])
+                replica = _fault({"fault": "stall", "process": args.name}, config).params["process"]
+                send_fault(config, replica, Unstall())
                 inj.healed(inj.open_ids("stall", {args.name}))
                 what = f"unstalled {args.name}"
             else:

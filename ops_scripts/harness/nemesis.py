@@ -5,23 +5,22 @@ Role: the one home of fault injection on real processes, for ``dpc run`` / ``dpc
 handles of a run (``launch.Launched``) and the model of the rules in force at each replica
 (``rules.ActiveRules``), and turns each ``schedule.Fault`` into actions:
 
-=========  ==========================================  =====================================
+=========  ==========================================  =========================================
 kind       inject                                      heal
-=========  ==========================================  =====================================
-partition  ``POST /fault {"cut", "direction", "kind"}``  ``{"heal": [peers]}``, then whatever
-delay,     ``POST /fault {"shape", ...}`` at the         other faults in force still want on
-bandwidth  replica end(s) (``rules.py``)                those peers, again (``rules.py``)
-slow       ``shape`` ``slow`` at the reader
+=========  ==========================================  =========================================
+partition  a ``Cut`` at the replica end(s)             a ``Heal`` of those peers, then
+delay,     a ``Shape`` at the replica end(s)           whatever other faults in force still
+bandwidth  (``rules.py``)                              want on them, again (``rules.py``)
+slow       a ``Shape`` with ``slow`` at the reader
 kill       SIGKILL by pid                              ``launch.restart_replica`` (--recover),
                                                        then the rules in force at it, again
 pause      SIGSTOP by pid                              SIGCONT, then the rules changed meanwhile
-stall      ``{"stall": "replay"}``                       ``{"unstall": "replay"}``
-=========  ==========================================  =====================================
+stall      a ``Stall``                                 an ``Unstall``
+=========  ==========================================  =========================================
 
-The requests to a replica's control plane are made by one function each
-(:func:`request_cut`, :func:`request_shape`, :func:`request_heal`, :func:`request_stall`,
-:func:`request_unstall`): the only places that know the ``POST /fault`` body. A cut of the
-default kind (both ways, blackhole) is sent as plain ``{"cut": [names]}``.
+Cut, Shape, Heal, Stall and Unstall are the operations of the fault vocabulary
+(node/faults/ops.py); ``rules.ActiveRules.plan`` computes them and ``fault.send_fault`` makes
+each at its replica (``POST /fault`` with ``op.to_body()``). Nothing here knows the body.
 
 Invariants: a refused or failed request is never ignored: :class:`InjectError` says which
 fault, which replica and what it answered (the caller records it and fails the run). A
@@ -37,88 +36,22 @@ import signal
 import subprocess
 import sys
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TextIO
 
 from node.config.model import ClusterConfig
+from node.faults.ops import Heal
 from node.procs.rundir import RunDir
 from ops_scripts.cluster.launch import Launched, restart_replica
 from ops_scripts.cluster.status import fetch_status
 from ops_scripts.errors import FaultError, InjectError, ProcessError
-from ops_scripts.harness.fault import post_action
-from ops_scripts.harness.rules import ActiveRules, Cut, Heal, Op, Shape, Stall, Unstall
+from ops_scripts.harness.fault import send_fault
+from ops_scripts.harness.rules import ActiveRules
 from ops_scripts.harness.schedule import Fault, node_of
 from ops_scripts.harness.timeline import blocked
 
-__all__ = [
-    "Nemesis",
-    "perform",
-    "request_cut",
-    "request_heal",
-    "request_shape",
-    "request_stall",
-    "request_unstall",
-]
+__all__ = ["Nemesis"]
 
 KILL_WAIT = 10.0  # seconds for a SIGKILLed process to be gone
-
-
-# ---------------------------------------------------------------- the POST /fault call sites
-def request_cut(config: ClusterConfig, replica: str, peers: Sequence[str], *,
-                direction: str = "both", kind: str = "blackhole") -> dict[str, Any]:
-    """``replica`` cuts ``peers``: "in" (their messages vanish), "out" (its messages to
-    them vanish) or "both"; "blackhole" (silence) or "reset" (connections torn down)."""
-    body: dict[str, Any] = {"cut": list(peers)}
-    if direction != "both":
-        body["direction"] = direction
-    if kind != "blackhole":
-        body["kind"] = kind
-    return post_action(config, replica, "fault", body)
-
-
-def request_shape(config: ClusterConfig, replica: str, peers: Sequence[str], *,
-                  delay: float = 0.0, bandwidth: float | None = None,
-                  slow: float = 0.0) -> dict[str, Any]:
-    """``replica`` slows its links with ``peers``: ``delay`` seconds and ``bandwidth``
-    bytes/s each way; ``slow``: it reads their messages at most one per ``slow`` s."""
-    body: dict[str, Any] = {"shape": list(peers)}
-    if delay:
-        body["delay"] = delay
-    if bandwidth is not None:
-        body["bandwidth"] = bandwidth
-    if slow:
-        body["slow"] = slow
-    return post_action(config, replica, "fault", body)
-
-
-def request_heal(config: ClusterConfig, replica: str,
-                 peers: Sequence[str] | None = None) -> dict[str, Any]:
-    """``replica`` drops its cuts and shapes of ``peers`` (None: of everyone, and any stall)."""
-    return post_action(config, replica, "fault", {"heal": "all" if peers is None else list(peers)})
-
-
-def request_stall(config: ClusterConfig, replica: str) -> dict[str, Any]:
-    return post_action(config, replica, "fault", {"stall": "replay"})
-
-
-def request_unstall(config: ClusterConfig, replica: str) -> dict[str, Any]:
-    return post_action(config, replica, "fault", {"unstall": "replay"})
-
-
-def perform(config: ClusterConfig, op: Op) -> dict[str, Any]:
-    """Make one request of ``rules.ActiveRules.plan``."""
-    match op:
-        case Cut():
-            return request_cut(config, op.replica, op.peers, direction=op.direction, kind=op.kind)
-        case Shape():
-            return request_shape(config, op.replica, op.peers, delay=op.delay,
-                                 bandwidth=op.bandwidth, slow=op.slow)
-        case Heal():
-            return request_heal(config, op.replica, op.peers)
-        case Stall():
-            return request_stall(config, op.replica)
-        case Unstall():
-            return request_unstall(config, op.replica)
-    raise AssertionError(op)
 
 
 # ---------------------------------------------------------------- the nemesis
@@ -225,7 +158,7 @@ class Nemesis:
         for replica, ops in self.rules.plan(targets).items():
             try:
                 for op in ops:
-                    perform(self.config, op)
+                    send_fault(self.config, replica, op)
             except FaultError as e:
                 problems.append(str(e))
                 continue
@@ -246,7 +179,7 @@ class Nemesis:
                 p.proc.send_signal(signal.SIGCONT)
         for r in self.reachable():
             try:
-                request_heal(self.config, r)
+                send_fault(self.config, r, Heal())
             except FaultError as e:
                 problems.append(str(e))
         self.rules.clear()

@@ -12,13 +12,14 @@ peer. Faults overlap: a partition and a delay on one link, two partitions that b
   ``bandwidth`` at each replica end of the link, ``slow`` at the reader for its writer;
 * **held**: what each replica was last brought to (:meth:`ActiveRules.commit`).
 
-:meth:`ActiveRules.plan` compares them and returns the requests (:data:`Op`) for each
-reachable replica: nothing where they agree; a cut and/or a shape where the desired rule
-only adds to the held one; otherwise a heal of that peer, then the whole desired rule
-again. So healing one of two partitions that cut the same pair heals it and cuts it again
-at once, and a restarted replica (:meth:`forget`: it holds nothing) gets back every rule
-of the faults still in force. Stalls are counted the same way: a replica is stalled while
-any stall fault on it is in force.
+:meth:`ActiveRules.plan` compares them and returns the requests for each reachable replica,
+operations of the fault vocabulary (node/faults/ops.py: :data:`~node.faults.ops.FaultOp`):
+nothing where they agree; a cut and/or a shape where the desired rule only adds to the held
+one; otherwise a heal of that peer, then the whole desired rule again. So healing one of two
+partitions that cut the same pair heals it and cuts it again at once, and a restarted
+replica (:meth:`forget`: it holds nothing) gets back every rule of the faults still in
+force. Stalls are counted the same way: a replica is stalled while any stall fault on it is
+in force.
 
 Combining rules on one (replica, peer): cut directions are united; a cut tears
 connections down (``reset``) if any fault in force on the pair says so; delays add up (each
@@ -39,10 +40,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from node.config.model import ClusterConfig
+from node.faults.ops import Cut, CutKind, Direction, FaultOp, Heal, Shape, Stall, Unstall
 from ops_scripts.harness.schedule import Fault, cut_pairs, replica_rules
 
-__all__ = ["NETWORK_KINDS", "ActiveRules", "Cut", "Heal", "LinkRule", "Op", "Shape", "Stall",
-           "Unstall", "fault_rules"]
+__all__ = ["NETWORK_KINDS", "ActiveRules", "LinkRule", "fault_rules"]
 
 #: The fault kinds that are rules at replicas (the others stop processes).
 NETWORK_KINDS = ("partition", "delay", "bandwidth", "slow")
@@ -60,14 +61,14 @@ class LinkRule:
     slow: float = 0.0  # seconds per message read from the peer
 
     @property
-    def direction(self) -> str | None:
+    def direction(self) -> Direction | None:
         if self.cut_in and self.cut_out:
-            return "both"
-        return "in" if self.cut_in else "out" if self.cut_out else None
+            return Direction.BOTH
+        return Direction.IN if self.cut_in else Direction.OUT if self.cut_out else None
 
     @property
-    def kind(self) -> str:
-        return "reset" if self.reset else "blackhole"
+    def kind(self) -> CutKind:
+        return CutKind.RESET if self.reset else CutKind.BLACKHOLE
 
     @property
     def shaped(self) -> bool:
@@ -93,40 +94,6 @@ class LinkRule:
                 and (self.bandwidth is not None or held.bandwidth is None))
 
 
-@dataclass(frozen=True, slots=True)
-class Cut:
-    replica: str
-    peers: tuple[str, ...]
-    direction: str  # "both" | "in" | "out"
-    kind: str  # "blackhole" | "reset"
-
-
-@dataclass(frozen=True, slots=True)
-class Shape:
-    replica: str
-    peers: tuple[str, ...]
-    delay: float
-    bandwidth: float | None
-    slow: float
-
-
-@dataclass(frozen=True, slots=True)
-class Heal:
-    replica: str
-    peers: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Stall:
-    replica: str
-
-
-@dataclass(frozen=True, slots=True)
-class Unstall:
-    replica: str
-
-
-Op = Cut | Shape | Heal | Stall | Unstall
 Rules = dict[str, dict[str, LinkRule]]
 
 
@@ -136,9 +103,9 @@ def fault_rules(fault: Fault, config: ClusterConfig) -> Rules:
     out: Rules = {}
     p = fault.params
     if fault.kind == "partition":
-        kind_reset = p.get("cut") == "reset"
+        kind_reset = p.get("cut") == CutKind.RESET.value
         for me, peers in replica_rules(cut_pairs(fault, config), config).items():
-            out[me] = {peer: LinkRule(way in ("both", "in"), way in ("both", "out"), kind_reset)
+            out[me] = {peer: LinkRule(way is not Direction.OUT, way is not Direction.IN, kind_reset)
                        for peer, way in peers.items()}
     elif fault.kind in ("delay", "bandwidth"):
         a, b = p["between"]
@@ -199,21 +166,16 @@ class ActiveRules:
     def stalled(self) -> set[str]:
         return set(self._stalls.values())
 
-    def involving(self, process: str) -> list[int]:
-        """The faults in force whose rules name ``process`` (at either end)."""
-        return sorted(fid for fid, rules in self._faults.items()
-                      if process in rules or any(process in peers for peers in rules.values()))
-
-    def plan(self, reachable: Iterable[str]) -> dict[str, list[Op]]:
-        """The requests that bring each reachable replica from held to desired."""
+    def plan(self, reachable: Iterable[str]) -> dict[str, list[FaultOp]]:
+        """The operations that bring each reachable replica from held to desired."""
         desired, stalled = self.desired(), self.stalled
-        plans: dict[str, list[Op]] = {}
+        plans: dict[str, list[FaultOp]] = {}
         for me in sorted(set(reachable)):
-            ops = _link_ops(me, self.held.get(me, {}), desired.get(me, {}))
+            ops = _link_ops(self.held.get(me, {}), desired.get(me, {}))
             if me in stalled and me not in self.held_stalled:
-                ops.append(Stall(me))
+                ops.append(Stall())
             elif me not in stalled and me in self.held_stalled:
-                ops.append(Unstall(me))
+                ops.append(Unstall())
             if ops:
                 plans[me] = ops
         return plans
@@ -231,9 +193,9 @@ class ActiveRules:
             self.held_stalled.discard(replica)
 
 
-def _link_ops(me: str, held: Mapping[str, LinkRule], desired: Mapping[str, LinkRule]) -> list[Op]:
+def _link_ops(held: Mapping[str, LinkRule], desired: Mapping[str, LinkRule]) -> list[FaultOp]:
     heal: list[str] = []
-    cuts: dict[tuple[str, str], list[str]] = {}
+    cuts: dict[tuple[Direction, CutKind], list[str]] = {}
     shapes: dict[tuple[float, float | None, float], list[str]] = {}
     for peer in sorted(set(held) | set(desired)):
         was, want = held.get(peer, LinkRule()), desired.get(peer, LinkRule())
@@ -247,7 +209,7 @@ def _link_ops(me: str, held: Mapping[str, LinkRule], desired: Mapping[str, LinkR
         if want.shaped and replace(want, cut_in=False, cut_out=False, reset=False) != replace(
                 was, cut_in=False, cut_out=False, reset=False):
             shapes.setdefault((want.delay, want.bandwidth, want.slow), []).append(peer)
-    ops: list[Op] = [Heal(me, tuple(heal))] if heal else []
-    ops += [Cut(me, tuple(peers), d, k) for (d, k), peers in cuts.items()]
-    ops += [Shape(me, tuple(peers), *params) for params, peers in shapes.items()]
+    ops: list[FaultOp] = [Heal(tuple(heal))] if heal else []
+    ops += [Cut(tuple(peers), d, k) for (d, k), peers in cuts.items()]
+    ops += [Shape(tuple(peers), *params) for params, peers in shapes.items()]
     return ops

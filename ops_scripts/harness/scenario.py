@@ -306,17 +306,20 @@ def dump_scenario(
     cluster's tables are embedded (a self-contained file: source data files named by
     absolute path); else the file is named by its path, relative to ``base`` (the directory
     the scenario will be written to) if given, else absolute."""
-    if isinstance(cluster, ClusterConfig):
-        file: Path | None = cluster.path.resolve()
-        tables: Mapping[str, Any] | None = _absolute_files(cluster.raw, cluster.path.parent)
-    elif isinstance(cluster, Mapping):
-        file, tables, inline = None, cluster, True
-    else:
-        file, tables = Path(cluster).resolve(), None
     head: dict[str, Any] = {"name": name}
-    if not inline:
-        assert file is not None
-        head["cluster"] = os.path.relpath(file, Path(base).resolve()) if base else str(file)
+    file: Path | None = None  # the cluster file, if the cluster has one
+    tables: Mapping[str, Any] | None = None  # the cluster's tables, if inline
+    if isinstance(cluster, Mapping):
+        tables = cluster  # parsed tables have no file: always inline
+    else:
+        path = cluster.path if isinstance(cluster, ClusterConfig) else Path(cluster)
+        file = path.resolve()
+        if not inline:
+            head["cluster"] = os.path.relpath(file, Path(base).resolve()) if base else str(file)
+        elif isinstance(cluster, ClusterConfig):
+            tables = _absolute_files(cluster.raw, path.parent)
+        else:
+            tables = _absolute_files(_read_toml(file, "cluster config"), file.parent)
     head |= {"settle": float(settle), "quiet": float(quiet)}
     if source_rate is not None:
         head["source_rate"] = float(source_rate)
@@ -328,10 +331,7 @@ def dump_scenario(
              tomli_w.dumps({"scenario": head})]
     if faults:
         parts.append("\n" + dump_faults(faults))
-    if inline:
-        if tables is None:
-            assert file is not None
-            tables = _absolute_files(_read_toml(file, "cluster config"), file.parent)
+    if tables is not None:
         parts.append(f"\n# The cluster config{f' (from {file})' if file else ''}, inline.\n")
         parts.append(tomli_w.dumps({k: tables[k] for k in CLUSTER_TABLES if k in tables}))
     return "".join(parts)

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from node.config.model import ClusterConfig
+from node.faults.ops import CutKind, Direction
 from ops_scripts.errors import ScheduleError
 
 __all__ = [
@@ -66,7 +67,7 @@ __all__ = [
 
 KINDS = ("partition", "kill", "pause", "delay", "bandwidth", "slow", "stall")
 SHAPES = ("link", "isolate", "split", "bridge", "source")
-CUTS = ("blackhole", "reset")
+CUTS = tuple(kind.value for kind in CutKind)  # a partition's ``cut``: "blackhole", "reset"
 
 # The keys each kind (and partition shape) takes, besides at / for / fault.
 _KEYS: dict[str, set[str]] = {
@@ -216,7 +217,7 @@ def _parse_one(i: int, raw: Mapping[str, Any], config: ClusterConfig) -> Fault:
     p: dict[str, Any] = {}
     if kind == "partition":
         p["shape"] = raw["shape"]
-        cut = raw.get("cut", "blackhole")
+        cut = raw.get("cut", CutKind.BLACKHOLE.value)
         if cut not in CUTS:
             raise _err(i, f"cut = {cut!r}; expected one of {', '.join(CUTS)}")
         p["cut"] = cut
@@ -231,7 +232,7 @@ def _parse_one(i: int, raw: Mapping[str, Any], config: ClusterConfig) -> Fault:
     if "one_way" in raw:
         if not isinstance(raw["one_way"], bool):
             raise _err(i, f"one_way must be true or false, got {raw['one_way']!r}")
-        if raw["one_way"] and p.get("cut") == "reset":
+        if raw["one_way"] and p.get("cut") == CutKind.RESET.value:
             raise _err(i, "a reset tears a connection down both ways: one_way needs cut = "
                           "\"blackhole\"")
         p["one_way"] = raw["one_way"]
@@ -368,18 +369,18 @@ def impaired_pairs(fault: Fault) -> set[tuple[str, str]]:
 
 
 def replica_rules(pairs: Iterable[tuple[str, str]], config: ClusterConfig,
-                  ) -> dict[str, dict[str, str]]:
-    """Per replica: ``{peer: direction}`` (``"both"``, ``"in"``: from the peer, ``"out"``:
-    to the peer) that cuts ``pairs``, made at every replica end of each pair."""
+                  ) -> dict[str, dict[str, Direction]]:
+    """Per replica: ``{peer: direction}`` (``IN``: from the peer, ``OUT``: to the peer, or
+    ``BOTH``) that cuts ``pairs``, made at every replica end of each pair."""
     replicas = set(_replicas(config))
     cut = set(pairs)
-    rules: dict[str, dict[str, str]] = {}
+    rules: dict[str, dict[str, Direction]] = {}
     for a, b in sorted(cut):
-        for me, peer, way in ((a, b, "out"), (b, a, "in")):
+        for me, peer, way in ((a, b, Direction.OUT), (b, a, Direction.IN)):
             if me not in replicas:
                 continue
             mine = rules.setdefault(me, {})
-            mine[peer] = "both" if (peer, me) in cut and (me, peer) in cut else way
+            mine[peer] = Direction.BOTH if (peer, me) in cut and (me, peer) in cut else way
     return rules
 
 
@@ -430,7 +431,7 @@ def _random_partition(config: ClusterConfig, rng: random.Random, procs: list[str
     out: dict[str, Any] = {"shape": shape, "cut": rng.choice(CUTS)}
     if shape == "link":
         out["between"] = list(rng.choice(links))
-        if out["cut"] == "blackhole" and rng.random() < 0.5:
+        if out["cut"] == CutKind.BLACKHOLE.value and rng.random() < 0.5:
             out["one_way"] = True
             if rng.random() < 0.5:
                 out["between"].reverse()

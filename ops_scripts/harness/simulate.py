@@ -5,9 +5,11 @@ Role: FoundationDB-style deterministic simulation. The same ``Source``, ``Replic
 (:class:`~node.virtual_time.VirtualTimeLoop`), connected by the in-memory transport
 (``node/net/memory.py``), with the clock of :mod:`node.clock` set to the loop's virtual time.
 Faults come from :func:`~ops_scripts.harness.schedule.random_faults` drawn from the run's seed and
-are made through the same hooks as on real processes: cuts and shaping through each
-replica's ``Faults`` (node/faults/rules.py), kills as a crash of the replica's tasks followed by a
-restart with recovery from a partner (node/replica/recovery.py), stalls through the replay gate.
+are made as on real processes: cuts, shapes, heals and stalls are the operations
+``rules.ActiveRules`` plans (node/faults/ops.py), handed to each replica as the very bodies
+``dpc run`` sends to its ``POST /fault`` (``op.to_body()``, read back and applied by
+``Replica.apply_fault``, the control plane's path); kills are a crash of the replica's tasks
+followed by a restart with recovery from a partner (node/replica/recovery.py).
 The schedule is played by the rules ``dpc run`` follows (``timeline.py``: heals counted
 from the injection, a kill that would leave a node with no replica holding a state waits).
 Each run writes an ordinary run directory (logs, history) and is judged by the same
@@ -50,6 +52,7 @@ from typing import Any, TextIO
 from node.clock import now_us, use_clock
 from node.config.model import ClusterConfig, ReplicaConfig
 from node.errors import ActionError
+from node.faults.ops import FaultOp, Heal
 from node.net.memory import MemoryTransport
 from node.procs.client import Client
 from node.procs.rundir import RunDir
@@ -58,7 +61,7 @@ from node.replica.runtime import Replica
 from node.virtual_time import VirtualTimeLoop
 from ops_scripts.check.history import HistoryWriter, merge_states
 from ops_scripts.examples import EXAMPLES
-from ops_scripts.harness.rules import ActiveRules, Cut, Heal, Op, Shape, Stall, Unstall
+from ops_scripts.harness.rules import ActiveRules
 from ops_scripts.harness.schedule import Fault, dump_faults, node_of, random_faults
 from ops_scripts.harness.timeline import BLOCKED_LIMIT, Timeline, blocked
 
@@ -164,29 +167,18 @@ class _Cluster:
         through the same requests ``dpc run`` sends to a replica's ``POST /fault``."""
         for name, ops in self.rules.plan(sorted(self.replicas)).items():
             for op in ops:
-                self._perform(self.replicas[name], op)
+                self._send(name, op)
             self.rules.commit(name)
 
     def heal_all(self) -> None:
         self.rules.clear()  # the model forgets; each replica heals everything (as POST heal all)
-        for r in self.replicas.values():
-            r.faults.heal(None)
-            r.manager.replay_gate.set()
+        for name in self.replicas:
+            self._send(name, Heal())
 
-    @staticmethod
-    def _perform(r: Replica, op: Op) -> None:
-        match op:
-            case Cut():
-                r.faults.cut(op.peers, direction=op.direction, kind=op.kind)
-            case Shape():
-                r.faults.shape(op.peers, delay=op.delay, bandwidth=op.bandwidth,
-                               slow=op.slow)
-            case Heal():
-                r.faults.heal(op.peers)
-            case Stall():
-                r.manager.replay_gate.clear()
-            case Unstall():
-                r.manager.replay_gate.set()
+    def _send(self, name: str, op: FaultOp) -> None:
+        """``op`` at replica ``name``, as ``POST /fault`` makes it: the body ``dpc run``
+        sends, read back and applied by the replica (a refusal raises: the run fails)."""
+        self.replicas[name].apply_fault(op.to_body())
 
     def drained(self) -> bool:
         """Every client saw the end of its stream and every replica released it."""

@@ -28,6 +28,7 @@ import pytest
 
 from node.config.load import load_config
 from node.config.model import ClusterConfig
+from node.faults.ops import Cut, Heal
 from node.net.ports import free_port
 from node.procs.rundir import RunDir, read_jsonl_tuples
 from ops_scripts.check.availability import assess
@@ -35,7 +36,7 @@ from ops_scripts.check.compose import run_check
 from ops_scripts.cluster.launch import Launched, restart_replica, start_cluster, stop_cluster
 from ops_scripts.cluster.status import fetch_status
 from ops_scripts.errors import FaultError
-from ops_scripts.harness.fault import cut, heal, post_action
+from ops_scripts.harness.fault import post_action, send_fault
 from protocol.codec import encode
 from protocol.messages import Subscribe
 from protocol.tuples import Kind
@@ -93,11 +94,11 @@ class Cluster:
 
     def cut(self, peers: list[str], at: list[str] | None = None) -> None:
         for r in at or [r for r in self.replicas if self._reads(r, peers)]:
-            cut(self.config, r, peers)
+            send_fault(self.config, r, Cut(tuple(peers)))
 
     def heal(self) -> None:
         for r in self.replicas:
-            heal(self.config, r)
+            send_fault(self.config, r, Heal())
 
     def _reads(self, replica: str, peers: list[str]) -> bool:
         node = self.config.nodes[self.config.replica(replica).node]
@@ -313,7 +314,7 @@ def test_overlapping_failures_on_two_inputs(cluster: Any, tmp_path: Path) -> Non
     c.cut(["s2"])
     wait_for(lambda: tentative_everywhere(["n1"], 300)(c), 60, "more tentative output")
     for r in c.replicas:
-        heal(c.config, r, ["s3"])
+        send_fault(c.config, r, Heal(("s3",)))
     wait_for(lambda: all(c.status(r)["state"] == "UP_FAILURE" for r in c.replicas), 5,
              "s2 still out: no reconciliation")
     c.heal()
@@ -335,7 +336,7 @@ def test_a_failure_that_starts_during_stabilization(cluster: Any, tmp_path: Path
     c.cut(["s3"])
     wait_for(lambda: tentative_everywhere(["n1"])(c), 60, "tentative output everywhere")
     for r in c.replicas:
-        heal(c.config, r, ["s3"])  # not "all": that would end the stall too
+        send_fault(c.config, r, Heal(("s3",)))  # not "all": that would end the stall too
 
     def stalled() -> str | None:
         for r in c.replicas:
@@ -389,7 +390,7 @@ def test_a_killed_replica_restarts_recovers_and_rejoins(cluster: Any, tmp_path: 
     n = c.client_lines()
     wait_for(lambda: c.client_lines() > n + 50, what="the client to receive data")
     c.kill("n1a")
-    cut(c.config, "n1b", ["s3"])  # the partner is in a failure: no state to give yet
+    send_fault(c.config, "n1b", Cut(("s3",)))  # the partner is in a failure: no state to give yet
     wait_for(lambda: c.status("n1b")["state"] == "UP_FAILURE", 30, "n1b in UP_FAILURE")
     c.restart("n1a")
     st = c.status("n1a")
@@ -401,7 +402,7 @@ def test_a_killed_replica_restarts_recovers_and_rejoins(cluster: Any, tmp_path: 
     _subscribe_is_refused(c, "n1a")
     wait_for(lambda: "refused: this replica is waiting for a partner's state"
              in c.rd.process_log("n1a").read_text(), 10, "the refusal in n1a's log")
-    heal(c.config, "n1b")  # n1b reconciles, is STABLE again, and gives n1a its state
+    send_fault(c.config, "n1b", Heal())  # n1b reconciles, is STABLE again, and gives n1a its state
     wait_for(lambda: c.status("n1a")["recovery"]["recovering"] is None, 60, "n1a to rejoin")
     rec = c.status("n1a")["recovery"]["last"]
     assert rec["from"] == "n1b" and rec["rejoined_at_us"] >= rec["restored_at_us"], rec

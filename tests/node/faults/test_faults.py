@@ -22,7 +22,8 @@ import pytest
 
 from node.config.load import load_config
 from node.errors import ActionError, NodeError
-from node.faults.rules import Cut, CutKind, Direction, Faults
+from node.faults.ops import CutKind, Direction
+from node.faults.rules import CutRule, Faults
 from node.net.memory import MemoryTransport
 from node.procs.rundir import RunDir
 from node.replica.runtime import Replica
@@ -384,7 +385,7 @@ def test_a_later_cut_replaces_the_rule_and_status_reports_rules_and_shapes() -> 
     }
     shaped = {"delay": 0.0, "bandwidth": 1000.0, "slow": 0.1}
     assert st["shapes"] == {"b": shaped, "e": shaped}
-    assert faults.rule("b") == Cut(Direction.IN, CutKind.BLACKHOLE)
+    assert faults.rule("b") == CutRule(Direction.IN, CutKind.BLACKHOLE)
     assert faults.heal(["e", "b", "z"]) == ["b", "e"]  # a cut, a shape, or both
     st = faults.status()
     assert (st["cut"], st["shapes"]) == (["c", "d"], {})

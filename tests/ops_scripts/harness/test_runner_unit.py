@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import io
 import json
 import os
 import random
@@ -14,12 +15,13 @@ from pathlib import Path
 import pytest
 
 from node.config.load import load_config
+from node.faults.ops import Cut, CutKind, Direction, FaultOp, Heal, Shape, Stall, Unstall
 from node.procs.rundir import RunDir
 from ops_scripts.cli import _parser
 from ops_scripts.cluster.processes import PidProcess, find_pid
 from ops_scripts.errors import ProcessError, ScenarioError
 from ops_scripts.harness.inject import _table
-from ops_scripts.harness.rules import ActiveRules, Cut, Heal, LinkRule, Shape, Stall, Unstall
+from ops_scripts.harness.rules import ActiveRules, LinkRule
 from ops_scripts.harness.runner import figures_of
 from ops_scripts.harness.scenario import Scenario, dump_scenario, load_scenario
 from ops_scripts.harness.schedule import Fault, parse_faults
@@ -144,6 +146,9 @@ def test_dump_scenario_from_parts_names_the_cluster_relative_to_base(tmp_path: P
                             dump_scenario(name="k", cluster=config, faults=faults, seed=9,
                                           inline=True)))
     assert s.seed == 9 and s.faults == tuple(faults) and s.cluster_file is None
+    by_path = load_scenario(write(tmp_path, dump_scenario(
+        name="k", cluster=EXAMPLES / "basic.toml", faults=faults, inline=True), "p.toml"))
+    assert by_path.cluster_file is None and by_path.cluster == s.cluster  # the file, read
 
 
 # ------------------------------------------------------------------ the active rules
@@ -168,13 +173,13 @@ def settle(rules: ActiveRules, reachable: tuple[str, ...] = ("n1a", "n1b")) -> d
 
 def test_a_partition_is_cut_at_every_replica_end(basic: ActiveRules) -> None:
     basic.add(0, fault("partition", shape="source", source="s3", cut="reset"))
-    assert settle(basic) == {"n1a": [Cut("n1a", ("s3",), "both", "reset")],
-                             "n1b": [Cut("n1b", ("s3",), "both", "reset")]}
+    assert settle(basic) == {"n1a": [Cut(("s3",), Direction.BOTH, CutKind.RESET)],
+                             "n1b": [Cut(("s3",), Direction.BOTH, CutKind.RESET)]}
     basic.add(1, fault("partition", shape="link", between=["n1a", "n1b"], one_way=True))
-    assert settle(basic) == {"n1a": [Cut("n1a", ("n1b",), "out", "blackhole")],
-                             "n1b": [Cut("n1b", ("n1a",), "in", "blackhole")]}
+    assert settle(basic) == {"n1a": [Cut(("n1b",), Direction.OUT, CutKind.BLACKHOLE)],
+                             "n1b": [Cut(("n1a",), Direction.IN, CutKind.BLACKHOLE)]}
     basic.remove(0)
-    assert settle(basic) == {"n1a": [Heal("n1a", ("s3",))], "n1b": [Heal("n1b", ("s3",))]}
+    assert settle(basic) == {"n1a": [Heal(("s3",))], "n1b": [Heal(("s3",))]}
 
 
 def test_healing_one_of_two_overlapping_partitions_keeps_the_other(basic: ActiveRules) -> None:
@@ -182,59 +187,59 @@ def test_healing_one_of_two_overlapping_partitions_keeps_the_other(basic: Active
     basic.add(1, fault("partition", shape="isolate", process="n1a"))
     settle(basic)
     basic.remove(1)  # s3 stays cut from n1a: only what the isolation alone added is healed
-    assert settle(basic) == {"n1a": [Heal("n1a", ("c1", "n1b", "s1", "s2"))],
-                             "n1b": [Heal("n1b", ("n1a",))]}
+    assert settle(basic) == {"n1a": [Heal(("c1", "n1b", "s1", "s2"))],
+                             "n1b": [Heal(("n1a",))]}
     basic.add(2, fault("partition", shape="isolate", process="n1a", cut="reset"))
     settle(basic)  # n1a -- s3 is now a reset (any fault saying reset wins)
     basic.remove(2)  # back to the blackhole of fault 0: heal the pair, cut it again
     plan = settle(basic)
-    assert plan["n1a"] == [Heal("n1a", ("c1", "n1b", "s1", "s2", "s3")),
-                           Cut("n1a", ("s3",), "both", "blackhole")]
+    assert plan["n1a"] == [Heal(("c1", "n1b", "s1", "s2", "s3")),
+                           Cut(("s3",), Direction.BOTH, CutKind.BLACKHOLE)]
 
 
 def test_a_one_way_cut_grows_to_both_ways_without_a_heal(basic: ActiveRules) -> None:
     basic.add(0, fault("partition", shape="link", between=["s3", "n1a"], one_way=True))
-    assert settle(basic) == {"n1a": [Cut("n1a", ("s3",), "in", "blackhole")]}
+    assert settle(basic) == {"n1a": [Cut(("s3",), Direction.IN, CutKind.BLACKHOLE)]}
     basic.add(1, fault("partition", shape="link", between=["n1a", "s3"], one_way=True))
-    assert settle(basic) == {"n1a": [Cut("n1a", ("s3",), "both", "blackhole")]}
+    assert settle(basic) == {"n1a": [Cut(("s3",), Direction.BOTH, CutKind.BLACKHOLE)]}
     basic.remove(0)
-    assert settle(basic) == {"n1a": [Heal("n1a", ("s3",)), Cut("n1a", ("s3",), "out", "blackhole")]}
+    assert settle(basic) == {"n1a": [Heal(("s3",)), Cut(("s3",), Direction.OUT, CutKind.BLACKHOLE)]}
 
 
 def test_shapes_combine_and_a_delay_is_split_between_replica_ends(basic: ActiveRules) -> None:
     basic.add(0, fault("delay", between=["n1a", "n1b"], seconds=0.2))
-    assert settle(basic) == {"n1a": [Shape("n1a", ("n1b",), 0.1, None, 0.0)],
-                             "n1b": [Shape("n1b", ("n1a",), 0.1, None, 0.0)]}
+    assert settle(basic) == {"n1a": [Shape(("n1b",), 0.1, None, 0.0)],
+                             "n1b": [Shape(("n1a",), 0.1, None, 0.0)]}
     basic.add(1, fault("bandwidth", between=["s1", "n1a"], bytes_per_second=5000.0))
     basic.add(2, fault("bandwidth", between=["s1", "n1a"], bytes_per_second=2000.0))
     basic.add(3, fault("slow", reader="n1a", writer="s1", seconds=0.01))
-    assert settle(basic) == {"n1a": [Shape("n1a", ("s1",), 0.0, 2000.0, 0.01)]}
+    assert settle(basic) == {"n1a": [Shape(("s1",), 0.0, 2000.0, 0.01)]}
     basic.add(4, fault("partition", shape="source", source="s1", replicas=["n1a"]))
-    assert settle(basic) == {"n1a": [Cut("n1a", ("s1",), "both", "blackhole")]}
+    assert settle(basic) == {"n1a": [Cut(("s1",), Direction.BOTH, CutKind.BLACKHOLE)]}
     basic.remove(3)  # the slow reader ends: heal s1 at n1a, then the cut and the limit again
-    assert settle(basic) == {"n1a": [Heal("n1a", ("s1",)), Cut("n1a", ("s1",), "both", "blackhole"),
-                                     Shape("n1a", ("s1",), 0.0, 2000.0, 0.0)]}
+    assert settle(basic) == {"n1a": [Heal(("s1",)), Cut(("s1",), Direction.BOTH, CutKind.BLACKHOLE),
+                                     Shape(("s1",), 0.0, 2000.0, 0.0)]}
 
 
 def test_a_restarted_replica_gets_the_rules_in_force_and_unreachable_ones_wait(
         basic: ActiveRules) -> None:
     basic.add(0, fault("partition", shape="source", source="s2"))
     basic.add(1, fault("stall", process="n1a"))
-    assert settle(basic, ("n1b",)) == {"n1b": [Cut("n1b", ("s2",), "both", "blackhole")]}
-    assert basic.plan(["n1a"]) == {"n1a": [Cut("n1a", ("s2",), "both", "blackhole"), Stall("n1a")]}
+    assert settle(basic, ("n1b",)) == {"n1b": [Cut(("s2",), Direction.BOTH, CutKind.BLACKHOLE)]}
+    assert basic.plan(["n1a"]) == {"n1a": [Cut(("s2",), Direction.BOTH, CutKind.BLACKHOLE), Stall()]}
     settle(basic)
     basic.forget("n1a")  # killed and started again: holds nothing
-    assert settle(basic) == {"n1a": [Cut("n1a", ("s2",), "both", "blackhole"), Stall("n1a")]}
+    assert settle(basic) == {"n1a": [Cut(("s2",), Direction.BOTH, CutKind.BLACKHOLE), Stall()]}
 
 
 def test_a_replica_stays_stalled_while_any_stall_is_in_force(basic: ActiveRules) -> None:
     basic.add(0, fault("stall", process="n1b"))
     basic.add(1, fault("stall", process="n1b"))
-    assert settle(basic) == {"n1b": [Stall("n1b")]}
+    assert settle(basic) == {"n1b": [Stall()]}
     basic.remove(0)
     assert settle(basic) == {}
     basic.remove(1)
-    assert settle(basic) == {"n1b": [Unstall("n1b")]}
+    assert settle(basic) == {"n1b": [Unstall()]}
 
 
 def test_link_rules_extend_only_when_nothing_held_goes_away() -> None:
@@ -244,7 +249,7 @@ def test_link_rules_extend_only_when_nothing_held_goes_away() -> None:
     assert not LinkRule(cut_in=True, reset=True).extends(cut_in)
     assert LinkRule(delay=0.1, slow=0.2).extends(LinkRule(delay=0.3))
     assert not LinkRule(delay=0.1).extends(LinkRule(bandwidth=10.0))
-    assert (LinkRule(cut_in=True, reset=True) + LinkRule(delay=0.5)).kind == "reset"
+    assert (LinkRule(cut_in=True, reset=True) + LinkRule(delay=0.5)).kind is CutKind.RESET
 
 
 # ------------------------------------------------------------------ torture schedules
@@ -293,6 +298,17 @@ def test_inject_arguments_become_fault_tables() -> None:
         _table(inject_args("partition", "--shape", "split", "s3", "--bridge", "c1"))
 
 
+def test_inject_refuses_to_find_a_process_without_a_run_dir() -> None:
+    from ops_scripts.errors import InjectError
+    from ops_scripts.harness.inject import _Injector
+
+    inj = _Injector(load_config(EXAMPLES / "basic.toml"), None, io.StringIO())
+    for act in (inj.adopt, inj.restart):
+        with pytest.raises(InjectError, match="needs a RUN_DIR: it finds the process by the pid"):
+            act("n1a")
+    assert inj.procs == []
+
+
 def test_pid_lookups_refuse_missing_dead_and_foreign_pids(tmp_path: Path) -> None:
     rd = RunDir(tmp_path / "run").ensure()
     with pytest.raises(ProcessError, match=re.escape(str(rd.pid_file("n1a"))) + ": missing"):
@@ -327,7 +343,7 @@ def test_requests_send_the_fault_api_bodies(tmp_path: Path) -> None:
     import http.server
     import threading
 
-    from ops_scripts.harness.nemesis import perform
+    from ops_scripts.harness.fault import send_fault
 
     s = Scenario.of_cluster(EXAMPLES / "basic.toml", name="b")
     config = load_config(write(tmp_path, s.effective_config_text("free"), "config.toml"))
@@ -348,10 +364,12 @@ def test_requests_send_the_fault_api_bodies(tmp_path: Path) -> None:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        for op in (Cut("n1a", ("s3",), "both", "blackhole"), Cut("n1a", ("s1", "s2"), "in", "reset"),
-                   Shape("n1a", ("s1",), 0.1, 2000.0, 0.0), Shape("n1a", ("c1",), 0.0, None, 0.01),
-                   Heal("n1a", ("s3",)), Stall("n1a"), Unstall("n1a")):
-            perform(config, op)
+        ops: list[FaultOp] = [
+            Cut(("s3",), Direction.BOTH, CutKind.BLACKHOLE), Cut(("s1", "s2"), Direction.IN, CutKind.RESET),
+            Shape(("s1",), 0.1, 2000.0, 0.0), Shape(("c1",), 0.0, None, 0.01),
+            Heal(("s3",)), Heal(), Stall(), Unstall()]
+        for op in ops:
+            send_fault(config, "n1a", op)
     finally:
         server.shutdown()
         server.server_close()
@@ -362,6 +380,7 @@ def test_requests_send_the_fault_api_bodies(tmp_path: Path) -> None:
         {"shape": ["s1"], "delay": 0.1, "bandwidth": 2000.0},
         {"shape": ["c1"], "slow": 0.01},
         {"heal": ["s3"]},
+        {"heal": "all"},
         {"stall": "replay"},
         {"unstall": "replay"},
     ]
