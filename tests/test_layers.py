@@ -68,3 +68,16 @@ def test_every_error_derives_from_the_root() -> None:
             if ours and issubclass(cls, DPCError) and rel.name != "errors":
                 strays.append(f"{name}.{cls_name} (not in {pkg}'s errors.py)")
     assert not strays, f"errors outside the root or outside errors.py: {strays}"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "ops_scripts" / "check").rglob("*.py")),
+                         ids=lambda p: p.name)
+def test_the_checker_does_not_import_the_harness(path: Path) -> None:
+    """Jepsen's split: the harness writes the history and calls the checker, never the other
+    way round (the checker judges histories of `dpc run` and `dpc simulate` alike)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    mods |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    bad = sorted(m for m in mods if m.startswith(("ops_scripts.harness", "ops_scripts.cluster",
+                                                     "ops_scripts.bench")))
+    assert not bad, f"{path.relative_to(ROOT)} imports {bad}"

@@ -3,7 +3,7 @@
 Role: Jepsen's split (STYLE.md 12). A run leaves its logs (``node/procs/rundir.py``) and, when a
 harness injected faults, its history (``history.jsonl``, ``ops_scripts/check/history.py``).
 :func:`load_history` reads the logs, :func:`load_events` the history (both in
-``ops_scripts/check/recorded.py``, re-exported here); :func:`check_run`, a pure function of both,
+``ops_scripts/check/recorded.py``; the package re-exports every checker); :func:`check_run`, a pure function of both,
 composes the checkers of ``ops_scripts/check/properties.py`` into a list of :class:`Verdict`
 (``valid``, ``invalid``, ``unknown``) and the :class:`Figures` harnesses print. The reference (``ops_scripts/check/reference.py``) is the failure-free run of the sources.
 
@@ -57,7 +57,6 @@ from ops_scripts.check.paths import Outage, client_outages, down_at_end
 from ops_scripts.check.properties import (
     Status,
     Verdict,
-    apply_undos_checked,
     check_availability,
     check_client,
     check_digests,
@@ -65,7 +64,6 @@ from ops_scripts.check.properties import (
     check_recovered_replica,
     check_replica,
     check_stable_never_undone,
-    check_stream,
     client_subject,
     describe_delays,
     guarded,
@@ -74,33 +72,11 @@ from ops_scripts.check.properties import (
     seconds,
 )
 from ops_scripts.check.recorded import History, load_events, load_history
-from ops_scripts.check.reference import END_OF_STREAM, reference_outputs
+from ops_scripts.check.reference import reference_outputs
 from ops_scripts.errors import CheckError
 from protocol.tuples import DATA_KINDS, Tuple
 
-__all__ = [
-    "END_OF_STREAM",
-    "FIGURE_KEYS",
-    "CheckError",
-    "Figures",
-    "History",
-    "Status",
-    "Verdict",
-    "apply_undos_checked",
-    "check_client",
-    "check_history",
-    "check_no_duplicates",
-    "check_recovered_replica",
-    "check_replica",
-    "check_run",
-    "check_stable_never_undone",
-    "check_stream",
-    "guarded",
-    "load_events",
-    "load_history",
-    "reference_outputs",
-    "run_check",
-]
+__all__ = ["FIGURE_KEYS", "Figures", "check_history", "check_run", "run_check"]
 
 Event = Mapping[str, Any]
 

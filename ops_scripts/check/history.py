@@ -1,10 +1,11 @@
 """The history of a run: every fault and heal with its time, every replica's state
 changes, the final state digests (Jepsen's history, STYLE.md 12).
 
-Role: the nemesis side writes it (``runner.py`` for real processes, ``simulate.py`` in the
-deterministic simulation) through :class:`HistoryWriter`; the checkers read it with
-:func:`read_history` and analyse it with pure functions (:func:`final_digests`,
-:func:`count_events` here, the outage model in ``ops_scripts/check/paths.py``). It lives in
+Role: the harness writes it (``ops_scripts/harness/history.py``: ``HistoryWriter``, used
+by ``runner.py`` for real processes and ``simulate.py`` in the deterministic simulation);
+the checkers read it with :func:`read_history` and analyse it with pure functions
+(:func:`final_digests`, :func:`count_events` here, the outage model in
+``ops_scripts/check/paths.py``). This module is the format's home: the table below. It lives in
 ``RUN_DIR/history.jsonl``, one JSON object per line, each with ``t`` (microseconds on the
 cluster's clock: the wall clock for real processes, the virtual clock in simulation; the
 clock of tuple times and client arrival times) and ``event``:
@@ -21,7 +22,7 @@ fault      ``id``, ``fault`` (the TOML table, ``schedule.Fault``), ``describe``,
 heal       ``id`` of the fault it ends
 heal_all   every fault still in force ends; the quiet period starts
 state      ``process`` (a replica), ``state`` (STABLE, UP_FAILURE, STABILIZATION,
-           RECOVERING): merged from the replicas' own logs by :func:`merge_states`
+           RECOVERING): merged from the replicas' own logs by ``merge_states``
 digest     ``process``, ``node``, ``state``, ``hashes`` (operator -> state digest) at the end
 note       ``text``: something the harness could not do (e.g. a refused injection)
 end        the cluster is stopped
@@ -36,61 +37,12 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from node.config.model import ClusterConfig
-from node.procs.rundir import RunDir
 from ops_scripts.errors import HistoryError
-from ops_scripts.harness.schedule import Fault, cut_pairs, impaired_pairs
 
-__all__ = [
-    "HistoryWriter",
-    "count_events",
-    "fault_effects",
-    "final_digests",
-    "merge_states",
-    "read_history",
-]
-
-
-def fault_effects(fault: Fault, config: ClusterConfig) -> dict[str, Any]:
-    """What ``fault`` does to the cluster, as the checkers need it (JSON-ready)."""
-    down = [fault.params["process"]] if fault.kind in ("kill", "pause") else []
-    return {
-        "cut": [list(p) for p in sorted(cut_pairs(fault, config))],
-        "down": down,
-        "impaired": [list(p) for p in sorted(impaired_pairs(fault))],
-    }
-
-
-class HistoryWriter:
-    """Appends events to ``path``; ``clock()`` gives ``t`` (microseconds)."""
-
-    def __init__(self, path: str | os.PathLike[str], clock: Callable[[], int]) -> None:
-        self.path = Path(path)
-        self._clock = clock
-        self._f = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
-
-    def record(self, event: str, **fields: Any) -> dict[str, Any]:
-        entry = {"t": self._clock(), "event": event, **fields}
-        self._f.write(json.dumps(entry, sort_keys=False) + "\n")
-        self._f.flush()
-        return entry
-
-    def fault(self, fid: int, fault: Fault, config: ClusterConfig) -> None:
-        self.record("fault", id=fid, fault=fault.table(), describe=fault.describe(),
-                    **fault_effects(fault, config))
-
-    def close(self) -> None:
-        self._f.close()
-
-    def __enter__(self) -> HistoryWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+__all__ = ["count_events", "final_digests", "read_history"]
 
 
 def read_history(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -123,26 +75,3 @@ def final_digests(events: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, An
 def count_events(events: Iterable[Mapping[str, Any]], event: str) -> int:
     """Reading side (pure): how many events of kind ``event`` (e.g. ``"fault"``)."""
     return sum(1 for e in events if e["event"] == event)
-
-
-def merge_states(rd: RunDir, config: ClusterConfig) -> int:
-    """Merge every replica's state log into the history, sorted by time (stable: events of
-    equal time keep their order); returns the number of state events merged."""
-    events = read_history(rd.history) if rd.history.exists() else []
-    events = [e for e in events if e["event"] != "state"]  # idempotent
-    states = []
-    for node in config.nodes.values():
-        for r in node.replicas:
-            path = rd.replica_states(r.name)
-            if not path.exists():
-                continue
-            for line in path.read_text().splitlines():
-                if line.strip():
-                    s = json.loads(line)
-                    states.append({"t": s["t"], "event": "state", "process": r.name,
-                                   "state": s["state"]})
-    merged = sorted([*events, *states], key=lambda e: e["t"])
-    tmp = rd.history.with_suffix(".jsonl.tmp")
-    tmp.write_text("".join(json.dumps(e) + "\n" for e in merged))
-    tmp.replace(rd.history)
-    return len(states)

@@ -1,1 +1,30 @@
-"""ops_scripts/harness."""
+"""The fault harness: schedules of faults played on real processes or in simulation.
+
+Jepsen's split (STYLE.md 12): these modules do faults and write the run's history; the
+checkers of :mod:`ops_scripts.check` judge it.
+
+* ``schedule.py`` (pure): the fault data model, the ``[[faults]]`` TOML, random schedules;
+* ``scenario.py``: scenario files (a cluster, settings, a schedule);
+* ``timeline.py`` (pure): when each fault starts and heals, for both players;
+* ``rules.py`` (pure): the fault operations each replica must hold for the faults in force;
+* ``nemesis.py``: faults done to live processes (``POST /fault``, SIGKILL, SIGSTOP);
+* ``fault.py``: the control planes' HTTP client;
+* ``runner.py``: ``dpc run``; ``inject.py``: ``dpc inject``; ``torture.py``: ``dpc
+  torture``; ``simulate.py``: ``dpc simulate`` (the cluster in one process, virtual time).
+"""
+
+from ops_scripts.errors import InjectError, ScenarioError, ScheduleError
+from ops_scripts.harness.nemesis import Nemesis
+from ops_scripts.harness.runner import RunOutcome, play_scenario, run_scenario
+from ops_scripts.harness.scenario import Scenario, dump_scenario, load_scenario
+from ops_scripts.harness.schedule import Fault, parse_faults, random_faults
+from ops_scripts.harness.simulate import SimOptions, SimResult, simulate_many, simulate_one
+from ops_scripts.harness.timeline import Timeline
+from ops_scripts.harness.torture import TortureOptions, run_torture
+
+__all__ = [
+    "Fault", "InjectError", "Nemesis", "RunOutcome", "Scenario", "ScenarioError",
+    "ScheduleError", "SimOptions", "SimResult", "Timeline", "TortureOptions", "dump_scenario",
+    "load_scenario", "parse_faults", "play_scenario", "random_faults", "run_scenario",
+    "run_torture", "simulate_many", "simulate_one",
+]

@@ -39,11 +39,12 @@ from node.config.load import load_config
 from node.config.model import ClusterConfig
 from node.faults.ops import Heal, Unstall
 from node.procs.rundir import RunDir
-from ops_scripts.check.history import HistoryWriter, fault_effects, read_history
+from ops_scripts.check.history import read_history
 from ops_scripts.cluster.launch import Launched
 from ops_scripts.cluster.processes import PidProcess, alive, find_pid
 from ops_scripts.errors import FaultError, InjectError, ProcessError, ScheduleError
 from ops_scripts.harness.fault import send_fault
+from ops_scripts.harness.history import HistoryWriter, fault_effects
 from ops_scripts.harness.nemesis import Nemesis
 from ops_scripts.harness.schedule import CUTS, SHAPES, Fault, parse_faults
 from protocol.errors import DPCError

@@ -41,7 +41,6 @@ from node.config.load import load_config
 from node.config.model import ClusterConfig
 from node.procs.rundir import RunDir
 from ops_scripts.check.compose import run_check
-from ops_scripts.check.history import HistoryWriter, merge_states
 from ops_scripts.cluster.launch import (
     Launched,
     drain_streams,
@@ -53,6 +52,7 @@ from ops_scripts.cluster.launch import (
 from ops_scripts.cluster.status import fetch_status
 from ops_scripts.errors import FaultError, InjectError, ProcessError, ScenarioError
 from ops_scripts.harness.fault import post_action
+from ops_scripts.harness.history import HistoryWriter, merge_states
 from ops_scripts.harness.nemesis import Nemesis
 from ops_scripts.harness.scenario import Scenario, load_scenario
 from ops_scripts.harness.schedule import Fault

@@ -59,8 +59,8 @@ from node.procs.rundir import RunDir
 from node.procs.source import Source
 from node.replica.runtime import Replica
 from node.virtual_time import VirtualTimeLoop
-from ops_scripts.check.history import HistoryWriter, merge_states
 from ops_scripts.examples import EXAMPLES
+from ops_scripts.harness.history import HistoryWriter, merge_states
 from ops_scripts.harness.rules import ActiveRules
 from ops_scripts.harness.schedule import Fault, dump_faults, node_of, random_faults
 from ops_scripts.harness.timeline import BLOCKED_LIMIT, Timeline, blocked

@@ -25,8 +25,7 @@ from node.config.model import (
 from node.procs.rundir import JsonlTupleWriter, RunDir
 from operators import QueryNetwork
 from operators.spec import NetworkSpec
-from ops_scripts.check.availability import NewResult, new_results
-from ops_scripts.check.compose import (
+from ops_scripts.check import (
     FIGURE_KEYS,
     History,
     Status,
@@ -43,8 +42,9 @@ from ops_scripts.check.compose import (
     reference_outputs,
     run_check,
 )
-from ops_scripts.check.history import fault_effects
+from ops_scripts.check.availability import NewResult, new_results
 from ops_scripts.cluster.demo import apply_undos
+from ops_scripts.harness.history import fault_effects
 from ops_scripts.harness.schedule import parse_faults
 from protocol.tuples import Kind, Tuple, boundary, make_tuple, rec_done, undo
 from state.tuplelog import TupleLogWriter
