@@ -77,6 +77,7 @@ from protocol.tuples import Kind, Schema, Tuple, boundary, make_tuple, tentative
 
 from .base import NO_TIME, Operator, Plain, tuple_from_plain, tuple_to_plain
 from .errors import OperatorError, SpecError
+from .reconciliation import RELEASE_MODES, Serializer
 from .registry import register
 from .spec import Params
 
@@ -106,9 +107,10 @@ class _Bucket:
 
 
 @register
-class SUnion(Operator):
+class SUnion(Operator, Serializer):
     """Deterministic bucketed union with delay / tentative release / correction.
-    See the module docstring for the theory of operation."""
+    See the module docstring for the theory of operation; the node drives its
+    reconciliation through :class:`~operators.reconciliation.Serializer`."""
 
     type_name: ClassVar[str] = "sunion"
     n_inputs: ClassVar[int | None] = None
@@ -130,10 +132,11 @@ class SUnion(Operator):
                 )
         self.width = params.get_int("bucket", minimum=1)
         self.wait = params.get_int("wait", DEFAULT_WAIT, minimum=0)
-        self.mode = params.get_str("mode", "process", choices=("process", "delay"))
+        self.mode = params.get_str("mode", "process", choices=RELEASE_MODES)
         self.process_wait = params.get_int("process_wait", DEFAULT_PROCESS_WAIT, minimum=0)
         self.recovery = params.get_str("recovery", "checkpoint", choices=("checkpoint", "undo"))
         self.output_schema = first
+        self.replay_step: int | None = None  # kept across ``clear``: see Serializer
 
     def clear(self) -> None:
         n = self._n_ports
@@ -157,9 +160,6 @@ class SUnion(Operator):
         self._late_dropped = 0
         self._mfn: int | None = None  # cached min first_now over pending buckets
         self._mfn_ok = True
-        #: Buckets re-released per call during a replay (None: all at once). Runtime
-        #: setting, not state: kept across ``clear``.
-        self.replay_step: int | None = getattr(self, "replay_step", None)
         self._replay_to: int | None = None  # the replay's horizon while one is under way
         self._budget = 0  # buckets this call may still re-release
         self._replay_total = 0  # tuples to re-release in the current replay
@@ -177,16 +177,18 @@ class SUnion(Operator):
         return self._rec_requested
 
     @property
-    def next_bucket(self) -> int:
-        return self._next
-
-    @property
     def rec_done_received(self) -> tuple[bool, ...]:
         """Per input: REC_DONE received since that input's last UNDO / tentative tuple."""
         return tuple(self._rec_done)
 
     @property
+    def released_to(self) -> int:
+        """The tuple time before which every bucket was released."""
+        return self._next * self.width
+
+    @property
     def late_dropped(self) -> int:
+        """Tuples dropped for a bucket already released stable (a broken promise)."""
         return self._late_dropped
 
     @property
@@ -234,6 +236,13 @@ class SUnion(Operator):
         """After :meth:`rewind`: re-release the kept buckets (same as ``on_timer``)."""
         return self.on_timer(now)
 
+    def set_mode(self, mode: str) -> None:
+        """The release mode during a failure episode (the consistency manager's choice)."""
+        if mode not in RELEASE_MODES:
+            raise OperatorError(f"{self.describe()}: mode must be one of {RELEASE_MODES}, "
+                                f"got {mode!r}")
+        self.mode = mode
+
     def truncate(self) -> None:
         """Drop released buckets a replay can no longer need (called right after the node
         took a checkpoint). The current episode's buckets are always kept."""
@@ -242,12 +251,13 @@ class SUnion(Operator):
             del self._buckets[b]
         self._kept_from = max(self._kept_from, keep_from)
 
-    def rewind(self, snap: Plain) -> None:
+    def rewind(self, snap: Plain) -> list[Tuple]:
         """Checkpoint/redo: go back to ``snap``'s release point, keeping the buffered input.
 
         Restores the release pointer, output-id counter, output boundary and episode flags;
         the buffered input, watermarks and de-duplication state stay as they are. Emits
-        nothing: the corrected buckets from there on are re-released by :meth:`replay`."""
+        nothing (an empty list): the corrected buckets from there on are re-released by
+        :meth:`replay`."""
         if not isinstance(snap, dict) or snap.get("type") != self.type_name:
             got = snap.get("type") if isinstance(snap, dict) else type(snap).__name__
             raise OperatorError(f"{self.describe()}: cannot rewind to a snapshot of {got!r}")
@@ -270,6 +280,7 @@ class SUnion(Operator):
         self._undo_boundary = st["undo_boundary"]
         self._rec_requested = st["rec_requested"]
         self._rewind_to(start, replay=True)
+        return []
 
     # ------------------------------------------------------------------ data path
     def on_data(self, port: int, tuples: Sequence[Tuple], out: list[Tuple]) -> None:

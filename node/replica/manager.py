@@ -50,10 +50,8 @@ from node.config.model import NodeConfig
 from node.net.transport import Connection, Transport
 from node.replica import consistency as cm
 from operators import NetworkOutput, QueryNetwork
-from operators.soutput import SOutput, SOutputMode
-from operators.sunion import SUnion
 from protocol.messages import ReconcileGrant, ReconcileRefuse, ReconcileRequest
-from protocol.tuples import Kind, make_tuple
+from protocol.tuples import Kind
 from state.checkpoint import CheckpointStore, take_checkpoint
 
 __all__ = ["Manager", "Partner", "policy_of"]
@@ -107,10 +105,7 @@ class Manager:
         self.owner = owner
         self.node = node
         self.network = network
-        self.sunions = [op for op in network.operators if isinstance(op, SUnion)]
-        self.soutputs = [op for op in network.operators if isinstance(op, SOutput)]
-        for s in self.sunions:
-            s.replay_step = replay_step
+        network.set_replay_step(replay_step)
         self.partners = list(partners)
         self.transport = transport
         self._emit = emit
@@ -174,9 +169,7 @@ class Manager:
         for _op, sig in signals:
             if sig.kind is Kind.UP_FAILURE:
                 self.feed(cm.UpFailure(now))
-            elif sig.kind is Kind.REC_REQUEST and all(
-                s.rec_requested or not s.in_failure for s in self.sunions
-            ):
+            elif sig.kind is Kind.REC_REQUEST and self.network.corrected:
                 self.feed(cm.RecRequest(now))  # every SUnion of the episode is corrected
         if self.machine.state is cm.State.STABILIZATION:
             self._progress(now)
@@ -196,8 +189,7 @@ class Manager:
 
     def replay_progress(self) -> dict[str, Any]:
         """The current (or last) replay: input tuples re-released and to re-release."""
-        done = sum(s.replay_progress[0] for s in self.sunions)
-        total = sum(s.replay_progress[1] for s in self.sunions)
+        done, total = self.network.replay_progress()
         return {"in_progress": self.replaying, "replayed": done, "to_replay": total,
                 "stalled": not self.replay_gate.is_set()}
 
@@ -253,8 +245,7 @@ class Manager:
         if isinstance(a, cm.TakeCheckpoint):
             self.take_checkpoint(now)
         elif isinstance(a, cm.SetSUnionMode):
-            for s in self.sunions:
-                s.mode = a.mode.value
+            self.network.set_mode(a.mode.value)
         elif isinstance(a, cm.AskPermission):
             self._ask(a.request)
         elif isinstance(a, cm.Grant):
@@ -265,10 +256,7 @@ class Manager:
         elif isinstance(a, cm.Reconcile):
             self._reconcile(a.method, now)
         elif isinstance(a, cm.SendRecDone):
-            for op in self.soutputs:
-                done = op.end_reconciliation(now)
-                if done:
-                    self._emit(self.network.inject(op.name, done, now), now)
+            self._emit(self.network.end_reconciliation(now), now)
         elif isinstance(a, cm.SuspendNewInput):
             self._suspended = True
             self._gate_input()
@@ -284,8 +272,7 @@ class Manager:
         seq = (self.checkpoints.last_seq or 0) + 1
         parts = {op.name: op for op in self.network.operators}
         self.checkpoints.put(take_checkpoint(parts, seq, now))
-        for s in self.sunions:
-            s.truncate()  # buckets released before this checkpoint are never replayed
+        self.network.truncate()  # buckets released before this checkpoint are never replayed
         return seq
 
     def _gate_input(self) -> None:
@@ -300,14 +287,7 @@ class Manager:
             snap = self.checkpoints.latest().parts
             out = self.network.rewind(snap, now)
         else:
-            out = NetworkOutput()
-            undo_start = make_tuple(Kind.UNDO_START, 0, now, now, ())
-            for s in self.sunions:
-                stream = self._input_of(s)
-                part = self.network.push(stream, [undo_start], now)
-                for name, tuples in part.outputs.items():
-                    out.outputs.setdefault(name, []).extend(tuples)
-                out.signals.extend(part.signals)
+            out = self.network.undo_start(now)
         self._replay = self._spawn(self._replay_rest(method, started), "replay")
         self._gate_input()
         self._emit(out, now)  # the first step (its signals are fed after this step)
@@ -315,7 +295,7 @@ class Manager:
     async def _replay_rest(self, method: cm.Method, started: int) -> None:
         """The replay's further steps, one per loop turn, then the progress event."""
         steps = 1
-        while any(s.replaying for s in self.sunions):
+        while self.network.replaying:
             await asyncio.sleep(0)  # let heartbeats, partners and the control plane in
             await self.replay_gate.wait()
             now = self._now()
@@ -336,14 +316,8 @@ class Manager:
                           "%.1f ms", self.owner, method.value, replayed, steps, ms)
         self._progress(now)
 
-    def _input_of(self, sunion: SUnion) -> str:
-        """A node input stream feeding ``sunion`` (UNDO_START may enter on any of them)."""
-        spec = next(o for o in self.network.spec.operators if o.name == sunion.name)
-        return spec.inputs[0]  # SUnions read node inputs only (checked when the network is built)
-
     def _progress(self, now: int) -> None:
-        caught_up = self._replay is None and all(
-            op.mode is not SOutputMode.DROP_DUPLICATES for op in self.soutputs)
+        caught_up = self._replay is None and self.network.caught_up()
         self.feed(cm.ReconciliationProgress(now, caught_up, 0))
 
     # ------------------------------------------------------------------ permission

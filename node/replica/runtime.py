@@ -59,7 +59,6 @@ from node.streams.monitor import UpstreamMonitor, upstream_links
 from node.streams.publisher import Publisher
 from operators import NetworkOutput, QueryNetwork, tuple_from_plain, tuple_to_plain
 from operators.spec import OperatorSpec
-from operators.sunion import SUnion
 from protocol.messages import (
     ConsistencyState,
     HeartbeatRequest,
@@ -118,7 +117,6 @@ class Replica:
         if os.environ.get("DPC_TEST_MUTATION") == MUTATION_DUPLICATES:
             log.error("%s: TEST MUTATION %s: resubscriptions overlap (duplicates)", name,
                       MUTATION_DUPLICATES)
-        self.sunions = [op for op in self.network.operators if isinstance(op, SUnion)]
         # SOutput operator name -> global stream name
         self.stream_of = {op: stream for stream, op in self.node.outputs.items()}
         self.fed_by = _outputs_fed_by(self.network.spec.operators, self.stream_of)
@@ -268,7 +266,8 @@ class Replica:
         slack = self.manager.machine.policy.catch_up_slack + self.node.settings.bucket
         while self.manager.state.value == "STABLE":
             fed = all(link.batches_in > 0 for link in self.links)
-            behind = now_us() - min((s.next_bucket * s.width for s in self.sunions), default=0)
+            released = self.network.released_to
+            behind = now_us() - (0 if released is None else released)
             if fed and behind < slack:
                 break
             await asyncio.sleep(0.05)
@@ -453,7 +452,8 @@ class Replica:
     def ended(self) -> bool:
         """Every SUnion released the end-of-stream boundary: nothing more will change the
         operators' state, so replicas of one node now have equal digests."""
-        return all(s.next_bucket * s.width >= END_OF_STREAM // 2 for s in self.sunions)
+        released = self.network.released_to
+        return released is None or released >= END_OF_STREAM // 2
 
     async def _digest_action(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """Operator state digests on request (snapshotting is not for every /status poll)."""
@@ -464,9 +464,8 @@ class Replica:
         SUnion's buffers hold arrival times: left out); replicas that processed the same
         stable input have the same digests."""
         return {
-            op.name: hashlib.sha256(
-                orjson.dumps(op.digest_state(), option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
-            for op in self.network.operators if not isinstance(op, SUnion)
+            name: hashlib.sha256(orjson.dumps(state, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+            for name, state in self.network.digest_states().items()
         }
 
     def status(self) -> dict[str, Any]:
@@ -516,8 +515,8 @@ class Replica:
             },
             "gauges": {
                 "buffer_tuples": {s: st.get("buffered", 0) for s, st in self.publisher.stats().items()},
-                "sunion_buffered": sum(s.buffered for s in self.sunions),
-                "in_failure": int(any(s.in_failure for s in self.sunions)),
+                "sunion_buffered": self.network.buffered,
+                "in_failure": int(self.network.in_failure),
                 # The state as its wire code (0 STABLE, 1 UP_FAILURE, 2 STABILIZATION).
                 "consistency_state": ConsistencyState[self.manager.state.value].value,
                 "recovering": int(self.recovering is not None),
@@ -526,6 +525,6 @@ class Replica:
                 "replay_replayed_tuples": replay["replayed"],
                 "replay_to_replay_tuples": replay["to_replay"],
                 # Tuples behind a boundary their upstream had already promised: bad input.
-                "late_dropped": sum(s.late_dropped for s in self.sunions),
+                "late_dropped": self.network.late_dropped,
             },
         }
