@@ -232,11 +232,6 @@ class QueryNetwork:
         return not any(g.dropping_duplicates for _, g in self._guards)
 
     @property
-    def corrected(self) -> bool:
-        """Every SUnion in a failure episode signalled its REC_REQUEST."""
-        return all(s.rec_requested or not s.in_failure for _, s in self._serializers)
-
-    @property
     def in_failure(self) -> bool:
         """Some SUnion is in a failure episode (it released tentative tuples)."""
         return any(s.in_failure for _, s in self._serializers)

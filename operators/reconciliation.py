@@ -81,11 +81,6 @@ class Serializer(Rewindable):
 
     @property
     @abstractmethod
-    def rec_requested(self) -> bool:
-        """True once this episode's REC_REQUEST went out (every input corrected)."""
-
-    @property
-    @abstractmethod
     def released_to(self) -> int:
         """The tuple time before which every bucket was released."""
 

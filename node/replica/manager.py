@@ -1,10 +1,12 @@
 """The consistency manager's runtime: performs what ``node/replica/consistency.py`` decides.
 
-Role (paper section 5, DESIGN.md section 4). The pure machine decides; this module feeds it
-events (SUnion signals, ticks, partners' permission messages, reconciliation progress) and
-performs its actions on the replica's query network: checkpoints, checkpoint/redo or
-undo/redo reconciliation, REC_DONE, SUnion modes, suspending new input, and the permission
-exchange with the other replicas of the node.
+Role (paper section 5, DESIGN.md section 4). The pure machine decides; this module only
+turns what happens into its events (each SUnion's UP_FAILURE and REC_REQUEST signals, ticks,
+reconciliation progress, each partner's answers, unreachable partners, partners' requests)
+and performs its actions on the replica's query network, through the network's
+reconciliation surface only: checkpoints, checkpoint/redo or undo/redo reconciliation,
+REC_DONE, SUnion modes, suspending new input, and the permission messages to the other
+replicas of the node.
 
 Theory of operation
 -------------------
@@ -24,10 +26,10 @@ every SOutput is past its duplicates). ``replay_gate`` is a fault hook: clear, i
 replay between steps (a slow reconciliation, so tests can start a failure during one).
 
 *Permission.* ``AskPermission`` sends ``ReconcileRequest`` to every partner (the other
-replicas of the node) over a connection kept per partner; an answer to the current request
-from every partner grants it, any refusal refuses it. A partner that cannot be reached, or
-that left ``self_grant_after`` requests unanswered (crashed, cut off, stopped), cannot hold
-fresh data for downstream either, so the replica grants itself (logged).
+replicas of the node) over a connection kept per partner; each answer becomes a
+``PartnerAnswered`` event, a request that cannot be sent a ``PartnerUnreachable`` one. The
+machine counts them and decides (every partner granted, one refused, all silent: it grants
+itself, ``SelfGrant``, which is logged as a warning).
 
 Invariants
 ----------
@@ -44,6 +46,7 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import replace
 from typing import Any
 
 from node.config.model import NodeConfig
@@ -80,7 +83,6 @@ class Partner:
         self.name = name
         self.address = (host, port)
         self.conn: Connection | None = None
-        self.unanswered = 0  # our requests it has not answered, in a row
 
 
 class Manager:
@@ -98,7 +100,6 @@ class Manager:
         now: Callable[[], int],
         *,
         log: logging.Logger,
-        self_grant_after: int = 3,
         replay_step: int | None = None,
         on_state: Callable[[cm.State, int], None] | None = None,
     ) -> None:
@@ -111,14 +112,14 @@ class Manager:
         self._emit = emit
         self._now = now
         self._log = log
-        self._self_grant_after = self_grant_after
         self._on_state = on_state  # told of every state change (the run's history)
         self.checkpoints = CheckpointStore()
+        # The machine counts the answers of exactly the partners asked.
+        policy = replace(policy, partners=tuple(p.name for p in self.partners))
         self.machine, actions = cm.start(policy, now())
         self._events: deque[cm.Event] = deque()
         self._busy = False
         self._reply: Any = None
-        self._answers: dict[str, bool] = {}  # partner -> granted, for our current request
         self.input_open = asyncio.Event()  # cleared while SUSPEND or a replay holds new input
         self.input_open.set()
         self._suspended = False
@@ -165,12 +166,16 @@ class Manager:
             self.changed.set()
 
     def on_signals(self, signals: Sequence[tuple[str, Any]], now: int) -> None:
-        """SUnion's UP_FAILURE / REC_REQUEST signals, from a network call."""
-        for _op, sig in signals:
+        """The SUnions' UP_FAILURE / REC_REQUEST signals, from one network call, as events.
+
+        UP_FAILUREs go first: an SUnion that began failing in the same call in which
+        another one signalled its REC_REQUEST is failing when the machine counts that
+        REC_REQUEST (each SUnion signals in order, UP_FAILURE before its REC_REQUEST)."""
+        for sunion, sig in sorted(signals, key=lambda s: s[1].kind is not Kind.UP_FAILURE):
             if sig.kind is Kind.UP_FAILURE:
-                self.feed(cm.UpFailure(now))
-            elif sig.kind is Kind.REC_REQUEST and self.network.corrected:
-                self.feed(cm.RecRequest(now))  # every SUnion of the episode is corrected
+                self.feed(cm.UpFailure(now, sunion))
+            elif sig.kind is Kind.REC_REQUEST:
+                self.feed(cm.RecRequest(now, sunion))
         if self.machine.state is cm.State.STABILIZATION:
             self._progress(now)
 
@@ -248,6 +253,10 @@ class Manager:
             self.network.set_mode(a.mode.value)
         elif isinstance(a, cm.AskPermission):
             self._ask(a.request)
+        elif isinstance(a, cm.SelfGrant):
+            self.stats["permission_requests"] += 1
+            self.stats["self_grants"] += 1
+            self._log.warning("%s: granting reconciliation to itself: %s", self.owner, a.why)
         elif isinstance(a, cm.Grant):
             self.stats["grants_given"] += 1
             self._reply = ReconcileGrant(self.owner, a.request)
@@ -318,28 +327,14 @@ class Manager:
 
     def _progress(self, now: int) -> None:
         caught_up = self._replay is None and self.network.caught_up()
-        self.feed(cm.ReconciliationProgress(now, caught_up, 0))
+        self.feed(cm.ReconciliationProgress(now, caught_up))
 
     # ------------------------------------------------------------------ permission
     def _ask(self, request: int) -> None:
         self.stats["permission_requests"] += 1
-        self._answers = {}
-        if not self.partners:
-            self._self_grant(request, "the node has no other replica")
-            return
-        for p in self.partners:
-            p.unanswered += 1
-        if all(p.unanswered > self._self_grant_after for p in self.partners):
-            self._self_grant(request, f"no partner answered {self._self_grant_after} requests")
-            return
         msg = ReconcileRequest(self.owner, self.node, request, self.machine.policy.rank)
         for p in self.partners:
             self._spawn(self._send(p, msg), f"request to {p.name}")
-
-    def _self_grant(self, request: int, why: str) -> None:
-        self.stats["self_grants"] += 1
-        self._log.warning("%s: granting reconciliation to itself: %s", self.owner, why)
-        self.feed(cm.PermissionGranted(self._now(), request))
 
     async def _send(self, p: Partner, msg: ReconcileRequest) -> None:
         try:
@@ -349,7 +344,7 @@ class Manager:
             await p.conn.send(msg)
         except OSError as exc:
             self._log.info("%s: cannot ask partner %s: %r", self.owner, p.name, exc)
-            p.unanswered = self._self_grant_after + 1  # unreachable: counts as silent
+            self.feed(cm.PartnerUnreachable(self._now(), p.name))
             if p.conn is not None:
                 await p.conn.close()
                 p.conn = None
@@ -371,14 +366,9 @@ class Manager:
             await conn.close()
 
     def _answered(self, p: Partner, msg: ReconcileGrant | ReconcileRefuse) -> None:
-        p.unanswered = 0
-        if msg.request != self.machine.request:
-            return  # an answer to an older request: the machine's epochs would drop it too
-        now = self._now()
-        if isinstance(msg, ReconcileRefuse):
-            self.stats["permission_refused"] += 1
-            self.feed(cm.PermissionRefused(now, f"{p.name}: {msg.reason}", msg.request))
+        if isinstance(msg, ReconcileGrant):
+            self.feed(cm.PartnerAnswered(self._now(), p.name, msg.request, True))
             return
-        self._answers[p.name] = True
-        if all(self._answers.get(q.name) for q in self.partners):
-            self.feed(cm.PermissionGranted(now, msg.request))
+        if msg.request == self.machine.request:  # the refusals of our latest request
+            self.stats["permission_refused"] += 1
+        self.feed(cm.PartnerAnswered(self._now(), p.name, msg.request, False, msg.reason))
