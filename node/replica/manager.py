@@ -10,6 +10,11 @@ replicas of the node.
 
 Theory of operation
 -------------------
+*One deadline loop.* ``run`` is the replica's only timer: one task waits for the earlier of
+the network's next deadline (SUnion releases, served by ``on_timer`` while new input is let
+in) and the machine's (``Tick``), serves whichever is due, and waits again; anything that may
+move either deadline (a step of the machine, a batch pushed, the input gate) wakes it.
+
 *One event at a time.* An action may make the network emit signals (a reconciliation's
 replay releases buckets, which may signal a new failure); those become events queued behind
 the current step, never nested in it: the machine's contract is that the actions of one step
@@ -57,7 +62,7 @@ from protocol.messages import ReconcileGrant, ReconcileRefuse, ReconcileRequest
 from protocol.tuples import Kind
 from state.checkpoint import CheckpointStore, take_checkpoint
 
-__all__ = ["Manager", "Partner", "policy_of"]
+__all__ = ["Emit", "Manager", "Partner", "policy_of"]
 
 Emit = Callable[[NetworkOutput, int], None]
 
@@ -130,7 +135,7 @@ class Manager:
         self._failure: BaseException | None = None
         self.replay_gate = asyncio.Event()  # fault hook: cleared, the replay stalls
         self.replay_gate.set()
-        self.changed = asyncio.Event()  # the machine moved: the tick loop re-reads its deadline
+        self._wake = asyncio.Event()  # a deadline may have moved: the loop re-reads both
         self.stats: dict[str, Any] = {
             "reconciliations": 0, "last_reconciliation": None, "self_grants": 0,
             "permission_requests": 0, "permission_refused": 0, "grants_given": 0,
@@ -163,7 +168,11 @@ class Manager:
                         self._events.append(cm.Tick(now))
         finally:
             self._busy = False
-            self.changed.set()
+            self._wake.set()
+
+    def wake(self) -> None:
+        """The network's deadline may have moved (a batch was pushed): re-read it."""
+        self._wake.set()
 
     def on_signals(self, signals: Sequence[tuple[str, Any]], now: int) -> None:
         """The SUnions' UP_FAILURE / REC_REQUEST signals, from one network call, as events.
@@ -199,10 +208,10 @@ class Manager:
                 "stalled": not self.replay_gate.is_set()}
 
     async def run(self) -> None:
-        """Feed Tick at the machine's deadlines, forever (until cancelled, or until a task
-        the manager started fails: its exception ends run)."""
+        """Serve the network's and the machine's deadlines, forever (until cancelled, or
+        until a task the manager started fails: its exception ends run)."""
         try:
-            await self._tick_loop()
+            await self._deadline_loop()
         finally:
             tasks = list(self._tasks)
             for task in tasks:
@@ -219,26 +228,38 @@ class Manager:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None and self._failure is None:
             self._failure = task.exception()
-            self.changed.set()  # the tick loop raises it
+            self._wake.set()  # the deadline loop raises it
 
-    async def _tick_loop(self) -> None:
+    async def _deadline_loop(self) -> None:
         while True:
             if self._failure is not None:
                 raise self._failure
-            self.changed.clear()
-            deadline = cm.next_deadline(self.machine)
-            if deadline is None:
-                await self.changed.wait()
+            self._wake.clear()
+            # The network's timers wait while new input does (SUSPEND, or a replay, which
+            # owns the network meanwhile).
+            network = self.network.next_deadline() if self.input_open.is_set() else None
+            machine = cm.next_deadline(self.machine)
+            deadlines = [d for d in (network, machine) if d is not None]
+            if not deadlines:
+                await self._wake.wait()
                 continue
-            delay = (deadline - self._now()) / 1e6
+            delay = (min(deadlines) - self._now()) / 1e6
             if delay > 0:
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel that
+                # races with the event being set (it is set on every batch), and the
+                # replica would then never stop.
                 try:
                     async with asyncio.timeout(delay):
-                        await self.changed.wait()
+                        await self._wake.wait()
                 except TimeoutError:
                     pass
                 continue
-            self.feed(cm.Tick(self._now()))
+            now = self._now()
+            if network is not None and network <= now:
+                self._emit(self.network.on_timer(now), now)
+            machine = cm.next_deadline(self.machine)  # the timer's signals may have moved it
+            if machine is not None and machine <= now:
+                self.feed(cm.Tick(now))
 
     # ------------------------------------------------------------------ actions out
     def _do_all(self, actions: Sequence[cm.Action]) -> None:
@@ -289,6 +310,7 @@ class Manager:
             self.input_open.clear()
         else:
             self.input_open.set()
+        self._wake.set()  # the network's timers follow the gate
 
     def _reconcile(self, method: cm.Method, now: int) -> None:
         started = self._now()

@@ -8,9 +8,9 @@ Data path, in the order a tuple travels::
       -> this replica's output log (RUN_DIR/replicas/<name>/<stream>.jsonl)
 
 Around it, in one TaskGroup: the data server (which also answers heartbeats and partners'
-permission requests), the control plane, a timer that wakes the network at its next SUnion
-deadline, the consistency manager (node/replica/manager.py: checkpoints in STABLE, reconciliation,
-REC_DONE, permission) and the HA monitor (node/streams/monitor.py: heartbeats to upstream replicas and
+permission requests), the control plane, the consistency manager (node/replica/manager.py:
+the replica's one deadline loop, which serves the network's SUnion deadlines and the
+machine's; checkpoints in STABLE, reconciliation, REC_DONE, permission) and the HA monitor (node/streams/monitor.py: heartbeats to upstream replicas and
 switching the input links). Fault injection (node/faults/rules.py) wraps the transport: the
 control plane's ``POST /fault`` cuts this replica off from named processes, or heals.
 
@@ -159,7 +159,6 @@ class Replica:
             "tentative_out": dict.fromkeys(self.node.outputs, 0),
             "undo_out": dict.fromkeys(self.node.outputs, 0),
         }
-        self._deadline_changed = asyncio.Event()
 
     def _producers(self, stream: str) -> list[tuple[str, int]]:
         producer = self.config.producer_of(stream)
@@ -196,7 +195,6 @@ class Replica:
                         tasks.append(tg.create_task(self._rejoin_when_caught_up(), name="rejoin"))
                     tasks.extend(tg.create_task(link.run(), name=f"link {link.stream}")
                                  for link in self.links)
-                    tasks.append(tg.create_task(self._timer_loop(), name="timer"))
                     tasks.append(tg.create_task(self.manager.run(), name="consistency manager"))
                     tasks.append(tg.create_task(self.monitor.run(), name="ha monitor"))
 
@@ -326,29 +324,7 @@ class Replica:
         now = now_us()
         self.counters["tuples_in"][stream] += len(tuples)
         self._emit(self.network.push(stream, tuples, now), now)
-        self._deadline_changed.set()
-
-    async def _timer_loop(self) -> None:
-        while True:
-            self._deadline_changed.clear()
-            deadline = self.network.next_deadline()
-            if deadline is None:
-                await self._deadline_changed.wait()
-                continue
-            delay = (deadline - now_us()) / 1e6
-            if delay > 0:
-                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel that
-                # races with the event being set (it is set on every batch), and the
-                # replica would then never stop.
-                try:
-                    async with asyncio.timeout(delay):
-                        await self._deadline_changed.wait()
-                except TimeoutError:
-                    pass
-                continue
-            await self.manager.input_open.wait()  # a replay owns the network meanwhile
-            now = now_us()
-            self._emit(self.network.on_timer(now), now)
+        self.manager.wake()  # the network's next deadline may have moved
 
     async def _checkpoint_action(self, body: Mapping[str, Any]) -> dict[str, Any]:
         if self.state != "STABLE":

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -16,8 +16,8 @@ from node.config.load import load_config
 from node.net.memory import MemoryTransport
 from node.net.transport import Connection
 from node.replica import consistency as cm
-from node.replica.manager import Manager, Partner, policy_of
-from operators import QueryNetwork
+from node.replica.manager import Emit, Manager, Partner, policy_of
+from operators import NetworkOutput, QueryNetwork
 from ops_scripts.harness.simulate import DEFAULT_CLUSTER
 from protocol.messages import Message, ReconcileGrant, ReconcileRefuse, ReconcileRequest
 from protocol.tuples import Kind, Tuple, make_tuple
@@ -25,12 +25,12 @@ from protocol.tuples import Kind, Tuple, make_tuple
 LOG = logging.getLogger("test.manager")
 
 
-def make_manager(partners: Sequence[Partner] = (),
-                 transport: MemoryTransport | None = None) -> Manager:
+def make_manager(partners: Sequence[Partner] = (), transport: MemoryTransport | None = None,
+                 *, emit: Emit | None = None, now: Callable[[], int] = lambda: 0) -> Manager:
     node = load_config(DEFAULT_CLUSTER).nodes["n1"]
     transport = transport or MemoryTransport().for_process("n1a")
     manager = Manager("n1a", "n1", policy_of(node, "n1a"), QueryNetwork(node.network),
-                      list(partners), transport, lambda out, now: None, lambda: 0, log=LOG)
+                      list(partners), transport, emit or (lambda out, now: None), now, log=LOG)
     manager.feed(cm.Tick(0))  # checkpoint 0, as the deadline loop takes it at once
     return manager
 
@@ -76,6 +76,37 @@ async def test_a_task_that_fails_ends_run_with_its_error() -> None:
     async with asyncio.timeout(5):
         with pytest.raises(RuntimeError, match="the replay broke"):
             await run
+
+
+async def test_one_deadline_loop_serves_the_network_and_the_machine() -> None:
+    """``run`` serves the machine's deadlines (checkpoints) and the network's (an SUnion's
+    tentative release after alpha*X = 0.7 s), the latter only while new input is let in."""
+    clock = [0]
+    emitted: list[NetworkOutput] = []
+
+    def emit(out: NetworkOutput, now: int) -> None:
+        emitted.append(out)
+        manager.on_signals(out.signals, now)
+
+    manager = make_manager(emit=emit, now=lambda: clock[0])
+    manager.network.push("s1", [make_tuple(Kind.STABLE, 1, 10, 10, (0, 50))], 0)
+    assert manager.network.next_deadline() == 700_000
+    run = asyncio.create_task(manager.run())
+    clock[0] = 250_000
+    manager.wake()
+    await until(lambda: manager.machine.checkpoints == 2, "the checkpoint due at 200 ms")
+    manager.input_open.clear()  # as during a replay
+    clock[0] = 800_000
+    manager.wake()
+    await until(lambda: manager.machine.checkpoints == 3, "the machine's deadline is served")
+    assert emitted == [] and manager.state is cm.State.STABLE  # the network's waits
+    manager.input_open.set()
+    manager.wake()
+    await until(lambda: manager.state is cm.State.UP_FAILURE, "the SUnion's release")
+    assert [(op, s.kind) for op, s in emitted[0].signals] == [("u", Kind.UP_FAILURE)]
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
 
 
 async def test_signals_of_one_call_are_events_per_sunion_up_failures_first() -> None:
