@@ -31,9 +31,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from protocol.tuples import Kind, Schema, Tuple, make_tuple
+from state.checkpoint import restore_checkpoint
 
 from .base import Operator, Plain
 from .errors import OperatorError, SpecError
@@ -78,6 +80,7 @@ class QueryNetwork:
             self._index[name] = len(self.operators)
             self.operators.append(op)
         self.schemas = schemas
+        self._parts = {op.name: op for op in self.operators}  # in topological order
         # consumers[stream] -> [(operator index, port)]
         self._consumers: dict[str, list[tuple[int, int]]] = {s: [] for s in schemas}
         for idx, op in enumerate(self.operators):
@@ -149,28 +152,29 @@ class QueryNetwork:
         return {op.name: op.snapshot() for op in self.operators}
 
     def restore(self, snap: Mapping[str, Plain]) -> None:
-        """Restore every operator from :meth:`snapshot` output (a fresh-instance restore)."""
-        self._check_parts(snap)
-        for op in self.operators:
-            op.restore(snap[op.name])
+        """Restore every operator from :meth:`snapshot` output (a fresh-instance restore).
+        ``state.checkpoint.restore_checkpoint`` checks first that ``snap`` holds exactly
+        this network's operators (CheckpointError, and nothing restored, otherwise)."""
+        restore_checkpoint(self._parts, snap)
 
     def rewind(self, snap: Mapping[str, Plain], now: int = 0) -> NetworkOutput:
         """Checkpoint/redo: restore every operator from a checkpoint, except that operators
         which keep what recovery needs ``rewind`` instead (SUnion keeps its corrected input
         buffer, SOutput its memory of what it emitted), then let every SUnion re-release its
         kept buckets through the network. Returns what the node emits (SOutput drops the
-        replayed duplicates and emits the UNDO of the tentative suffix)."""
-        self._check_parts(snap)
+        replayed duplicates and emits the UNDO of the tentative suffix). The restore is
+        ``state.checkpoint.restore_checkpoint``'s, with those operators' ``rewind``."""
         self._begin(now)
-        for idx, op in enumerate(self.operators):
-            if not isinstance(op, Rewindable):
-                op.restore(snap[op.name])
-                continue
-            immediate = op.rewind(snap[op.name])
-            if immediate:
-                self._emit(idx, list(immediate))
+        rewind = {op.name: partial(self._rewind_one, idx, op)
+                  for idx, op in enumerate(self.operators) if isinstance(op, Rewindable)}
+        restore_checkpoint(self._parts, snap, rewind=rewind)
         self._replay(now)
         return self._finish()
+
+    def _rewind_one(self, idx: int, op: Rewindable, snap: Plain) -> None:
+        immediate = op.rewind(snap)
+        if immediate:
+            self._emit(idx, list(immediate))
 
     # ---------------------------------------------------------------- reconciliation
     def set_mode(self, mode: str) -> None:
@@ -261,15 +265,6 @@ class QueryNetwork:
     def _replay(self, now: int) -> None:
         for idx, s in self._serializers:
             self._emit(idx, s.replay(now))
-
-    def _check_parts(self, snap: Mapping[str, Plain]) -> None:
-        names = {op.name for op in self.operators}
-        if set(snap) != names:
-            missing = sorted(names - set(snap))
-            extra = sorted(set(snap) - names)
-            raise OperatorError(
-                f"snapshot does not match the query network (missing: {missing}, extra: {extra})"
-            )
 
     # ---------------------------------------------------------------- internals
     def _begin(self, now: int) -> None:

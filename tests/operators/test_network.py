@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from operators import NetworkOutput, OperatorError, QueryNetwork, SpecError
 from operators.sunion import SUnion
 from protocol.tuples import Kind, Tuple, boundary, make_tuple
+from state.errors import CheckpointError
 
 BUCKET = 100
 
@@ -172,8 +173,11 @@ def test_snapshot_must_match_network() -> None:
     net = QueryNetwork(basic_spec())
     snap = net.snapshot()
     del snap["f"]
-    with pytest.raises(Exception, match="missing: \\['f'\\]"):
+    with pytest.raises(CheckpointError, match="the snapshot does not match the network: it has "
+                                              "no snapshot of 'f'"):
         net.restore(snap)
+    with pytest.raises(CheckpointError, match="no snapshot of 'f'"):
+        net.rewind(snap, 0)
 
 
 # ------------------------------------------------------------------- reconciliation surface
