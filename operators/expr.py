@@ -265,7 +265,9 @@ def runtime_error(
         for source, fn in scalars:
             try:
                 fn(t[4])
-            except Exception as e:  # any failure of the expression itself
+            # A user's expression may raise anything: catching it all is the point (the
+            # error names the expression and the tuple).
+            except Exception as e:  # noqa: BLE001
                 return OperatorError(
                     f"{owner}: expression {source!r} failed on tuple id {t[1]} "
                     f"(time {t[2]}, values {t[4]!r}): {type(e).__name__}: {e}"

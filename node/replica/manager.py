@@ -58,6 +58,7 @@ from node.config.model import NodeConfig
 from node.net.transport import Connection, Transport
 from node.replica import consistency as cm
 from operators import NetworkOutput, QueryNetwork
+from protocol.errors import RemoteProtocolError
 from protocol.messages import ReconcileGrant, ReconcileRefuse, ReconcileRequest
 from protocol.tuples import Kind
 from state.checkpoint import CheckpointStore, take_checkpoint
@@ -372,16 +373,25 @@ class Manager:
                 p.conn = None
 
     async def _read(self, p: Partner, conn: Connection) -> None:
+        """The partner's answers, as events, until the connection ends. Only what a dead or
+        garbled peer raises ends it quietly (the next request connects again); anything
+        else, the machine's refusal of an event included, ends this task and so the
+        manager's run."""
         try:
-            while (msg := await conn.receive()) is not None:
-                if isinstance(msg, ReconcileGrant | ReconcileRefuse):
-                    self._answered(p, msg)
-                else:
+            while True:
+                try:
+                    msg = await conn.receive()
+                except (OSError, RemoteProtocolError) as exc:  # reset, refused, garbage
+                    self._log.info("%s: connection to partner %s ended: %r", self.owner,
+                                   p.name, exc)
+                    break
+                if msg is None:
+                    break
+                if not isinstance(msg, ReconcileGrant | ReconcileRefuse):
                     self._log.error("%s: partner %s sent an unexpected %s; closing",
                                     self.owner, p.name, type(msg).__name__)
                     break
-        except Exception as exc:
-            self._log.info("%s: connection to partner %s ended: %r", self.owner, p.name, exc)
+                self._answered(p, msg)
         finally:
             if p.conn is conn:
                 p.conn = None

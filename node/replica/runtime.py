@@ -40,7 +40,7 @@ import orjson
 
 from node.clock import now_us
 from node.config.model import ClusterConfig
-from node.errors import ActionError
+from node.errors import ActionError, NodeError
 from node.faults.rules import Faults, FaultyTransport
 from node.net.transport import Transport
 from node.procs.control import ControlPlane
@@ -270,7 +270,8 @@ class Replica:
                 break
             await asyncio.sleep(0.05)
         self._set_recovering(None)
-        assert self.recovery is not None
+        if self.recovery is None:  # _recover records it before this task starts
+            raise NodeError(f"{self.me.name}: rejoining without a recovery record")
         self.recovery["rejoined_at_us"] = now = now_us()
         log.warning("%s: recovered: caught up %.2f s after the restore; accepting subscribers",
                     self.me.name, (now - self.recovery["restored_at_us"]) / 1e6)
@@ -315,7 +316,9 @@ class Replica:
                     streams.update(dict.fromkeys(self.fed_by.get(stream, ()),
                                                  ConsistencyState.UP_FAILURE))
             return HeartbeatResponse(self.me.name, msg.seq, state, streams)
-        assert isinstance(msg, ReconcileRequest)
+        if not isinstance(msg, ReconcileRequest):  # the publisher passes these two only
+            raise NodeError(f"{self.me.name}: no answer to a {type(msg).__name__}: the data "
+                            "port answers heartbeat and permission requests only")
         return self.manager.answer(msg)
 
     async def _on_batch(self, stream: str, tuples: list[Tuple] | Any) -> None:

@@ -19,19 +19,23 @@ from node.replica import consistency as cm
 from node.replica.manager import Emit, Manager, Partner, policy_of
 from operators import NetworkOutput, QueryNetwork
 from ops_scripts.harness.simulate import DEFAULT_CLUSTER
+from protocol.errors import RemoteProtocolError
 from protocol.messages import Message, ReconcileGrant, ReconcileRefuse, ReconcileRequest
 from protocol.tuples import Kind, Tuple, make_tuple
+from state.errors import CheckpointError
 
 LOG = logging.getLogger("test.manager")
 
 
 def make_manager(partners: Sequence[Partner] = (), transport: MemoryTransport | None = None,
-                 *, emit: Emit | None = None, now: Callable[[], int] = lambda: 0) -> Manager:
+                 *, emit: Emit | None = None, now: Callable[[], int] = lambda: 0,
+                 checkpoint: bool = True) -> Manager:
     node = load_config(DEFAULT_CLUSTER).nodes["n1"]
     transport = transport or MemoryTransport().for_process("n1a")
     manager = Manager("n1a", "n1", policy_of(node, "n1a"), QueryNetwork(node.network),
                       list(partners), transport, emit or (lambda out, now: None), now, log=LOG)
-    manager.feed(cm.Tick(0))  # checkpoint 0, as the deadline loop takes it at once
+    if checkpoint:
+        manager.feed(cm.Tick(0))  # checkpoint 0, as the deadline loop takes it at once
     return manager
 
 
@@ -170,3 +174,51 @@ async def test_an_unreachable_partner_is_silent_and_the_next_request_is_granted_
     manager.feed(cm.Tick(manager.machine.next_ask_at or 0))  # the retry
     assert manager.state is cm.State.STABILIZATION and manager.stats["self_grants"] == 1
     assert manager.stats["permission_requests"] == 2
+
+
+class DeadPeer:
+    """A partner connection whose ``receive`` raises ``error``."""
+
+    peer = "n1b"
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+        self.closed = False
+
+    async def send(self, message: Message) -> None:
+        raise AssertionError("nothing is sent here")
+
+    async def receive(self) -> Message | None:
+        raise self.error
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+@pytest.mark.parametrize("error", [ConnectionResetError("reset by peer"), TimeoutError(),
+                                   RemoteProtocolError("frame of unknown version 9")])
+async def test_a_dead_or_garbled_partner_ends_its_reader_quietly(error: BaseException) -> None:
+    partner = Partner("n1b", "h", 7)
+    manager = make_manager([partner])
+    run = asyncio.create_task(manager.run())
+    partner.conn = conn = DeadPeer(error)
+    await manager._spawn(manager._read(partner, conn), "answers of n1b")
+    assert conn.closed and partner.conn is None  # the next request connects afresh
+    await asyncio.sleep(0)
+    assert not run.done()
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+
+
+async def test_anything_else_in_the_partner_reader_ends_run_loudly() -> None:
+    """A grant the replica cannot act on (here: no checkpoint to reconcile from) is no
+    network failure: it ends the reader, and run with it, instead of a line in the log."""
+    net = MemoryTransport()
+    manager = make_manager([await answering_partner(net, ReconcileGrant)],
+                           net.for_process("n1a"), checkpoint=False)
+    run = asyncio.create_task(manager.run())
+    manager.on_signals([("u", signal(Kind.UP_FAILURE)), ("u", signal(Kind.REC_REQUEST))], 5)
+    async with asyncio.timeout(5):
+        with pytest.raises(CheckpointError, match="no checkpoint was put yet"):
+            await run
