@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import os
 from collections.abc import Mapping, Sequence
 from operator import countOf, itemgetter
 from typing import Any
@@ -54,7 +53,7 @@ from node.replica.recovery import (
     http_state_ask,
     record_recovery,
 )
-from node.streams.link import MUTATION_DUPLICATES, InputLink
+from node.streams.link import MUTATION_DUPLICATES, InputLink, Mutation
 from node.streams.monitor import UpstreamMonitor, upstream_links
 from node.streams.publisher import Publisher
 from operators import NetworkOutput, QueryNetwork, tuple_from_plain, tuple_to_plain
@@ -100,10 +99,12 @@ class Replica:
 
     def __init__(self, config: ClusterConfig, name: str, run_dir: RunDir, transport: Transport,
                  *, recover: bool = False, control: bool = True,
-                 ask_state: StateAsk | None = None) -> None:
+                 ask_state: StateAsk | None = None, mutation: Mutation | None = None) -> None:
         """``control=False`` runs without the HTTP control plane (the simulation drives the
         replica's methods directly); ``ask_state`` replaces the HTTP request for a
-        partner's state during recovery (node/replica/recovery.py)."""
+        partner's state during recovery (node/replica/recovery.py); ``mutation`` is a
+        test-only breakage of the input links (node/streams/link.py), read from the
+        environment by the entry point only."""
         self.config = config
         self._control = control
         self._ask_state = ask_state
@@ -114,9 +115,9 @@ class Replica:
         self.transport = transport
         self.run_dir = run_dir
         self.network = QueryNetwork(self.node.network)
-        if os.environ.get("DPC_TEST_MUTATION") == MUTATION_DUPLICATES:
+        if mutation is Mutation.RESUBSCRIBE_OVERLAP:
             log.error("%s: TEST MUTATION %s: resubscriptions overlap (duplicates)", name,
-                      MUTATION_DUPLICATES)
+                      mutation.value)
         # SOutput operator name -> global stream name
         self.stream_of = {op: stream for stream, op in self.node.outputs.items()}
         self.fed_by = _outputs_fed_by(self.network.spec.operators, self.stream_of)
@@ -133,7 +134,8 @@ class Replica:
         if recover:
             self._set_recovering("waiting for a partner's state")
         self.links = [
-            InputLink(transport, stream, name, self._producers(stream), self._on_batch, log=log)
+            InputLink(transport, stream, name, self._producers(stream), self._on_batch, log=log,
+                      mutation=mutation)
             for stream in self.node.inputs
         ]
         self.monitor = UpstreamMonitor(
