@@ -57,9 +57,6 @@ class NetworkOutput:
     outputs: dict[str, list[Tuple]] = field(default_factory=dict)
     signals: list[tuple[str, Tuple]] = field(default_factory=list)
 
-    def __bool__(self) -> bool:
-        return bool(self.signals) or any(self.outputs.values())
-
 
 class QueryNetwork:
     """A built, validated query network. Never called concurrently; no I/O; no clock."""

@@ -40,7 +40,7 @@ tentative (it holds tentative tuples not yet undone) is no promise about the cor
 stream, whose tuples may be older: it does not advance the watermark, and the upstream
 re-sends it after its corrections. (A boundary that arrives *before* a stream's first
 tentative tuple cannot be told apart from a stable one and is taken as a promise.)
-REC_DONE on an input is recorded, not forwarded. When every bucket released during the
+REC_DONE on an input is dropped (this node's SOutput makes its own). When every bucket released during the
 episode is stable-ready again, one REC_REQUEST goes to ``self.signals``.
 
 *Reconciliation.* Undo/redo: an UNDO_START on any port emits ``UNDO(last id before the
@@ -156,7 +156,6 @@ class SUnion(Operator, Serializer):
         self._last_in = [0] * n
         self._wm = list(self.watermarks)  # watermarks as accepted (see on_boundary)
         self._port_tent = [False] * n
-        self._rec_done = [False] * n
         self._late_dropped = 0
         self._mfn: int | None = None  # cached min first_now over pending buckets
         self._mfn_ok = True
@@ -175,11 +174,6 @@ class SUnion(Operator, Serializer):
     def rec_requested(self) -> bool:
         """True once this episode's REC_REQUEST went out (every input corrected)."""
         return self._rec_requested
-
-    @property
-    def rec_done_received(self) -> tuple[bool, ...]:
-        """Per input: REC_DONE received since that input's last UNDO / tentative tuple."""
-        return tuple(self._rec_done)
 
     @property
     def released_to(self) -> int:
@@ -300,7 +294,6 @@ class SUnion(Operator, Serializer):
         self._last_in[port] = run[-1][1]
         if has_tent:
             self._port_tent[port] = True
-            self._rec_done[port] = False
             self._insert(port, run)
             return
         width = self.width
@@ -383,7 +376,6 @@ class SUnion(Operator, Serializer):
         return last_out
 
     def on_undo(self, port: int, last_kept_id: int, out: list[Tuple]) -> None:
-        self._rec_done[port] = False
         self._last_in[port] = min(self._last_in[port], last_kept_id)
         still_tentative = False  # an UNDO of part of the tentative suffix leaves the rest
         for b, bk in list(self._buckets.items()):
@@ -410,7 +402,7 @@ class SUnion(Operator, Serializer):
         if kind is Kind.UNDO_START:
             self._undo_start(out)
         elif kind is Kind.REC_DONE:
-            self._rec_done[port] = True  # this node's SOutput makes its own REC_DONE
+            pass  # dropped: this node's SOutput makes its own REC_DONE
         else:
             super().on_control(port, t, out)
 
@@ -582,7 +574,6 @@ class SUnion(Operator, Serializer):
             "kept_from": self._kept_from,
             "last_in": list(self._last_in),
             "port_tent": list(self._port_tent),
-            "rec_done": list(self._rec_done),
             "late_dropped": self._late_dropped,
             "buckets": [
                 [b, bk.first_now, [[tuple_to_plain(t) for t in lst] for lst in bk.ports]]
@@ -598,7 +589,6 @@ class SUnion(Operator, Serializer):
         self._kept_from = state["kept_from"]
         self._last_in = list(state["last_in"])
         self._port_tent = list(state["port_tent"])
-        self._rec_done = list(state["rec_done"])
         self._late_dropped = state["late_dropped"]
         self._wm = list(self.watermarks)
         self._buckets = {}

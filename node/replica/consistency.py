@@ -321,7 +321,6 @@ class MachineState:
     sunion_mode: UpFailureStrategy  # the mode last set on the SUnions
     last_checkpoint_at: int | None = None  # None: one is due at once
     permission: Permission = Permission.NONE
-    asked_at: int | None = None  # our latest AskPermission
     next_ask_at: int | None = None  # when to ask (again), while a reconciliation awaits one
     request: int = 0  # number of our latest AskPermission
     epoch: int = 1  # first request of the current epoch; > request: none is pending
@@ -376,7 +375,7 @@ def _enter(m: MachineState, state: State, now: int, why: str) -> Step:
 
 def _ask(m: MachineState, now: int) -> Step:
     request = m.request + 1  # after a withdrawal epoch == request: a new epoch begins
-    m = replace(m, request=request, permission=Permission.ASKED, asked_at=now,
+    m = replace(m, request=request, permission=Permission.ASKED,
                 next_ask_at=now + m.policy.permission_retry, granted=frozenset(),
                 unanswered=tuple(n + 1 for n in m.unanswered))
     if not m.policy.partners:

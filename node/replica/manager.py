@@ -198,14 +198,10 @@ class Manager:
             raise RuntimeError(f"{self.owner}: no answer to {req!r}")
         return reply  # type: ignore[no-any-return]
 
-    @property
-    def replaying(self) -> bool:
-        return self._replay is not None
-
     def replay_progress(self) -> dict[str, Any]:
         """The current (or last) replay: input tuples re-released and to re-release."""
         done, total = self.network.replay_progress()
-        return {"in_progress": self.replaying, "replayed": done, "to_replay": total,
+        return {"in_progress": self._replay is not None, "replayed": done, "to_replay": total,
                 "stalled": not self.replay_gate.is_set()}
 
     async def run(self) -> None:
