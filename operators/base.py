@@ -249,10 +249,6 @@ class Operator(ABC):
         self.last_id += 1
         out.append(_new(Tuple, (self._out_kind, self.last_id, time, tmax, values)))
 
-    @property
-    def tainted(self) -> bool:
-        return self._tainted
-
     # ------------------------------------------------------------------ public API
     def process(self, port: int, batch: Sequence[Tuple], now: int = 0) -> list[Tuple]:
         """Feed a batch of tuples arriving on input ``port``; return the output tuples."""
@@ -325,12 +321,6 @@ class Operator(ABC):
         self._boundary_history = [(e[0], e[1]) for e in b["boundary_history"]]
         self.clear()
         self.restore_state(snap["state"])
-
-    def reset(self) -> None:
-        """Back to the freshly built state (a failed node restarting from empty)."""
-        self._reset_base()
-        self.signals.clear()
-        self.clear()
 
     # ------------------------------------------------------------------ internals
     def _reset_base(self) -> None:

@@ -16,6 +16,13 @@ Determinism (what keeps replicas identical):
   in the same order, whatever the timing of arrivals;
 * every stream leaving the node ends in an SOutput.
 
+The network is the runtime's only door into the operators: besides the data path
+(``push``, ``on_timer``) and state (``snapshot``, ``restore``), it offers the edge
+operations a node's reconciliation needs (SUnion modes, truncation after a checkpoint,
+undo/redo's UNDO_START, checkpoint/redo's ``rewind`` and stepped ``replay``, the REC_DONE
+that ends it) over the operators that implement them, found by type when the network is
+built (operators/reconciliation.py), never by name or attribute.
+
 Validation at build time names the operator and what is wrong: unknown operator type,
 unknown stream, duplicate name, cycle, missing or mistyped parameter, unused operator.
 """
@@ -24,12 +31,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
-from protocol.tuples import Kind, Schema, Tuple
+from protocol.tuples import Kind, Schema, Tuple, make_tuple
+from state.checkpoint import restore_checkpoint
 
 from .base import Operator, Plain
 from .errors import OperatorError, SpecError
+from .reconciliation import OutputGuard, Rewindable, Serializer
 from .registry import create
 from .spec import NetworkSpec
 
@@ -46,9 +56,6 @@ class NetworkOutput:
 
     outputs: dict[str, list[Tuple]] = field(default_factory=dict)
     signals: list[tuple[str, Tuple]] = field(default_factory=list)
-
-    def __bool__(self) -> bool:
-        return bool(self.signals) or any(self.outputs.values())
 
 
 class QueryNetwork:
@@ -70,6 +77,7 @@ class QueryNetwork:
             self._index[name] = len(self.operators)
             self.operators.append(op)
         self.schemas = schemas
+        self._parts = {op.name: op for op in self.operators}  # in topological order
         # consumers[stream] -> [(operator index, port)]
         self._consumers: dict[str, list[tuple[int, int]]] = {s: [] for s in schemas}
         for idx, op in enumerate(self.operators):
@@ -84,6 +92,13 @@ class QueryNetwork:
             len(by_name[op.name].inputs) > 1 for op in self.operators if op.type_name != _SERIALIZER
         )
         self._split = [multi and op.type_name == _SERIALIZER for op in self.operators]
+        # The reconciliation surface, by type (operators/reconciliation.py).
+        self._serializers = [(i, op) for i, op in enumerate(self.operators)
+                             if isinstance(op, Serializer)]
+        self._guards = [(i, op) for i, op in enumerate(self.operators)
+                        if isinstance(op, OutputGuard)]
+        # Where UNDO_START enters, per SUnion: its first input (a node input stream).
+        self._undo_streams = [by_name[op.name].inputs[0] for _, op in self._serializers]
         self._pending: list[list[tuple[int, Sequence[Tuple]]]] = [[] for _ in self.operators]
         self._result = NetworkOutput()
         self._now = 0
@@ -94,10 +109,6 @@ class QueryNetwork:
             return self.operators[self._index[name]]
         except KeyError:
             raise OperatorError(f"query network has no operator '{name}'") from None
-
-    @property
-    def input_streams(self) -> tuple[str, ...]:
-        return tuple(self.spec.inputs)
 
     def next_deadline(self) -> int | None:
         """The earliest ``now`` at which :meth:`on_timer` has work."""
@@ -113,11 +124,7 @@ class QueryNetwork:
                 f"query network has no input stream '{stream}'; inputs: {', '.join(self.spec.inputs)}"
             )
         self._begin(now)
-        first = len(self.operators)
-        for idx, port in consumers:
-            self._pending[idx].append((port, batch))
-            first = min(first, idx)
-        self._run(first)
+        self._enter(consumers, batch)
         return self._finish()
 
     def on_timer(self, now: int) -> NetworkOutput:
@@ -142,51 +149,119 @@ class QueryNetwork:
         return {op.name: op.snapshot() for op in self.operators}
 
     def restore(self, snap: Mapping[str, Plain]) -> None:
-        """Restore every operator from :meth:`snapshot` output (a fresh-instance restore)."""
-        self._check_parts(snap)
-        for op in self.operators:
-            op.restore(snap[op.name])
+        """Restore every operator from :meth:`snapshot` output (a fresh-instance restore).
+        ``state.checkpoint.restore_checkpoint`` checks first that ``snap`` holds exactly
+        this network's operators (CheckpointError, and nothing restored, otherwise)."""
+        restore_checkpoint(self._parts, snap)
 
     def rewind(self, snap: Mapping[str, Plain], now: int = 0) -> NetworkOutput:
         """Checkpoint/redo: restore every operator from a checkpoint, except that operators
         which keep what recovery needs ``rewind`` instead (SUnion keeps its corrected input
         buffer, SOutput its memory of what it emitted), then let every SUnion re-release its
         kept buckets through the network. Returns what the node emits (SOutput drops the
-        replayed duplicates and emits the UNDO of the tentative suffix)."""
-        self._check_parts(snap)
+        replayed duplicates and emits the UNDO of the tentative suffix). The restore is
+        ``state.checkpoint.restore_checkpoint``'s, with those operators' ``rewind``."""
         self._begin(now)
-        for idx, op in enumerate(self.operators):
-            rewind = getattr(op, "rewind", None)
-            if rewind is None:
-                op.restore(snap[op.name])
-                continue
-            immediate = rewind(snap[op.name])
-            if immediate:
-                self._emit(idx, list(immediate))
+        rewind = {op.name: partial(self._rewind_one, idx, op)
+                  for idx, op in enumerate(self.operators) if isinstance(op, Rewindable)}
+        restore_checkpoint(self._parts, snap, rewind=rewind)
         self._replay(now)
+        return self._finish()
+
+    def _rewind_one(self, idx: int, op: Rewindable, snap: Plain) -> None:
+        immediate = op.rewind(snap)
+        if immediate:
+            self._emit(idx, list(immediate))
+
+    # ---------------------------------------------------------------- reconciliation
+    def set_mode(self, mode: str) -> None:
+        """Every SUnion's release mode during a failure episode ("process" or "delay")."""
+        for _, s in self._serializers:
+            s.set_mode(mode)
+
+    def set_replay_step(self, step: int | None) -> None:
+        """Buckets every SUnion re-releases per replay call (None: all at once)."""
+        for _, s in self._serializers:
+            s.replay_step = step
+
+    def truncate(self) -> None:
+        """The node just took a checkpoint: every SUnion drops the buckets released
+        before it (a replay never goes back further)."""
+        for _, s in self._serializers:
+            s.truncate()
+
+    def undo_start(self, now: int) -> NetworkOutput:
+        """Undo/redo: UNDO_START into every SUnion, each through its first input stream
+        (every reader of that stream gets it), in topological order; the SUnions in a
+        failure episode emit the UNDO of their tentative suffix and begin their replay."""
+        self._begin(now)
+        start = make_tuple(Kind.UNDO_START, 0, now, now, ())
+        for stream in self._undo_streams:
+            self._enter(self._consumers[stream], [start])
         return self._finish()
 
     def replay(self, now: int) -> NetworkOutput:
         """One more step of a reconciliation's replay (SUnion's ``replay_step``): every
-        operator that replays re-releases what it may this call."""
+        SUnion re-releases what it may this call."""
         self._begin(now)
         self._replay(now)
         return self._finish()
 
-    def _replay(self, now: int) -> None:
-        for idx, op in enumerate(self.operators):
-            replay = getattr(op, "replay", None)
-            if replay is not None:
-                self._emit(idx, replay(now))
+    def end_reconciliation(self, now: int) -> NetworkOutput:
+        """The node's reconciliation completed: every SOutput whose stream is reconciling
+        emits its REC_DONE."""
+        self._begin(now)
+        for idx, g in self._guards:
+            done = g.end_reconciliation(now)
+            if done:
+                self._emit(idx, done)
+        return self._finish()
 
-    def _check_parts(self, snap: Mapping[str, Plain]) -> None:
-        names = {op.name for op in self.operators}
-        if set(snap) != names:
-            missing = sorted(names - set(snap))
-            extra = sorted(set(snap) - names)
-            raise OperatorError(
-                f"snapshot does not match the query network (missing: {missing}, extra: {extra})"
-            )
+    @property
+    def replaying(self) -> bool:
+        """True while some SUnion's replay has not reached its end."""
+        return any(s.replaying for _, s in self._serializers)
+
+    def replay_progress(self) -> tuple[int, int]:
+        """(input tuples re-released, to re-release) of the current or last replay,
+        summed over the SUnions."""
+        progress = [s.replay_progress for _, s in self._serializers]
+        return sum(p[0] for p in progress), sum(p[1] for p in progress)
+
+    def caught_up(self) -> bool:
+        """Every SOutput is past the duplicates of the last rewind's replay."""
+        return not any(g.dropping_duplicates for _, g in self._guards)
+
+    @property
+    def in_failure(self) -> bool:
+        """Some SUnion is in a failure episode (it released tentative tuples)."""
+        return any(s.in_failure for _, s in self._serializers)
+
+    @property
+    def released_to(self) -> int | None:
+        """The tuple time before which every SUnion released every bucket (None: the
+        network has no SUnion)."""
+        return min((s.released_to for _, s in self._serializers), default=None)
+
+    @property
+    def buffered(self) -> int:
+        """Input tuples the SUnions hold, pending or kept for a replay."""
+        return sum(s.buffered for _, s in self._serializers)
+
+    @property
+    def late_dropped(self) -> int:
+        """Input tuples the SUnions dropped behind a boundary already promised."""
+        return sum(s.late_dropped for _, s in self._serializers)
+
+    def digest_states(self) -> dict[str, Plain]:
+        """The state replicas must agree on, by operator (``digest_state``). SUnions are
+        left out: their buffers hold arrival times, which differ between replicas."""
+        return {op.name: op.digest_state() for op in self.operators
+                if not isinstance(op, Serializer)}
+
+    def _replay(self, now: int) -> None:
+        for idx, s in self._serializers:
+            self._emit(idx, s.replay(now))
 
     # ---------------------------------------------------------------- internals
     def _begin(self, now: int) -> None:
@@ -197,6 +272,15 @@ class QueryNetwork:
         result = self._result
         self._result = NetworkOutput()
         return result
+
+    def _enter(self, consumers: list[tuple[int, int]], batch: Sequence[Tuple]) -> None:
+        """A batch on a node input stream: queue it for its readers, then run from the
+        first of them."""
+        first = len(self.operators)
+        for idx, port in consumers:
+            self._pending[idx].append((port, batch))
+            first = min(first, idx)
+        self._run(first)
 
     def _run(self, start: int) -> None:
         """One topological pass from ``start``: every operator with pending input runs."""

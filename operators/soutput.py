@@ -34,6 +34,7 @@ from protocol.tuples import Kind, Schema, Tuple, rec_done, undo
 
 from .base import Operator, Plain
 from .errors import OperatorError
+from .reconciliation import OutputGuard
 from .registry import register
 from .spec import Params
 
@@ -49,9 +50,10 @@ class SOutputMode(Enum):
 
 
 @register
-class SOutput(Operator):
+class SOutput(Operator, OutputGuard):
     """Pass-through that drops replayed duplicates and emits UNDO / REC_DONE.
-    See the module docstring."""
+    See the module docstring; the node ends its reconciliations through
+    :class:`~operators.reconciliation.OutputGuard`."""
 
     type_name: ClassVar[str] = "soutput"
     n_inputs: ClassVar[int | None] = 1
@@ -88,6 +90,11 @@ class SOutput(Operator):
     def tentative_after(self) -> bool:
         """Whether TENTATIVE tuples were emitted after the last stable one."""
         return self._tent_after
+
+    @property
+    def dropping_duplicates(self) -> bool:
+        """In DROP_DUPLICATES: the replay has not yet passed what the stream carried."""
+        return self._dropping
 
     @property
     def waiting_for(self) -> int | None:

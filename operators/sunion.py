@@ -40,7 +40,7 @@ tentative (it holds tentative tuples not yet undone) is no promise about the cor
 stream, whose tuples may be older: it does not advance the watermark, and the upstream
 re-sends it after its corrections. (A boundary that arrives *before* a stream's first
 tentative tuple cannot be told apart from a stable one and is taken as a promise.)
-REC_DONE on an input is recorded, not forwarded. When every bucket released during the
+REC_DONE on an input is dropped (this node's SOutput makes its own). When every bucket released during the
 episode is stable-ready again, one REC_REQUEST goes to ``self.signals``.
 
 *Reconciliation.* Undo/redo: an UNDO_START on any port emits ``UNDO(last id before the
@@ -77,6 +77,7 @@ from protocol.tuples import Kind, Schema, Tuple, boundary, make_tuple, tentative
 
 from .base import NO_TIME, Operator, Plain, tuple_from_plain, tuple_to_plain
 from .errors import OperatorError, SpecError
+from .reconciliation import RELEASE_MODES, Serializer
 from .registry import register
 from .spec import Params
 
@@ -106,9 +107,10 @@ class _Bucket:
 
 
 @register
-class SUnion(Operator):
+class SUnion(Operator, Serializer):
     """Deterministic bucketed union with delay / tentative release / correction.
-    See the module docstring for the theory of operation."""
+    See the module docstring for the theory of operation; the node drives its
+    reconciliation through :class:`~operators.reconciliation.Serializer`."""
 
     type_name: ClassVar[str] = "sunion"
     n_inputs: ClassVar[int | None] = None
@@ -130,10 +132,11 @@ class SUnion(Operator):
                 )
         self.width = params.get_int("bucket", minimum=1)
         self.wait = params.get_int("wait", DEFAULT_WAIT, minimum=0)
-        self.mode = params.get_str("mode", "process", choices=("process", "delay"))
+        self.mode = params.get_str("mode", "process", choices=RELEASE_MODES)
         self.process_wait = params.get_int("process_wait", DEFAULT_PROCESS_WAIT, minimum=0)
         self.recovery = params.get_str("recovery", "checkpoint", choices=("checkpoint", "undo"))
         self.output_schema = first
+        self.replay_step: int | None = None  # kept across ``clear``: see Serializer
 
     def clear(self) -> None:
         n = self._n_ports
@@ -153,13 +156,9 @@ class SUnion(Operator):
         self._last_in = [0] * n
         self._wm = list(self.watermarks)  # watermarks as accepted (see on_boundary)
         self._port_tent = [False] * n
-        self._rec_done = [False] * n
         self._late_dropped = 0
         self._mfn: int | None = None  # cached min first_now over pending buckets
         self._mfn_ok = True
-        #: Buckets re-released per call during a replay (None: all at once). Runtime
-        #: setting, not state: kept across ``clear``.
-        self.replay_step: int | None = getattr(self, "replay_step", None)
         self._replay_to: int | None = None  # the replay's horizon while one is under way
         self._budget = 0  # buckets this call may still re-release
         self._replay_total = 0  # tuples to re-release in the current replay
@@ -177,16 +176,13 @@ class SUnion(Operator):
         return self._rec_requested
 
     @property
-    def next_bucket(self) -> int:
-        return self._next
-
-    @property
-    def rec_done_received(self) -> tuple[bool, ...]:
-        """Per input: REC_DONE received since that input's last UNDO / tentative tuple."""
-        return tuple(self._rec_done)
+    def released_to(self) -> int:
+        """The tuple time before which every bucket was released."""
+        return self._next * self.width
 
     @property
     def late_dropped(self) -> int:
+        """Tuples dropped for a bucket already released stable (a broken promise)."""
         return self._late_dropped
 
     @property
@@ -234,6 +230,13 @@ class SUnion(Operator):
         """After :meth:`rewind`: re-release the kept buckets (same as ``on_timer``)."""
         return self.on_timer(now)
 
+    def set_mode(self, mode: str) -> None:
+        """The release mode during a failure episode (the consistency manager's choice)."""
+        if mode not in RELEASE_MODES:
+            raise OperatorError(f"{self.describe()}: mode must be one of {RELEASE_MODES}, "
+                                f"got {mode!r}")
+        self.mode = mode
+
     def truncate(self) -> None:
         """Drop released buckets a replay can no longer need (called right after the node
         took a checkpoint). The current episode's buckets are always kept."""
@@ -242,12 +245,13 @@ class SUnion(Operator):
             del self._buckets[b]
         self._kept_from = max(self._kept_from, keep_from)
 
-    def rewind(self, snap: Plain) -> None:
+    def rewind(self, snap: Plain) -> list[Tuple]:
         """Checkpoint/redo: go back to ``snap``'s release point, keeping the buffered input.
 
         Restores the release pointer, output-id counter, output boundary and episode flags;
         the buffered input, watermarks and de-duplication state stay as they are. Emits
-        nothing: the corrected buckets from there on are re-released by :meth:`replay`."""
+        nothing (an empty list): the corrected buckets from there on are re-released by
+        :meth:`replay`."""
         if not isinstance(snap, dict) or snap.get("type") != self.type_name:
             got = snap.get("type") if isinstance(snap, dict) else type(snap).__name__
             raise OperatorError(f"{self.describe()}: cannot rewind to a snapshot of {got!r}")
@@ -270,6 +274,7 @@ class SUnion(Operator):
         self._undo_boundary = st["undo_boundary"]
         self._rec_requested = st["rec_requested"]
         self._rewind_to(start, replay=True)
+        return []
 
     # ------------------------------------------------------------------ data path
     def on_data(self, port: int, tuples: Sequence[Tuple], out: list[Tuple]) -> None:
@@ -289,7 +294,6 @@ class SUnion(Operator):
         self._last_in[port] = run[-1][1]
         if has_tent:
             self._port_tent[port] = True
-            self._rec_done[port] = False
             self._insert(port, run)
             return
         width = self.width
@@ -372,7 +376,6 @@ class SUnion(Operator):
         return last_out
 
     def on_undo(self, port: int, last_kept_id: int, out: list[Tuple]) -> None:
-        self._rec_done[port] = False
         self._last_in[port] = min(self._last_in[port], last_kept_id)
         still_tentative = False  # an UNDO of part of the tentative suffix leaves the rest
         for b, bk in list(self._buckets.items()):
@@ -399,7 +402,7 @@ class SUnion(Operator):
         if kind is Kind.UNDO_START:
             self._undo_start(out)
         elif kind is Kind.REC_DONE:
-            self._rec_done[port] = True  # this node's SOutput makes its own REC_DONE
+            pass  # dropped: this node's SOutput makes its own REC_DONE
         else:
             super().on_control(port, t, out)
 
@@ -571,7 +574,6 @@ class SUnion(Operator):
             "kept_from": self._kept_from,
             "last_in": list(self._last_in),
             "port_tent": list(self._port_tent),
-            "rec_done": list(self._rec_done),
             "late_dropped": self._late_dropped,
             "buckets": [
                 [b, bk.first_now, [[tuple_to_plain(t) for t in lst] for lst in bk.ports]]
@@ -587,7 +589,6 @@ class SUnion(Operator):
         self._kept_from = state["kept_from"]
         self._last_in = list(state["last_in"])
         self._port_tent = list(state["port_tent"])
-        self._rec_done = list(state["rec_done"])
         self._late_dropped = state["late_dropped"]
         self._wm = list(self.watermarks)
         self._buckets = {}

@@ -3,10 +3,11 @@
 A :class:`Checkpoint` maps each *part* name (an operator, or a queue when the caller keeps
 any) to that part's snapshot: plain data (dicts, lists, str, int, float, bool, None) that
 orjson encodes. It is taken with :func:`take_checkpoint` and restored with
-:func:`restore_checkpoint`, which can *rewind* chosen parts instead of restoring them: SUnion
-keeps the input it buffered since the checkpoint (that input is what redo replays) and
-SOutput keeps its memory of what it already emitted (so it can drop duplicates and emit the
-UNDO); both get the snapshot and decide themselves what to take from it.
+:func:`restore_checkpoint`, the one restore of a set of parts (``QueryNetwork.restore`` and
+``QueryNetwork.rewind`` call it), which can *rewind* chosen parts instead of restoring them:
+SUnion keeps the input it buffered since the checkpoint (that input is what redo replays)
+and SOutput keeps its memory of what it already emitted (so it can drop duplicates and emit
+the UNDO); both get the snapshot and decide themselves what to take from it.
 
 Invariants:
 
@@ -89,18 +90,24 @@ def take_checkpoint(parts: Mapping[str, Checkpointable], seq: int, now: int) -> 
 
 def restore_checkpoint(
     parts: Mapping[str, Checkpointable],
-    checkpoint: Checkpoint,
+    checkpoint: Checkpoint | Mapping[str, Any],
     *,
     rewind: Mapping[str, Callable[[Any], None]] | None = None,
 ) -> None:
-    """Restore every part from ``checkpoint``; for a part named in ``rewind`` call the given
-    function with the part's snapshot instead of ``restore``.
+    """Restore every part, in the order of ``parts``, from ``checkpoint`` (a
+    :class:`Checkpoint`, or just its parts' snapshots by name, as ``QueryNetwork.snapshot``
+    makes them); for a part named in ``rewind`` call the given function with the part's
+    snapshot instead of ``restore``.
 
     Raises :class:`CheckpointError`, before restoring anything, if the checkpoint lacks a
     part, holds a part that is not in ``parts``, or ``rewind`` names an unknown part.
     """
     rewind = rewind or {}
-    have, want = set(checkpoint.parts), set(parts)
+    if isinstance(checkpoint, Checkpoint):
+        what, snaps = f"checkpoint {checkpoint.seq}", checkpoint.parts
+    else:
+        what, snaps = "the snapshot", checkpoint
+    have, want = set(snaps), set(parts)
     if have != want:
         problems = []
         if want - have:
@@ -108,17 +115,17 @@ def restore_checkpoint(
         if have - want:
             problems.append(f"it holds snapshots of unknown part(s) {_names(have - want)}")
         raise CheckpointError(
-            f"checkpoint {checkpoint.seq} does not match the network: {'; '.join(problems)}"
+            f"{what} does not match the network: {'; '.join(problems)}"
             f" (network parts: {_names(want)})"
         )
     unknown = set(rewind) - want
     if unknown:
         raise CheckpointError(
-            f"checkpoint {checkpoint.seq}: rewind names unknown part(s) {_names(unknown)}"
+            f"{what}: rewind names unknown part(s) {_names(unknown)}"
             f" (network parts: {_names(want)})"
         )
     # Copy every snapshot first, so that an unencodable one fails before any part changed.
-    copies = {name: _copy(checkpoint.seq, name, snap) for name, snap in checkpoint.parts.items()}
+    copies = {name: _copy(what, name, snap) for name, snap in snaps.items()}
     for name, part in parts.items():
         fn = rewind.get(name)
         if fn is None:
@@ -141,7 +148,7 @@ def encode_checkpoint(cp: Checkpoint) -> bytes:
     except TypeError:
         # Find the culprit so that the message names it (cheap: this is the error path).
         for name, snap in cp.parts.items():
-            _encode_part(cp.seq, name, snap)
+            _encode_part(f"checkpoint {cp.seq}", name, snap)
         raise CheckpointError(
             f"checkpoint {cp.seq}: cannot encode its header (seq={cp.seq!r}, "
             f"taken_at={cp.taken_at!r}); both must be ints"
@@ -209,7 +216,8 @@ class CheckpointStore:
                 f"checkpoint {cp.seq} is not newer than the stored checkpoint {self._seq}"
             )
         # Encode everything before changing anything: a bad part leaves the store as it was.
-        blobs = {name: _encode_part(cp.seq, name, snap) for name, snap in cp.parts.items()}
+        blobs = {name: _encode_part(f"checkpoint {cp.seq}", name, snap)
+                 for name, snap in cp.parts.items()}
         written: list[str] = []
         for name, blob in blobs.items():
             old = self._blobs.get(name)
@@ -259,17 +267,16 @@ class CheckpointStore:
             ) from None
 
 
-def _encode_part(seq: int, name: str, snap: Any) -> bytes:
+def _encode_part(what: str, name: str, snap: Any) -> bytes:
+    """``snap`` encoded; ``what`` (e.g. "checkpoint 3") names it in the error."""
     try:
         return orjson.dumps(snap)
     except TypeError as e:
-        raise CheckpointError(
-            f"checkpoint {seq}: the snapshot of part {name!r} is not plain data: {e}"
-        ) from None
+        raise CheckpointError(f"{what}: the snapshot of part {name!r} is not plain data: {e}") from None
 
 
-def _copy(seq: int, name: str, snap: Any) -> Any:
-    return orjson.loads(_encode_part(seq, name, snap))
+def _copy(what: str, name: str, snap: Any) -> Any:
+    return orjson.loads(_encode_part(what, name, snap))
 
 
 def _names(names: Iterable[str]) -> str:

@@ -2,7 +2,9 @@
 
 protocol <- state <- operators <- node <- ops_scripts: a package may import only packages
 to its left. protocol/, state/ and operators/ never import asyncio, socket, time, aiohttp,
-uvloop or threading: time is a parameter there, never read.
+uvloop or threading: time is a parameter there, never read. Nor do the pure parts of node/
+(the consistency machine, the upstream choice), which import of node/ only each other and
+node/errors.py.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from tests.paths import ROOT
 ORDER = ["protocol", "state", "operators", "node", "ops_scripts"]
 IO_MODULES = {"asyncio", "socket", "time", "aiohttp", "uvloop", "threading", "selectors", "datetime"}
 CORE = {"protocol", "state", "operators"}
+#: The sans-IO modules of node/ (STYLE.md 1), and what of node/ they may import besides.
+PURE_NODE = {"node.replica.consistency", "node.streams.upstream"}
+PURE_NODE_MAY_IMPORT = {"node.errors"}
 
 
 def imports_of(path: Path) -> set[str]:
@@ -27,6 +32,18 @@ def imports_of(path: Path) -> set[str]:
             found.update(a.name.split(".")[0] for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             found.add(node.module.split(".")[0])
+    return found
+
+
+def module_imports(path: Path) -> set[str]:
+    """The full names of the modules ``path`` imports (absolute imports)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
     return found
 
 
@@ -47,6 +64,23 @@ def test_dependencies_point_one_way(pkg: str, path: Path) -> None:
 def test_core_is_sans_io(pkg: str, path: Path) -> None:
     bad = imports_of(path) & IO_MODULES
     assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)} (the core takes `now` as a parameter)"
+
+
+@pytest.mark.parametrize("name", sorted(PURE_NODE))
+def test_the_pure_parts_of_node_are_sans_io(name: str) -> None:
+    path = ROOT / (name.replace(".", "/") + ".py")
+    imported = module_imports(path)
+    bad = {m.split(".")[0] for m in imported} & IO_MODULES
+    assert not bad, f"{name} imports {sorted(bad)} (the machine takes `now` as a parameter)"
+    of_node = {m for m in imported if m.split(".")[0] == "node"}
+    stray = of_node - PURE_NODE - PURE_NODE_MAY_IMPORT
+    assert not stray, f"{name} imports {sorted(stray)}, which may do I/O"
+
+
+def test_the_pure_parts_of_node_may_import_are_pure_too() -> None:
+    for name in PURE_NODE_MAY_IMPORT:
+        imported = module_imports(ROOT / (name.replace(".", "/") + ".py"))
+        assert not {m.split(".")[0] for m in imported} & (IO_MODULES | {"node"}), name
 
 
 def test_every_error_derives_from_the_root() -> None:

@@ -19,7 +19,7 @@ from node.config.model import ClusterConfig
 from node.net.transport import Transport
 from node.procs.rundir import JsonlTupleWriter, RunDir, write_client_parquet
 from node.procs.source import END_OF_STREAM
-from node.streams.link import InputLink
+from node.streams.link import InputLink, Mutation
 from node.streams.monitor import UpstreamMonitor, upstream_links
 from protocol.tuples import Kind, Tuple
 
@@ -29,11 +29,14 @@ log = logging.getLogger("dpc.client")
 
 
 class Client:
-    def __init__(self, config: ClusterConfig, name: str, run_dir: RunDir, transport: Transport) -> None:
+    def __init__(self, config: ClusterConfig, name: str, run_dir: RunDir, transport: Transport,
+                 *, mutation: Mutation | None = None) -> None:
+        """``mutation``: a test-only breakage of the input link (node/streams/link.py)."""
         self.cfg = config.clients[name]
         node = config.producer_of(self.cfg.stream)
         producers = [(r.host, r.data_port) for r in node.replicas]  # type: ignore[union-attr]
-        self.link = InputLink(transport, self.cfg.stream, name, producers, self._on_batch, log=log)
+        self.link = InputLink(transport, self.cfg.stream, name, producers, self._on_batch,
+                              log=log, mutation=mutation)
         settings = node.settings  # type: ignore[union-attr]
         self.monitor = UpstreamMonitor(
             name, transport, upstream_links(config, [self.link]),

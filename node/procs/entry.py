@@ -6,6 +6,10 @@ only), freezes its start-up heap out of the cyclic GC (DESIGN.md section 7), and
 cleanly on SIGINT or SIGTERM: links closed, logs flushed, exit 0. A source also takes
 SIGUSR1: end your stream (publish the end-of-stream boundary) and keep serving replays.
 A replica restarted after a crash takes ``--recover`` (node/replica/recovery.py).
+
+The test-only switch ``DPC_TEST_MUTATION`` (node/streams/link.py's :class:`Mutation`) is read
+here, once, and handed to the replica's and the client's input links; nothing below the
+entry point reads the environment.
 """
 
 from __future__ import annotations
@@ -13,19 +17,39 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from node.config.model import ClusterConfig
 from node.errors import NodeError
 from node.net.tcp import TcpTransport
 from node.procs.rundir import RunDir
+from node.streams.link import Mutation
 
-__all__ = ["run_process"]
+__all__ = ["MUTATION_ENV", "mutation_from_env", "run_process"]
+
+#: The environment variable of the test-only mutation switch.
+MUTATION_ENV = "DPC_TEST_MUTATION"
 
 
-def _component(config: ClusterConfig, name: str, run_dir: RunDir, recover: bool):  # type: ignore[no-untyped-def]
+def mutation_from_env(environ: Mapping[str, str] = os.environ) -> Mutation | None:
+    """The test mutation ``environ`` asks for (None: none). An unknown value is refused:
+    a test that believes it broke the build must not be run on a sound one."""
+    value = environ.get(MUTATION_ENV)
+    if not value:
+        return None
+    try:
+        return Mutation(value)
+    except ValueError:
+        known = ", ".join(m.value for m in Mutation)
+        raise NodeError(f"{MUTATION_ENV}={value!r} is no test mutation; known: {known}") from None
+
+
+def _component(config: ClusterConfig, name: str, run_dir: RunDir, recover: bool,  # type: ignore[no-untyped-def]
+               mutation: Mutation | None):
     transport = TcpTransport()
     if name in config.sources:
         from node.procs.source import Source
@@ -34,7 +58,7 @@ def _component(config: ClusterConfig, name: str, run_dir: RunDir, recover: bool)
     if name in config.clients:
         from node.procs.client import Client
 
-        return Client(config, name, run_dir, transport)
+        return Client(config, name, run_dir, transport, mutation=mutation)
     try:
         config.replica(name)
     except KeyError:
@@ -43,7 +67,7 @@ def _component(config: ClusterConfig, name: str, run_dir: RunDir, recover: bool)
         raise NodeError(f"{config.path}: no process named {name!r}; known: {', '.join(known)}") from None
     from node.replica.runtime import Replica
 
-    return Replica(config, name, run_dir, transport, recover=recover)
+    return Replica(config, name, run_dir, transport, recover=recover, mutation=mutation)
 
 
 def _check_recoverable(config: ClusterConfig, name: str) -> None:
@@ -89,7 +113,7 @@ def run_process(config_path: Path, name: str, run_dir: Path, *, recover: bool = 
     _setup_logging(rd, name)
     if recover:
         _check_recoverable(config, name)
-    component = _component(config, name, rd, recover)
+    component = _component(config, name, rd, recover, mutation_from_env())
     try:
         import uvloop
 

@@ -2,96 +2,102 @@
 
 Role (paper sections 3-4, DESIGN.md section 4, STYLE.md rule 3): every fault-tolerance
 decision of a replica is made here, by one pure function, ``step(machine, event) ->
-(machine, actions)``, over one transition table. Sans-IO: no asyncio, no clock. ``now``
-(microseconds, the unit of tuple time) rides on every event; timers are the deadline that
-:func:`next_deadline` returns, at which the runtime feeds ``Tick(now)``. The runtime turns
-SUnion signals, replay progress and partner messages into events, and performs the actions
-in list order, synchronously (no input is processed between two actions of one step).
+(machine, actions)``, over one transition table. Sans-IO: no asyncio, no clock. ``now`` (us)
+rides on every event; timers are the deadline :func:`next_deadline` returns, at which the
+runtime feeds ``Tick(now)``. The runtime (node/replica/manager.py) only turns what happens
+into events (SUnion signals, replay progress, partners' answers, silences and requests) and
+performs the actions in list order, with no input processed between two actions of a step.
 
 Theory of operation
 -------------------
 *STABLE.* A checkpoint every ``checkpoint_interval`` (200 ms), only here, and one at once on
-entering STABLE (the first ``Tick`` after :func:`start` takes checkpoint 0, so that
-checkpoint/redo always has a pre-failure state). None is taken on entering UP_FAILURE: SUnion
-signals UP_FAILURE in the same call that released the first tentative bucket, so the network
-already holds tentative state then; a checkpoint of it would restore the failure, not undo
-it. (The paper's "checkpoint when going into UP_FAILURE" means at the *start* of the alpha*X
-wait, for which SUnion has no signal; the 200 ms checkpoints cover it, as in the paper's runs.)
+entering STABLE (the first ``Tick`` after :func:`start` takes checkpoint 0: checkpoint/redo
+always has a pre-failure state). None on entering UP_FAILURE: SUnion signals it in the call
+that released the first tentative bucket, so a checkpoint then would restore the failure.
+(The paper's "checkpoint when going into UP_FAILURE" is at the *start* of the alpha*X wait,
+which SUnion does not signal; the 200 ms checkpoints cover it, as in the paper's runs.)
 
-*UP_FAILURE.* SUnion delays or processes (``SetSUnionMode``). Once every input is corrected
-(``RecRequest``) the replica must reconcile. With STABILIZATION strategy SUSPEND it needs no
-partner: it suspends new input and reconciles at once. Otherwise a partner replica must keep
-serving fresh data meanwhile, so it asks permission (``AskPermission``, numbered), again
-every ``permission_retry`` (500 ms) until a grant to its current *epoch* arrives.
+*UP_FAILURE.* SUnion delays or processes (``SetSUnionMode``). An SUnion that released
+tentative tuples (``UpFailure(sunion)``) is *failing* until its REC_REQUEST (``RecRequest(
+sunion)``: its inputs are corrected); once none is failing the replica must reconcile. With
+STABILIZATION strategy SUSPEND it suspends new input and reconciles at once. Otherwise a
+partner must serve fresh data meanwhile, so it asks permission (``AskPermission``, numbered),
+again every ``permission_retry`` (500 ms) until a grant to its current *epoch* arrives.
 
-*Permission.* Asked by a partner, a replica refuses while it reconciles, and refuses while
-its own request is pending if it outranks the requester: the LOWER ``rank`` wins (rank = the
-replica's index in the node's config). Otherwise it grants; granting is a promise to
-postpone its own reconciliation, so a pending request of its own is withdrawn: its epoch ends
-and a grant still in flight to it is stale (ignored), and it asks afresh one retry later.
-While postponing in UP_FAILURE it is the replica downstream reads fresh data from, so its
-SUnion runs in the STABILIZATION strategy's mode (the paper's "second version").
+*Permission.* The machine knows its partners by name (``Policy.partners``) and counts their
+answers to its latest request: every partner's grant grants it, one refusal refuses it;
+answers to older requests are ignored. Each request counts one more unanswered for every
+partner, an answer resets the count, an unreachable partner is silent past the limit. With
+no partner, or all silent for more than ``self_grant_after`` (3) requests, nobody can answer
+(nor serve downstream): the replica grants itself (``SelfGrant``, ``Reconcile``). Asked by a
+partner, a replica refuses while it reconciles, and while its own request is pending if it
+outranks the requester: the LOWER ``rank`` (index in the node's config) wins. Otherwise it
+grants, a promise to postpone its own reconciliation: a pending request of its own is
+withdrawn (its epoch ends, a grant still in flight to it is stale) and asked afresh one
+retry later. While postponing in UP_FAILURE it is the replica downstream reads fresh data
+from, so its SUnion runs in the STABILIZATION strategy's mode (the paper's second version).
 
-Why two replicas never reconcile at once (DELAY and PROCESS). Say A reconciles from rA on
-B's grant sent at tB, which answers a request of A's epoch begun at sA (sA < tB < rA); and B
-from rB on A's grant sent at tA (sB < tA < rB). A replica grants nothing while it reconciles,
-nor while an epoch of its own is live (a grant ends it), so tA is not in [sA, rA] and tB is
-not in [sB, rB]. If tA < sA, then sB < tA < sA < tB, so tB > rB: B's reconciliation was over
-at tB, before A's began at rA > tB. If tA > rA, A's was over at tA, before B's began at
-rB > tA. Rank plays no part in safety; it lets one of two crossed requests win.
+Why two replicas never reconcile at once (DELAY and PROCESS, partners that answer). Say A
+reconciles from rA on B's grant sent at tB, which answers a request of A's epoch begun at sA
+(sA < tB < rA); and B from rB on A's grant sent at tA (sB < tA < rB). A replica grants
+nothing while it reconciles, nor while an epoch of its own is live (a grant ends it), so tA
+is not in [sA, rA] and tB is not in [sB, rB]. If tA < sA, then sB < tA < sA < tB, so tB > rB:
+B's reconciliation was over at tB, before A's began at rA > tB. If tA > rA, A's was over at
+tA, before B's began at rB > tA. Rank plays no part in safety; it lets one of two crossed
+requests win. A self-grant is outside this argument: it is the price of liveness when the
+partners have been silent for ``self_grant_after`` requests (crashed, cut off, stopped).
 
 *STABILIZATION.* ``Reconcile(method)``: checkpoint/redo (restore + SUnion.rewind/replay,
-SOutput.rewind) or undo/redo (UNDO_START into the SUnions). It ends when the runtime reports
-``ReconciliationProgress`` with every expected REC_DONE in and the current bucket less than
-``catch_up_slack`` (200 ms) behind (:func:`is_caught_up`): ``SendRecDone`` (every SOutput's
-``end_reconciliation``), then STABLE, or UP_FAILURE if a failure began meanwhile (SOutput
-forces that REC_DONE itself if the first new tentative tuple comes first). A REC_REQUEST
-arriving meanwhile (that new failure already healed) is kept and served on the way out.
+SOutput.rewind) or undo/redo (UNDO_START into the SUnions); either ends every SUnion's
+episode. It ends on ``ReconciliationProgress(caught_up)``: the replay is over and every
+SOutput is past its duplicates. Then ``SendRecDone`` (SOutput's ``end_reconciliation``),
+then STABLE, or UP_FAILURE if a failure began meanwhile (SOutput forces that REC_DONE itself
+if a new tentative tuple comes first); a REC_REQUEST that came meanwhile is then served.
 
 Invariants
 ----------
 * Checkpoints only in STABLE; ``Reconcile`` only on entering STABILIZATION; ``SendRecDone``
-  only on leaving it. Without SUSPEND, two replicas of a node never both reconcile.
+  only on leaving it. Without SUSPEND, two replicas of a node whose partners answer never
+  both reconcile. No SUnion is failing in STABLE.
 * ``step`` is pure and total over the table; an event absent from the table for the current
-  state raises :class:`ConsistencyError` naming both (a runtime bug, never a peer's doing).
+  state raises :class:`ConsistencyError` naming both (a runtime bug, never a peer's doing),
+  and so does an answer from a replica that is not a partner.
 * Never stuck: in STABLE, and in UP_FAILURE while a reconciliation awaits permission,
   :func:`next_deadline` is not None. (STABILIZATION waits on the runtime's own replay, which
   reports ``ReconciliationProgress`` after every batch or timer it pushes.)
 
-The runtime's side: with several SUnions it sends one ``RecRequest`` once all of them
-signalled; with several partners it grants only when all granted. A node with no reachable
-partner cannot be answered, so the runtime grants itself (the machine never times out).
+Transition table (no arrow: the state stays; a pair not listed raises; a *deciding* answer
+is a refusal of our latest request, or the grant of it that completes every partner's)::
 
-Transition table (no arrow: the state stays; a pair not listed raises)::
-
-  state          event                 guard                         actions -> next
-  STABLE         Tick                  checkpoint due                TakeCheckpoint
+  state          event               guard                           actions -> next
+  STABLE         Tick                checkpoint due                  TakeCheckpoint
   STABLE         UpFailure                                           -> UP_FAILURE
-  STABLE         InputsStable                                        (none)
   STABLE         PermissionAsked                                     Grant
-  STABLE         Granted / Refused                                   Log (stale)
-  UP_FAILURE     Tick                  request pending, retry due    AskPermission
-  UP_FAILURE     UpFailure                                           (none: same failure)
-  UP_FAILURE     RecRequest            SUSPEND                       SuspendNewInput,
+  STABLE         PartnerAnswered     deciding (else none)            Log (stale)
+  any            PartnerUnreachable                                  (none: counts as silent)
+  UP_FAILURE     Tick                request pending, retry due      AskPermission | SelfGrant,
                                                                      Reconcile -> STABILIZATION
-  UP_FAILURE     RecRequest            otherwise, first one          AskPermission
-  UP_FAILURE     PermissionGranted     current epoch (else stale)    Reconcile -> STABILIZATION
-  UP_FAILURE     PermissionRefused     current epoch (else stale)    Log
-  UP_FAILURE     PermissionAsked       pending and we outrank        Refuse
-  UP_FAILURE     PermissionAsked       otherwise                     Grant (withdraw ours)
-  UP_FAILURE     InputsStable          no RecRequest (else raise)    -> STABLE
+  UP_FAILURE     UpFailure                                           (none: same failure)
+  UP_FAILURE     RecRequest          SUSPEND, none failing           SuspendNewInput,
+                                                                     Reconcile -> STABILIZATION
+  UP_FAILURE     RecRequest          otherwise, none failing, first  AskPermission | SelfGrant,
+                                                                     Reconcile -> STABILIZATION
+  UP_FAILURE     PartnerAnswered     deciding grant, current epoch   Reconcile -> STABILIZATION
+  UP_FAILURE     PartnerAnswered     deciding refusal, current epoch Log
+  UP_FAILURE     PartnerAnswered     deciding, epoch over            Log (stale)
+  UP_FAILURE     PermissionAsked     pending and we outrank          Refuse
+  UP_FAILURE     PermissionAsked     otherwise                       Grant (withdraw ours)
   STABILIZATION  Tick                                                (none)
-  STABILIZATION  UpFailure, NewFailureDuringStabilization            Log (remember)
-  STABILIZATION  RecRequest                                          (remember)
-  STABILIZATION  ReconciliationProgress caught up, no REC_DONE due   SendRecDone [ResumeNewInput]
+  STABILIZATION  UpFailure                                           Log (remember)
+  STABILIZATION  RecRequest          none failing                    (remember)
+  STABILIZATION  ReconciliationProgress  caught up                   SendRecDone [ResumeNewInput]
                                                                      -> STABLE | UP_FAILURE
   STABILIZATION  PermissionAsked                                     Refuse
-  STABILIZATION  Granted / Refused                                   Log (stale)
+  STABILIZATION  PartnerAnswered     deciding (else none)            Log (stale)
 
 After each step, ``SetSUnionMode`` is added whenever the wanted SUnion mode changed.
 
-Over 400 lines: this docstring (table, theory, proof) and the one-field event and action
-classes take half; the decisions themselves are the ~200 lines from ``start`` down.
+Over 400 lines: this docstring and the one-field event and action classes take half.
 """
 
 from __future__ import annotations
@@ -105,12 +111,11 @@ from typing import Any, TypeAlias
 from node.errors import ConsistencyError
 
 __all__ = [
-    "TRANSITIONS", "Action", "AskPermission", "Event", "Grant",
-    "InputsStable", "Log", "MachineState", "Method", "NewFailureDuringStabilization",
-    "Permission", "PermissionAsked", "PermissionGranted", "PermissionRefused", "Policy",
-    "RecRequest", "Reconcile", "ReconciliationProgress", "Refuse", "ResumeNewInput",
-    "SendRecDone", "SetSUnionMode", "StabilizationStrategy", "State", "SuspendNewInput",
-    "TakeCheckpoint", "Tick", "UpFailure", "UpFailureStrategy", "is_caught_up",
+    "TRANSITIONS", "Action", "AskPermission", "Event", "Grant", "Log", "MachineState",
+    "Method", "PartnerAnswered", "PartnerUnreachable", "Permission",
+    "PermissionAsked", "Policy", "RecRequest", "Reconcile", "ReconciliationProgress", "Refuse",
+    "ResumeNewInput", "SelfGrant", "SendRecDone", "SetSUnionMode", "StabilizationStrategy",
+    "State", "SuspendNewInput", "TakeCheckpoint", "Tick", "UpFailure", "UpFailureStrategy",
     "next_deadline", "start", "step",
 ]
 
@@ -152,27 +157,31 @@ class Permission(Enum):
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    """A node's strategy and timing (times in microseconds), and this replica's rank."""
+    """A node's strategy and timing (times in microseconds), this replica's rank, and its
+    partners (the names of the node's other replicas)."""
 
     up_failure: UpFailureStrategy = UpFailureStrategy.PROCESS
     stabilization: StabilizationStrategy = StabilizationStrategy.PROCESS
     method: Method = Method.CHECKPOINT
     checkpoint_interval: int = 200_000
     permission_retry: int = 500_000
+    #: How close to now a recovered replica's SUnions must release before it rejoins
+    #: (node/replica/recovery.py, step 4).
     catch_up_slack: int = 200_000
     rank: int = 0  # lower outranks higher when two requests cross
+    partners: tuple[str, ...] = ()
+    #: Requests every partner may leave unanswered in a row before the replica grants itself.
+    self_grant_after: int = 3
 
     def __post_init__(self) -> None:
-        # A zero period would tick without end; a zero slack would never let a replay end.
-        for key in ("checkpoint_interval", "permission_retry", "catch_up_slack"):
+        # A zero period would tick without end; a zero slack would never let a replica rejoin.
+        for key in ("checkpoint_interval", "permission_retry", "catch_up_slack",
+                    "self_grant_after"):
             value = getattr(self, key)
             if type(value) is not int or value < 1:
-                raise ConsistencyError(f"Policy.{key} must be an int >= 1 (us), got {value!r}")
-
-
-def is_caught_up(policy: Policy, behind: int) -> bool:
-    """The paper's catch-up rule: the current bucket is less than ``catch_up_slack`` behind."""
-    return behind < policy.catch_up_slack
+                raise ConsistencyError(f"Policy.{key} must be an int >= 1, got {value!r}")
+        if len(set(self.partners)) != len(self.partners):
+            raise ConsistencyError(f"Policy.partners must be distinct, got {self.partners!r}")
 
 
 # ---------------------------------------------------------------------------------- events
@@ -183,25 +192,29 @@ class Tick:
 
 @dataclass(frozen=True, slots=True)
 class UpFailure:
-    now: int  # an SUnion signalled UP_FAILURE (it released tentative tuples)
+    now: int
+    sunion: str  # this SUnion signalled UP_FAILURE (it released tentative tuples)
 
 
 @dataclass(frozen=True, slots=True)
 class RecRequest:
-    now: int  # every input corrected: REC_REQUEST from the SUnion(s) of the episode
+    now: int
+    sunion: str  # this SUnion signalled REC_REQUEST: every one of its inputs is corrected
 
 
 @dataclass(frozen=True, slots=True)
-class PermissionGranted:
+class PartnerAnswered:
     now: int
+    partner: str
     request: int  # the number of the AskPermission answered
+    granted: bool
+    reason: str = ""  # why it refused
 
 
 @dataclass(frozen=True, slots=True)
-class PermissionRefused:
+class PartnerUnreachable:
     now: int
-    reason: str
-    request: int
+    partner: str  # a request could not even be sent to it
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,36 +228,34 @@ class PermissionAsked:
 @dataclass(frozen=True, slots=True)
 class ReconciliationProgress:
     now: int
-    caught_up: bool  # is_caught_up(), and every SOutput is past its duplicates
-    rec_dones_pending: int  # REC_DONEs still expected on corrected inputs
-
-
-@dataclass(frozen=True, slots=True)
-class NewFailureDuringStabilization:
-    now: int  # e.g. the HA monitor saw an upstream fail again while we replay
-
-
-@dataclass(frozen=True, slots=True)
-class InputsStable:
-    now: int  # every input STABLE again, nothing tentative produced: nothing to reconcile
+    caught_up: bool  # the replay is over and every SOutput is past its duplicates
 
 
 Event: TypeAlias = (
-    Tick | UpFailure | RecRequest | PermissionGranted | PermissionRefused | PermissionAsked
-    | ReconciliationProgress | NewFailureDuringStabilization | InputsStable
+    Tick | UpFailure | RecRequest | PartnerAnswered | PartnerUnreachable | PermissionAsked
+    | ReconciliationProgress
 )
 
 
 # --------------------------------------------------------------------------------- actions
 @dataclass(frozen=True, slots=True)
 class TakeCheckpoint:
-    """Snapshot the network, then ``SUnion.truncate()`` every SUnion."""
+    """Snapshot the network, then truncate every SUnion's kept buckets."""
 
 
 @dataclass(frozen=True, slots=True)
 class AskPermission:
     method: Method
-    request: int  # the answer must echo it
+    request: int  # every partner is asked; the answers must echo it
+
+
+@dataclass(frozen=True, slots=True)
+class SelfGrant:
+    """No partner can answer request ``request`` (``why``): the replica grants it itself.
+    The runtime logs it as a warning and counts it; ``Reconcile`` follows."""
+
+    request: int
+    why: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,7 +305,7 @@ class Log:
 
 
 Action: TypeAlias = (
-    TakeCheckpoint | AskPermission | Reconcile | SendRecDone | Grant | Refuse
+    TakeCheckpoint | AskPermission | SelfGrant | Reconcile | SendRecDone | Grant | Refuse
     | SuspendNewInput | ResumeNewInput | SetSUnionMode | Log
 )
 
@@ -310,20 +321,18 @@ class MachineState:
     sunion_mode: UpFailureStrategy  # the mode last set on the SUnions
     last_checkpoint_at: int | None = None  # None: one is due at once
     permission: Permission = Permission.NONE
-    asked_at: int | None = None  # our latest AskPermission
     next_ask_at: int | None = None  # when to ask (again), while a reconciliation awaits one
     request: int = 0  # number of our latest AskPermission
     epoch: int = 1  # first request of the current epoch; > request: none is pending
-    rec_request: bool = False  # a REC_REQUEST not yet served by a Reconcile
+    rec_request: bool = False  # every SUnion corrected, not yet served by a Reconcile
     new_failure: bool = False  # in STABILIZATION: a failure began meanwhile
     postponing: bool = False  # in UP_FAILURE: we granted a partner its reconciliation
+    failing: frozenset[str] = frozenset()  # SUnions in an episode, no REC_REQUEST yet
+    granted: frozenset[str] = frozenset()  # partners that granted request ``request``
+    unanswered: tuple[int, ...] = ()  # per partner (policy order): our requests, in a row
     checkpoints: int = 0
     reconciliations: int = 0
     refusals: int = 0  # refusals of our requests
-
-    @property
-    def reconciling(self) -> bool:
-        return self.state is State.STABILIZATION
 
     @property
     def request_pending(self) -> bool:
@@ -336,7 +345,8 @@ Step: TypeAlias = tuple[MachineState, list[Action]]
 
 def start(policy: Policy, now: int) -> Step:
     """A replica's machine at start-up, and the SUnion mode its policy wants."""
-    m = MachineState(policy, State.STABLE, now, policy.up_failure)
+    m = MachineState(policy, State.STABLE, now, policy.up_failure,
+                     unanswered=(0,) * len(policy.partners))
     return m, [SetSUnionMode(policy.up_failure)]
 
 
@@ -365,15 +375,27 @@ def _enter(m: MachineState, state: State, now: int, why: str) -> Step:
 
 def _ask(m: MachineState, now: int) -> Step:
     request = m.request + 1  # after a withdrawal epoch == request: a new epoch begins
-    m = replace(m, request=request, permission=Permission.ASKED, asked_at=now,
-                next_ask_at=now + m.policy.permission_retry)
+    m = replace(m, request=request, permission=Permission.ASKED,
+                next_ask_at=now + m.policy.permission_retry, granted=frozenset(),
+                unanswered=tuple(n + 1 for n in m.unanswered))
+    if not m.policy.partners:
+        return _self_grant(m, now, "the node has no other replica")
+    limit = m.policy.self_grant_after
+    if all(n > limit for n in m.unanswered):
+        return _self_grant(m, now, f"no partner answered {limit} requests")
     return m, [AskPermission(m.policy.method, request)]
+
+
+def _self_grant(m: MachineState, now: int, why: str) -> Step:
+    m, actions = _reconcile(m, now, f"granted request {m.request} itself")
+    return m, [SelfGrant(m.request, why), *actions]
 
 
 def _reconcile(m: MachineState, now: int, why: str) -> Step:
     suspend = m.policy.stabilization is StabilizationStrategy.SUSPEND
     m, actions = _enter(m, State.STABILIZATION, now, why)
-    m = replace(m, reconciliations=m.reconciliations + 1,
+    # Reconciling ends every SUnion's failure episode.
+    m = replace(m, reconciliations=m.reconciliations + 1, failing=frozenset(),
                 permission=Permission.NONE if suspend else Permission.GRANTED)
     return m, [*actions, *([SuspendNewInput()] if suspend else []), Reconcile(m.policy.method)]
 
@@ -388,13 +410,42 @@ def _in_epoch(m: MachineState, request: int) -> bool:
     return m.epoch <= request <= m.request
 
 
+def _heard(m: MachineState, partner: str, unanswered: int = 0) -> MachineState:
+    """Set ``partner``'s count of our requests it left unanswered in a row."""
+    if partner not in m.policy.partners:
+        raise ConsistencyError(f"consistency manager (rank {m.policy.rank}): {partner!r} is "
+                               f"not a partner; partners: {m.policy.partners}")
+    i = m.policy.partners.index(partner)
+    return replace(m, unanswered=(*m.unanswered[:i], unanswered, *m.unanswered[i + 1:]))
+
+
+def _hear(m: MachineState, e: PartnerAnswered) -> tuple[MachineState, bool]:
+    """Record a partner's answer; True if it decides the current request: a refusal of it,
+    or the grant that completes every partner's."""
+    m = _heard(m, e.partner)
+    if e.request != m.request:
+        return m, False  # an answer to an older request: our epochs would drop it too
+    if not e.granted:
+        return m, True
+    granted = m.granted | {e.partner}
+    if len(granted) < len(m.policy.partners):
+        return replace(m, granted=granted), False
+    return replace(m, granted=frozenset()), True
+
+
+def _sunion_corrected(m: MachineState, e: RecRequest) -> tuple[MachineState, bool]:
+    """Record an SUnion's REC_REQUEST; True once no SUnion is failing any more."""
+    m = replace(m, failing=m.failing - {e.sunion})
+    return m, not m.failing
+
+
 # ------------------------------------------------------------------------------- handlers
 def _nothing(m: MachineState, e: Any) -> Step:
     return m, []
 
 
-def _stale(m: MachineState, e: PermissionGranted | PermissionRefused) -> Step:
-    what = "grant" if isinstance(e, PermissionGranted) else "refusal"
+def _stale(m: MachineState, e: PartnerAnswered) -> Step:
+    what = "grant" if e.granted else "refusal"
     return m, [Log(f"ignored a stale {what} of request {e.request} in {m.state.name}")]
 
 
@@ -406,7 +457,12 @@ def _checkpoint_if_due(m: MachineState, e: Tick) -> Step:
 
 
 def _fail(m: MachineState, e: UpFailure) -> Step:
+    m = replace(m, failing=m.failing | {e.sunion})
     return _enter(m, State.UP_FAILURE, e.now, "an SUnion released tentative tuples")
+
+
+def _another_failure(m: MachineState, e: UpFailure) -> Step:
+    return replace(m, failing=m.failing | {e.sunion}), []  # the same failure, another SUnion
 
 
 def _answer(m: MachineState, e: PermissionAsked) -> Step:
@@ -434,46 +490,50 @@ def _retry_if_due(m: MachineState, e: Tick) -> Step:
 
 
 def _corrected(m: MachineState, e: RecRequest) -> Step:
-    if m.rec_request:
-        return m, []  # already served or awaiting permission
+    m, none_failing = _sunion_corrected(m, e)
+    if not none_failing or m.rec_request:
+        return m, []  # another SUnion is still failing, or already served or awaiting permission
     return _serve_rec_request(replace(m, rec_request=True), e.now)
 
 
-def _granted(m: MachineState, e: PermissionGranted) -> Step:
+def _answered(m: MachineState, e: PartnerAnswered) -> Step:
+    m, decisive = _hear(m, e)
+    if not decisive:
+        return m, []
     if not _in_epoch(m, e.request):
         return _stale(m, e)
-    return _reconcile(m, e.now, f"partner granted request {e.request}")
-
-
-def _refused(m: MachineState, e: PermissionRefused) -> Step:
-    if not _in_epoch(m, e.request):
-        return _stale(m, e)
+    if e.granted:
+        return _reconcile(m, e.now, f"partner granted request {e.request}")
     m = replace(m, permission=Permission.REFUSED, refusals=m.refusals + 1)
-    return m, [Log(f"request {e.request} refused ({e.reason}); asking again at {m.next_ask_at}")]
+    return m, [Log(f"request {e.request} refused ({e.partner}: {e.reason}); asking again at "
+                   f"{m.next_ask_at}")]
 
 
-def _healed(m: MachineState, e: InputsStable) -> Step:
-    if m.rec_request:
-        raise ConsistencyError("InputsStable in UP_FAILURE after a RecRequest: tentative "
-                               "output was produced and must be reconciled first")
-    return _enter(m, State.STABLE, e.now, "inputs stable again, nothing to reconcile")
+def _answered_late(m: MachineState, e: PartnerAnswered) -> Step:
+    m, decisive = _hear(m, e)
+    return _stale(m, e) if decisive else (m, [])
 
 
-def _new_failure(m: MachineState, e: UpFailure | NewFailureDuringStabilization) -> Step:
+def _unreachable(m: MachineState, e: PartnerUnreachable) -> Step:
+    return _heard(m, e.partner, m.policy.self_grant_after + 1), []  # as silent as can be
+
+
+def _new_failure(m: MachineState, e: UpFailure) -> Step:
+    m = replace(m, failing=m.failing | {e.sunion})
     if m.new_failure:
         return m, []
     return replace(m, new_failure=True), [Log("a new failure began during stabilization")]
 
 
 def _corrected_meanwhile(m: MachineState, e: RecRequest) -> Step:
+    m, none_failing = _sunion_corrected(m, e)
+    if not none_failing:
+        return m, []
     return replace(m, rec_request=True, new_failure=True), []  # implies a failure episode
 
 
 def _progress(m: MachineState, e: ReconciliationProgress) -> Step:
-    if e.rec_dones_pending < 0:
-        raise ConsistencyError(f"ReconciliationProgress.rec_dones_pending must be >= 0, "
-                               f"got {e.rec_dones_pending}")
-    if not e.caught_up or e.rec_dones_pending:
+    if not e.caught_up:
         return m, []
     done: list[Action] = [SendRecDone()]  # before any new input is let in
     if m.policy.stabilization is StabilizationStrategy.SUSPEND:
@@ -497,25 +557,22 @@ Handler: TypeAlias = Callable[[MachineState, Any], Step]
 TRANSITIONS: Mapping[tuple[State, type[Any]], Handler] = MappingProxyType({
     (_S, Tick): _checkpoint_if_due,
     (_S, UpFailure): _fail,
-    (_S, InputsStable): _nothing,
     (_S, PermissionAsked): _answer,
-    (_S, PermissionGranted): _stale,
-    (_S, PermissionRefused): _stale,
+    (_S, PartnerAnswered): _answered_late,
+    (_S, PartnerUnreachable): _unreachable,
     (_U, Tick): _retry_if_due,
-    (_U, UpFailure): _nothing,
+    (_U, UpFailure): _another_failure,
     (_U, RecRequest): _corrected,
-    (_U, PermissionGranted): _granted,
-    (_U, PermissionRefused): _refused,
+    (_U, PartnerAnswered): _answered,
+    (_U, PartnerUnreachable): _unreachable,
     (_U, PermissionAsked): _answer,
-    (_U, InputsStable): _healed,
     (_Z, Tick): _nothing,
     (_Z, UpFailure): _new_failure,
-    (_Z, NewFailureDuringStabilization): _new_failure,
     (_Z, RecRequest): _corrected_meanwhile,
     (_Z, ReconciliationProgress): _progress,
     (_Z, PermissionAsked): _answer,
-    (_Z, PermissionGranted): _stale,
-    (_Z, PermissionRefused): _stale,
+    (_Z, PartnerAnswered): _answered_late,
+    (_Z, PartnerUnreachable): _unreachable,
 })
 
 

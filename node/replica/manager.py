@@ -1,13 +1,20 @@
 """The consistency manager's runtime: performs what ``node/replica/consistency.py`` decides.
 
-Role (paper section 5, DESIGN.md section 4). The pure machine decides; this module feeds it
-events (SUnion signals, ticks, partners' permission messages, reconciliation progress) and
-performs its actions on the replica's query network: checkpoints, checkpoint/redo or
-undo/redo reconciliation, REC_DONE, SUnion modes, suspending new input, and the permission
-exchange with the other replicas of the node.
+Role (paper section 5, DESIGN.md section 4). The pure machine decides; this module only
+turns what happens into its events (each SUnion's UP_FAILURE and REC_REQUEST signals, ticks,
+reconciliation progress, each partner's answers, unreachable partners, partners' requests)
+and performs its actions on the replica's query network, through the network's
+reconciliation surface only: checkpoints, checkpoint/redo or undo/redo reconciliation,
+REC_DONE, SUnion modes, suspending new input, and the permission messages to the other
+replicas of the node.
 
 Theory of operation
 -------------------
+*One deadline loop.* ``run`` is the replica's only timer: one task waits for the earlier of
+the network's next deadline (SUnion releases, served by ``on_timer`` while new input is let
+in) and the machine's (``Tick``), serves whichever is due, and waits again; anything that may
+move either deadline (a step of the machine, a batch pushed, the input gate) wakes it.
+
 *One event at a time.* An action may make the network emit signals (a reconciliation's
 replay releases buckets, which may signal a new failure); those become events queued behind
 the current step, never nested in it: the machine's contract is that the actions of one step
@@ -24,10 +31,10 @@ every SOutput is past its duplicates). ``replay_gate`` is a fault hook: clear, i
 replay between steps (a slow reconciliation, so tests can start a failure during one).
 
 *Permission.* ``AskPermission`` sends ``ReconcileRequest`` to every partner (the other
-replicas of the node) over a connection kept per partner; an answer to the current request
-from every partner grants it, any refusal refuses it. A partner that cannot be reached, or
-that left ``self_grant_after`` requests unanswered (crashed, cut off, stopped), cannot hold
-fresh data for downstream either, so the replica grants itself (logged).
+replicas of the node) over a connection kept per partner; each answer becomes a
+``PartnerAnswered`` event, a request that cannot be sent a ``PartnerUnreachable`` one. The
+machine counts them and decides (every partner granted, one refused, all silent: it grants
+itself, ``SelfGrant``, which is logged as a warning).
 
 Invariants
 ----------
@@ -44,19 +51,19 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import replace
 from typing import Any
 
 from node.config.model import NodeConfig
 from node.net.transport import Connection, Transport
 from node.replica import consistency as cm
 from operators import NetworkOutput, QueryNetwork
-from operators.soutput import SOutput, SOutputMode
-from operators.sunion import SUnion
+from protocol.errors import RemoteProtocolError
 from protocol.messages import ReconcileGrant, ReconcileRefuse, ReconcileRequest
-from protocol.tuples import Kind, make_tuple
+from protocol.tuples import Kind
 from state.checkpoint import CheckpointStore, take_checkpoint
 
-__all__ = ["Manager", "Partner", "policy_of"]
+__all__ = ["Emit", "Manager", "Partner", "policy_of"]
 
 Emit = Callable[[NetworkOutput, int], None]
 
@@ -82,7 +89,6 @@ class Partner:
         self.name = name
         self.address = (host, port)
         self.conn: Connection | None = None
-        self.unanswered = 0  # our requests it has not answered, in a row
 
 
 class Manager:
@@ -100,30 +106,26 @@ class Manager:
         now: Callable[[], int],
         *,
         log: logging.Logger,
-        self_grant_after: int = 3,
         replay_step: int | None = None,
         on_state: Callable[[cm.State, int], None] | None = None,
     ) -> None:
         self.owner = owner
         self.node = node
         self.network = network
-        self.sunions = [op for op in network.operators if isinstance(op, SUnion)]
-        self.soutputs = [op for op in network.operators if isinstance(op, SOutput)]
-        for s in self.sunions:
-            s.replay_step = replay_step
+        network.set_replay_step(replay_step)
         self.partners = list(partners)
         self.transport = transport
         self._emit = emit
         self._now = now
         self._log = log
-        self._self_grant_after = self_grant_after
         self._on_state = on_state  # told of every state change (the run's history)
         self.checkpoints = CheckpointStore()
+        # The machine counts the answers of exactly the partners asked.
+        policy = replace(policy, partners=tuple(p.name for p in self.partners))
         self.machine, actions = cm.start(policy, now())
         self._events: deque[cm.Event] = deque()
         self._busy = False
         self._reply: Any = None
-        self._answers: dict[str, bool] = {}  # partner -> granted, for our current request
         self.input_open = asyncio.Event()  # cleared while SUSPEND or a replay holds new input
         self.input_open.set()
         self._suspended = False
@@ -134,7 +136,7 @@ class Manager:
         self._failure: BaseException | None = None
         self.replay_gate = asyncio.Event()  # fault hook: cleared, the replay stalls
         self.replay_gate.set()
-        self.changed = asyncio.Event()  # the machine moved: the tick loop re-reads its deadline
+        self._wake = asyncio.Event()  # a deadline may have moved: the loop re-reads both
         self.stats: dict[str, Any] = {
             "reconciliations": 0, "last_reconciliation": None, "self_grants": 0,
             "permission_requests": 0, "permission_refused": 0, "grants_given": 0,
@@ -167,17 +169,23 @@ class Manager:
                         self._events.append(cm.Tick(now))
         finally:
             self._busy = False
-            self.changed.set()
+            self._wake.set()
+
+    def wake(self) -> None:
+        """The network's deadline may have moved (a batch was pushed): re-read it."""
+        self._wake.set()
 
     def on_signals(self, signals: Sequence[tuple[str, Any]], now: int) -> None:
-        """SUnion's UP_FAILURE / REC_REQUEST signals, from a network call."""
-        for _op, sig in signals:
+        """The SUnions' UP_FAILURE / REC_REQUEST signals, from one network call, as events.
+
+        UP_FAILUREs go first: an SUnion that began failing in the same call in which
+        another one signalled its REC_REQUEST is failing when the machine counts that
+        REC_REQUEST (each SUnion signals in order, UP_FAILURE before its REC_REQUEST)."""
+        for sunion, sig in sorted(signals, key=lambda s: s[1].kind is not Kind.UP_FAILURE):
             if sig.kind is Kind.UP_FAILURE:
-                self.feed(cm.UpFailure(now))
-            elif sig.kind is Kind.REC_REQUEST and all(
-                s.rec_requested or not s.in_failure for s in self.sunions
-            ):
-                self.feed(cm.RecRequest(now))  # every SUnion of the episode is corrected
+                self.feed(cm.UpFailure(now, sunion))
+            elif sig.kind is Kind.REC_REQUEST:
+                self.feed(cm.RecRequest(now, sunion))
         if self.machine.state is cm.State.STABILIZATION:
             self._progress(now)
 
@@ -190,22 +198,17 @@ class Manager:
             raise RuntimeError(f"{self.owner}: no answer to {req!r}")
         return reply  # type: ignore[no-any-return]
 
-    @property
-    def replaying(self) -> bool:
-        return self._replay is not None
-
     def replay_progress(self) -> dict[str, Any]:
         """The current (or last) replay: input tuples re-released and to re-release."""
-        done = sum(s.replay_progress[0] for s in self.sunions)
-        total = sum(s.replay_progress[1] for s in self.sunions)
-        return {"in_progress": self.replaying, "replayed": done, "to_replay": total,
+        done, total = self.network.replay_progress()
+        return {"in_progress": self._replay is not None, "replayed": done, "to_replay": total,
                 "stalled": not self.replay_gate.is_set()}
 
     async def run(self) -> None:
-        """Feed Tick at the machine's deadlines, forever (until cancelled, or until a task
-        the manager started fails: its exception ends run)."""
+        """Serve the network's and the machine's deadlines, forever (until cancelled, or
+        until a task the manager started fails: its exception ends run)."""
         try:
-            await self._tick_loop()
+            await self._deadline_loop()
         finally:
             tasks = list(self._tasks)
             for task in tasks:
@@ -222,26 +225,38 @@ class Manager:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None and self._failure is None:
             self._failure = task.exception()
-            self.changed.set()  # the tick loop raises it
+            self._wake.set()  # the deadline loop raises it
 
-    async def _tick_loop(self) -> None:
+    async def _deadline_loop(self) -> None:
         while True:
             if self._failure is not None:
                 raise self._failure
-            self.changed.clear()
-            deadline = cm.next_deadline(self.machine)
-            if deadline is None:
-                await self.changed.wait()
+            self._wake.clear()
+            # The network's timers wait while new input does (SUSPEND, or a replay, which
+            # owns the network meanwhile).
+            network = self.network.next_deadline() if self.input_open.is_set() else None
+            machine = cm.next_deadline(self.machine)
+            deadlines = [d for d in (network, machine) if d is not None]
+            if not deadlines:
+                await self._wake.wait()
                 continue
-            delay = (deadline - self._now()) / 1e6
+            delay = (min(deadlines) - self._now()) / 1e6
             if delay > 0:
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel that
+                # races with the event being set (it is set on every batch), and the
+                # replica would then never stop.
                 try:
                     async with asyncio.timeout(delay):
-                        await self.changed.wait()
+                        await self._wake.wait()
                 except TimeoutError:
                     pass
                 continue
-            self.feed(cm.Tick(self._now()))
+            now = self._now()
+            if network is not None and network <= now:
+                self._emit(self.network.on_timer(now), now)
+            machine = cm.next_deadline(self.machine)  # the timer's signals may have moved it
+            if machine is not None and machine <= now:
+                self.feed(cm.Tick(now))
 
     # ------------------------------------------------------------------ actions out
     def _do_all(self, actions: Sequence[cm.Action]) -> None:
@@ -253,10 +268,13 @@ class Manager:
         if isinstance(a, cm.TakeCheckpoint):
             self.take_checkpoint(now)
         elif isinstance(a, cm.SetSUnionMode):
-            for s in self.sunions:
-                s.mode = a.mode.value
+            self.network.set_mode(a.mode.value)
         elif isinstance(a, cm.AskPermission):
             self._ask(a.request)
+        elif isinstance(a, cm.SelfGrant):
+            self.stats["permission_requests"] += 1
+            self.stats["self_grants"] += 1
+            self._log.warning("%s: granting reconciliation to itself: %s", self.owner, a.why)
         elif isinstance(a, cm.Grant):
             self.stats["grants_given"] += 1
             self._reply = ReconcileGrant(self.owner, a.request)
@@ -265,10 +283,7 @@ class Manager:
         elif isinstance(a, cm.Reconcile):
             self._reconcile(a.method, now)
         elif isinstance(a, cm.SendRecDone):
-            for op in self.soutputs:
-                done = op.end_reconciliation(now)
-                if done:
-                    self._emit(self.network.inject(op.name, done, now), now)
+            self._emit(self.network.end_reconciliation(now), now)
         elif isinstance(a, cm.SuspendNewInput):
             self._suspended = True
             self._gate_input()
@@ -284,8 +299,7 @@ class Manager:
         seq = (self.checkpoints.last_seq or 0) + 1
         parts = {op.name: op for op in self.network.operators}
         self.checkpoints.put(take_checkpoint(parts, seq, now))
-        for s in self.sunions:
-            s.truncate()  # buckets released before this checkpoint are never replayed
+        self.network.truncate()  # buckets released before this checkpoint are never replayed
         return seq
 
     def _gate_input(self) -> None:
@@ -293,6 +307,7 @@ class Manager:
             self.input_open.clear()
         else:
             self.input_open.set()
+        self._wake.set()  # the network's timers follow the gate
 
     def _reconcile(self, method: cm.Method, now: int) -> None:
         started = self._now()
@@ -300,14 +315,7 @@ class Manager:
             snap = self.checkpoints.latest().parts
             out = self.network.rewind(snap, now)
         else:
-            out = NetworkOutput()
-            undo_start = make_tuple(Kind.UNDO_START, 0, now, now, ())
-            for s in self.sunions:
-                stream = self._input_of(s)
-                part = self.network.push(stream, [undo_start], now)
-                for name, tuples in part.outputs.items():
-                    out.outputs.setdefault(name, []).extend(tuples)
-                out.signals.extend(part.signals)
+            out = self.network.undo_start(now)
         self._replay = self._spawn(self._replay_rest(method, started), "replay")
         self._gate_input()
         self._emit(out, now)  # the first step (its signals are fed after this step)
@@ -315,7 +323,7 @@ class Manager:
     async def _replay_rest(self, method: cm.Method, started: int) -> None:
         """The replay's further steps, one per loop turn, then the progress event."""
         steps = 1
-        while any(s.replaying for s in self.sunions):
+        while self.network.replaying:
             await asyncio.sleep(0)  # let heartbeats, partners and the control plane in
             await self.replay_gate.wait()
             now = self._now()
@@ -336,36 +344,16 @@ class Manager:
                           "%.1f ms", self.owner, method.value, replayed, steps, ms)
         self._progress(now)
 
-    def _input_of(self, sunion: SUnion) -> str:
-        """A node input stream feeding ``sunion`` (UNDO_START may enter on any of them)."""
-        spec = next(o for o in self.network.spec.operators if o.name == sunion.name)
-        return spec.inputs[0]  # SUnions read node inputs only (checked when the network is built)
-
     def _progress(self, now: int) -> None:
-        caught_up = self._replay is None and all(
-            op.mode is not SOutputMode.DROP_DUPLICATES for op in self.soutputs)
-        self.feed(cm.ReconciliationProgress(now, caught_up, 0))
+        caught_up = self._replay is None and self.network.caught_up()
+        self.feed(cm.ReconciliationProgress(now, caught_up))
 
     # ------------------------------------------------------------------ permission
     def _ask(self, request: int) -> None:
         self.stats["permission_requests"] += 1
-        self._answers = {}
-        if not self.partners:
-            self._self_grant(request, "the node has no other replica")
-            return
-        for p in self.partners:
-            p.unanswered += 1
-        if all(p.unanswered > self._self_grant_after for p in self.partners):
-            self._self_grant(request, f"no partner answered {self._self_grant_after} requests")
-            return
         msg = ReconcileRequest(self.owner, self.node, request, self.machine.policy.rank)
         for p in self.partners:
             self._spawn(self._send(p, msg), f"request to {p.name}")
-
-    def _self_grant(self, request: int, why: str) -> None:
-        self.stats["self_grants"] += 1
-        self._log.warning("%s: granting reconciliation to itself: %s", self.owner, why)
-        self.feed(cm.PermissionGranted(self._now(), request))
 
     async def _send(self, p: Partner, msg: ReconcileRequest) -> None:
         try:
@@ -375,36 +363,40 @@ class Manager:
             await p.conn.send(msg)
         except OSError as exc:
             self._log.info("%s: cannot ask partner %s: %r", self.owner, p.name, exc)
-            p.unanswered = self._self_grant_after + 1  # unreachable: counts as silent
+            self.feed(cm.PartnerUnreachable(self._now(), p.name))
             if p.conn is not None:
                 await p.conn.close()
                 p.conn = None
 
     async def _read(self, p: Partner, conn: Connection) -> None:
+        """The partner's answers, as events, until the connection ends. Only what a dead or
+        garbled peer raises ends it quietly (the next request connects again); anything
+        else, the machine's refusal of an event included, ends this task and so the
+        manager's run."""
         try:
-            while (msg := await conn.receive()) is not None:
-                if isinstance(msg, ReconcileGrant | ReconcileRefuse):
-                    self._answered(p, msg)
-                else:
+            while True:
+                try:
+                    msg = await conn.receive()
+                except (OSError, RemoteProtocolError) as exc:  # reset, refused, garbage
+                    self._log.info("%s: connection to partner %s ended: %r", self.owner,
+                                   p.name, exc)
+                    break
+                if msg is None:
+                    break
+                if not isinstance(msg, ReconcileGrant | ReconcileRefuse):
                     self._log.error("%s: partner %s sent an unexpected %s; closing",
                                     self.owner, p.name, type(msg).__name__)
                     break
-        except Exception as exc:
-            self._log.info("%s: connection to partner %s ended: %r", self.owner, p.name, exc)
+                self._answered(p, msg)
         finally:
             if p.conn is conn:
                 p.conn = None
             await conn.close()
 
     def _answered(self, p: Partner, msg: ReconcileGrant | ReconcileRefuse) -> None:
-        p.unanswered = 0
-        if msg.request != self.machine.request:
-            return  # an answer to an older request: the machine's epochs would drop it too
-        now = self._now()
-        if isinstance(msg, ReconcileRefuse):
-            self.stats["permission_refused"] += 1
-            self.feed(cm.PermissionRefused(now, f"{p.name}: {msg.reason}", msg.request))
+        if isinstance(msg, ReconcileGrant):
+            self.feed(cm.PartnerAnswered(self._now(), p.name, msg.request, True))
             return
-        self._answers[p.name] = True
-        if all(self._answers.get(q.name) for q in self.partners):
-            self.feed(cm.PermissionGranted(now, msg.request))
+        if msg.request == self.machine.request:  # the refusals of our latest request
+            self.stats["permission_refused"] += 1
+        self.feed(cm.PartnerAnswered(self._now(), p.name, msg.request, False, msg.reason))

@@ -8,9 +8,9 @@ Data path, in the order a tuple travels::
       -> this replica's output log (RUN_DIR/replicas/<name>/<stream>.jsonl)
 
 Around it, in one TaskGroup: the data server (which also answers heartbeats and partners'
-permission requests), the control plane, a timer that wakes the network at its next SUnion
-deadline, the consistency manager (node/replica/manager.py: checkpoints in STABLE, reconciliation,
-REC_DONE, permission) and the HA monitor (node/streams/monitor.py: heartbeats to upstream replicas and
+permission requests), the control plane, the consistency manager (node/replica/manager.py:
+the replica's one deadline loop, which serves the network's SUnion deadlines and the
+machine's; checkpoints in STABLE, reconciliation, REC_DONE, permission) and the HA monitor (node/streams/monitor.py: heartbeats to upstream replicas and
 switching the input links). Fault injection (node/faults/rules.py) wraps the transport: the
 control plane's ``POST /fault`` cuts this replica off from named processes, or heals.
 
@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import os
 from collections.abc import Mapping, Sequence
 from operator import countOf, itemgetter
 from typing import Any
@@ -40,7 +39,7 @@ import orjson
 
 from node.clock import now_us
 from node.config.model import ClusterConfig
-from node.errors import ActionError
+from node.errors import ActionError, NodeError
 from node.faults.ops import Cut, Heal, Shape, Stall, Unstall, from_body
 from node.faults.rules import Faults, FaultyTransport
 from node.net.transport import Transport
@@ -55,12 +54,11 @@ from node.replica.recovery import (
     http_state_ask,
     record_recovery,
 )
-from node.streams.link import MUTATION_DUPLICATES, InputLink
+from node.streams.link import MUTATION_DUPLICATES, InputLink, Mutation
 from node.streams.monitor import UpstreamMonitor, upstream_links
 from node.streams.publisher import Publisher
 from operators import NetworkOutput, QueryNetwork, tuple_from_plain, tuple_to_plain
 from operators.spec import OperatorSpec
-from operators.sunion import SUnion
 from protocol.messages import (
     ConsistencyState,
     HeartbeatRequest,
@@ -102,10 +100,12 @@ class Replica:
 
     def __init__(self, config: ClusterConfig, name: str, run_dir: RunDir, transport: Transport,
                  *, recover: bool = False, control: bool = True,
-                 ask_state: StateAsk | None = None) -> None:
+                 ask_state: StateAsk | None = None, mutation: Mutation | None = None) -> None:
         """``control=False`` runs without the HTTP control plane (the simulation drives the
         replica's methods directly); ``ask_state`` replaces the HTTP request for a
-        partner's state during recovery (node/replica/recovery.py)."""
+        partner's state during recovery (node/replica/recovery.py); ``mutation`` is a
+        test-only breakage of the input links (node/streams/link.py), read from the
+        environment by the entry point only."""
         self.config = config
         self._control = control
         self._ask_state = ask_state
@@ -116,10 +116,9 @@ class Replica:
         self.transport = transport
         self.run_dir = run_dir
         self.network = QueryNetwork(self.node.network)
-        if os.environ.get("DPC_TEST_MUTATION") == MUTATION_DUPLICATES:
+        if mutation is Mutation.RESUBSCRIBE_OVERLAP:
             log.error("%s: TEST MUTATION %s: resubscriptions overlap (duplicates)", name,
-                      MUTATION_DUPLICATES)
-        self.sunions = [op for op in self.network.operators if isinstance(op, SUnion)]
+                      mutation.value)
         # SOutput operator name -> global stream name
         self.stream_of = {op: stream for stream, op in self.node.outputs.items()}
         self.fed_by = _outputs_fed_by(self.network.spec.operators, self.stream_of)
@@ -136,7 +135,8 @@ class Replica:
         if recover:
             self._set_recovering("waiting for a partner's state")
         self.links = [
-            InputLink(transport, stream, name, self._producers(stream), self._on_batch, log=log)
+            InputLink(transport, stream, name, self._producers(stream), self._on_batch, log=log,
+                      mutation=mutation)
             for stream in self.node.inputs
         ]
         self.monitor = UpstreamMonitor(
@@ -162,7 +162,6 @@ class Replica:
             "tentative_out": dict.fromkeys(self.node.outputs, 0),
             "undo_out": dict.fromkeys(self.node.outputs, 0),
         }
-        self._deadline_changed = asyncio.Event()
 
     def _producers(self, stream: str) -> list[tuple[str, int]]:
         producer = self.config.producer_of(stream)
@@ -199,7 +198,6 @@ class Replica:
                         tasks.append(tg.create_task(self._rejoin_when_caught_up(), name="rejoin"))
                     tasks.extend(tg.create_task(link.run(), name=f"link {link.stream}")
                                  for link in self.links)
-                    tasks.append(tg.create_task(self._timer_loop(), name="timer"))
                     tasks.append(tg.create_task(self.manager.run(), name="consistency manager"))
                     tasks.append(tg.create_task(self.monitor.run(), name="ha monitor"))
 
@@ -269,12 +267,14 @@ class Replica:
         slack = self.manager.machine.policy.catch_up_slack + self.node.settings.bucket
         while self.manager.state.value == "STABLE":
             fed = all(link.batches_in > 0 for link in self.links)
-            behind = now_us() - min((s.next_bucket * s.width for s in self.sunions), default=0)
+            released = self.network.released_to
+            behind = now_us() - (0 if released is None else released)
             if fed and behind < slack:
                 break
             await asyncio.sleep(0.05)
         self._set_recovering(None)
-        assert self.recovery is not None
+        if self.recovery is None:  # _recover records it before this task starts
+            raise NodeError(f"{self.me.name}: rejoining without a recovery record")
         self.recovery["rejoined_at_us"] = now = now_us()
         log.warning("%s: recovered: caught up %.2f s after the restore; accepting subscribers",
                     self.me.name, (now - self.recovery["restored_at_us"]) / 1e6)
@@ -319,7 +319,9 @@ class Replica:
                     streams.update(dict.fromkeys(self.fed_by.get(stream, ()),
                                                  ConsistencyState.UP_FAILURE))
             return HeartbeatResponse(self.me.name, msg.seq, state, streams)
-        assert isinstance(msg, ReconcileRequest)
+        if not isinstance(msg, ReconcileRequest):  # the publisher passes these two only
+            raise NodeError(f"{self.me.name}: no answer to a {type(msg).__name__}: the data "
+                            "port answers heartbeat and permission requests only")
         return self.manager.answer(msg)
 
     async def _on_batch(self, stream: str, tuples: list[Tuple] | Any) -> None:
@@ -328,29 +330,7 @@ class Replica:
         now = now_us()
         self.counters["tuples_in"][stream] += len(tuples)
         self._emit(self.network.push(stream, tuples, now), now)
-        self._deadline_changed.set()
-
-    async def _timer_loop(self) -> None:
-        while True:
-            self._deadline_changed.clear()
-            deadline = self.network.next_deadline()
-            if deadline is None:
-                await self._deadline_changed.wait()
-                continue
-            delay = (deadline - now_us()) / 1e6
-            if delay > 0:
-                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel that
-                # races with the event being set (it is set on every batch), and the
-                # replica would then never stop.
-                try:
-                    async with asyncio.timeout(delay):
-                        await self._deadline_changed.wait()
-                except TimeoutError:
-                    pass
-                continue
-            await self.manager.input_open.wait()  # a replay owns the network meanwhile
-            now = now_us()
-            self._emit(self.network.on_timer(now), now)
+        self.manager.wake()  # the network's next deadline may have moved
 
     async def _checkpoint_action(self, body: Mapping[str, Any]) -> dict[str, Any]:
         if self.state != "STABLE":
@@ -424,7 +404,8 @@ class Replica:
     def ended(self) -> bool:
         """Every SUnion released the end-of-stream boundary: nothing more will change the
         operators' state, so replicas of one node now have equal digests."""
-        return all(s.next_bucket * s.width >= END_OF_STREAM // 2 for s in self.sunions)
+        released = self.network.released_to
+        return released is None or released >= END_OF_STREAM // 2
 
     async def _digest_action(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """Operator state digests on request (snapshotting is not for every /status poll)."""
@@ -435,9 +416,8 @@ class Replica:
         SUnion's buffers hold arrival times: left out); replicas that processed the same
         stable input have the same digests."""
         return {
-            op.name: hashlib.sha256(
-                orjson.dumps(op.digest_state(), option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
-            for op in self.network.operators if not isinstance(op, SUnion)
+            name: hashlib.sha256(orjson.dumps(state, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+            for name, state in self.network.digest_states().items()
         }
 
     def status(self) -> dict[str, Any]:
@@ -487,8 +467,8 @@ class Replica:
             },
             "gauges": {
                 "buffer_tuples": {s: st.get("buffered", 0) for s, st in self.publisher.stats().items()},
-                "sunion_buffered": sum(s.buffered for s in self.sunions),
-                "in_failure": int(any(s.in_failure for s in self.sunions)),
+                "sunion_buffered": self.network.buffered,
+                "in_failure": int(self.network.in_failure),
                 # The state as its wire code (0 STABLE, 1 UP_FAILURE, 2 STABILIZATION).
                 "consistency_state": ConsistencyState[self.manager.state.value].value,
                 "recovering": int(self.recovering is not None),
@@ -497,6 +477,6 @@ class Replica:
                 "replay_replayed_tuples": replay["replayed"],
                 "replay_to_replay_tuples": replay["to_replay"],
                 # Tuples behind a boundary their upstream had already promised: bad input.
-                "late_dropped": sum(s.late_dropped for s in self.sunions),
+                "late_dropped": self.network.late_dropped,
             },
         }

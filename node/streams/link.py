@@ -82,8 +82,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Awaitable, Callable, Sequence
+from enum import StrEnum
 from operator import itemgetter
 
 from node.errors import NodeError
@@ -95,11 +95,20 @@ from protocol.tuples import Kind, Tuple, undo
 from state.buffer import OutputBuffer
 from state.errors import StateError
 
-#: ``DPC_TEST_MUTATION`` value that makes every input link resubscribe one stable tuple
-#: early (duplicate elimination on switching broken on purpose): the harness must catch it.
-MUTATION_DUPLICATES = "resubscribe-overlap"
 
-__all__ = ["InputLink"]
+class Mutation(StrEnum):
+    """Test-only breakages of a link, switched on by ``DPC_TEST_MUTATION`` (read once, at
+    each process's entry: node/procs/entry.py) so that the harness can prove it catches
+    them. RESUBSCRIBE_OVERLAP: every resubscription asks again for the last stable tuple
+    the link holds (duplicate elimination on switching broken on purpose)."""
+
+    RESUBSCRIBE_OVERLAP = "resubscribe-overlap"
+
+
+#: The ``DPC_TEST_MUTATION`` value of the duplicates mutation.
+MUTATION_DUPLICATES = Mutation.RESUBSCRIBE_OVERLAP
+
+__all__ = ["MUTATION_DUPLICATES", "InputLink", "Mutation"]
 
 STABLE = Kind.STABLE
 TENTATIVE = Kind.TENTATIVE
@@ -179,6 +188,7 @@ class InputLink:
         retry_interval: float = 0.1,
         choose: Callable[[Address | None], Address | None] | None = None,
         log: logging.Logger,
+        mutation: Mutation | None = None,
     ) -> None:
         if not producers:
             raise NodeError(f"input link {subscriber!r} <- {stream!r}: no producer to connect to")
@@ -198,7 +208,7 @@ class InputLink:
         self.last_tentative_id = 0
         # Test-only (the fault harness's mutation check): a deliberately broken build whose
         # resubscriptions overlap what the link already holds, so that duplicates reach it.
-        self._overlap = os.environ.get("DPC_TEST_MUTATION") == MUTATION_DUPLICATES
+        self._overlap = mutation is Mutation.RESUBSCRIBE_OVERLAP
         self.producer: str | None = None  # "host:port" while connected
         self.batches_in = 0
         self.connects = 0  # connections that carried a Subscribe

@@ -27,6 +27,10 @@ Not simulated: pauses (SIGSTOP has no in-process equivalent that keeps connectio
 ``dpc torture`` covers them). Kills in the simulation cancel the replica's tasks, so its
 connections end cleanly, where a SIGKILL lets the kernel reset them.
 
+The test-only mutation switch (``DPC_TEST_MUTATION``, node/streams/link.py) is read once, by
+:func:`simulate_many`, as ``dpc node`` reads it at its entry, and handed to every replica
+and client of every run.
+
 Invariants: a run that raises, deadlocks or does not drain is a failure with the reason,
 never a pass; the process's clock and logging are restored after every run.
 """
@@ -55,9 +59,11 @@ from node.errors import ActionError
 from node.faults.ops import FaultOp, Heal
 from node.net.memory import MemoryTransport
 from node.procs.client import Client
+from node.procs.entry import mutation_from_env
 from node.procs.rundir import RunDir
 from node.procs.source import Source
 from node.replica.runtime import Replica
+from node.streams.link import Mutation
 from node.virtual_time import VirtualTimeLoop
 from ops_scripts.examples import EXAMPLES
 from ops_scripts.harness.history import HistoryWriter, merge_states
@@ -106,8 +112,10 @@ class SimResult:
 class _Cluster:
     """The processes of one run: started, crashed and restarted by name."""
 
-    def __init__(self, config: ClusterConfig, rd: RunDir, tg: asyncio.TaskGroup) -> None:
+    def __init__(self, config: ClusterConfig, rd: RunDir, tg: asyncio.TaskGroup,
+                 mutation: Mutation | None) -> None:
         self.config, self.rd, self.tg = config, rd, tg
+        self.mutation = mutation
         self.net = MemoryTransport(queue_size=256)
         self.sources: dict[str, Source] = {}
         self.replicas: dict[str, Replica] = {}
@@ -130,12 +138,13 @@ class _Cluster:
                 self._start_replica(r.name, recover=False)
         await asyncio.sleep(0.01)
         for name in self.config.clients:
-            self.clients[name] = c = Client(self.config, name, self.rd, self.net.for_process(name))
+            self.clients[name] = c = Client(self.config, name, self.rd, self.net.for_process(name),
+                                            mutation=self.mutation)
             self._run(name, c)
 
     def _start_replica(self, name: str, *, recover: bool) -> None:
         r = Replica(self.config, name, self.rd, self.net.for_process(name), recover=recover,
-                    control=False, ask_state=self._asker(name))
+                    control=False, ask_state=self._asker(name), mutation=self.mutation)
         self.replicas[name] = r
         self.rules.forget(name)  # a new incarnation holds no rule: it gets them all again
         self._run(name, r)
@@ -195,10 +204,10 @@ class _Cluster:
 
 
 async def _play(config: ClusterConfig, faults: Sequence[Fault], rd: RunDir, opts: SimOptions,
-                history: HistoryWriter) -> None:
+                history: HistoryWriter, mutation: Mutation | None) -> None:
     loop = asyncio.get_running_loop()
     async with asyncio.TaskGroup() as tg:
-        cluster = _Cluster(config, rd, tg)
+        cluster = _Cluster(config, rd, tg, mutation)
         await cluster.start()
         history.record("start", config=str(config.path), name="simulation")
         started = loop.time()
@@ -296,9 +305,10 @@ def _virtual_process(rd: RunDir, verbose: bool) -> Iterator[VirtualTimeLoop]:
 
 
 def simulate_one(config: ClusterConfig, seed: int, run_dir: Path, opts: SimOptions = SimOptions(),
-                 *, verbose: bool = False, faults: Sequence[Fault] | None = None) -> SimResult:
+                 *, verbose: bool = False, faults: Sequence[Fault] | None = None,
+                 mutation: Mutation | None = None) -> SimResult:
     """One run: draw the schedule from ``seed`` (or play ``faults``) on the simulated
-    cluster, then check it."""
+    cluster, then check it. ``mutation``: a test-only breakage of every input link."""
     from ops_scripts.check.compose import run_check
 
     started = time.perf_counter()
@@ -313,7 +323,7 @@ def simulate_one(config: ClusterConfig, seed: int, run_dir: Path, opts: SimOptio
     result = SimResult(seed, False, list(faults), run_dir=rd.path)
     with _virtual_process(rd, verbose) as loop, HistoryWriter(rd.history, now_us) as history:
         try:
-            loop.run_until_complete(_play(config, faults, rd, opts, history))
+            loop.run_until_complete(_play(config, faults, rd, opts, history, mutation))
         except BaseException as e:  # a crash of the simulated program is a failure
             if isinstance(e, KeyboardInterrupt):
                 raise
@@ -383,14 +393,15 @@ def scenario_text(config: ClusterConfig, seed: int, faults: Sequence[Fault], opt
 
 
 # ---------------------------------------------------------------- many runs
-def _worker(args: tuple[Path, int, Path, SimOptions, bool]) -> SimResult:
+def _worker(args: tuple[Path, int, Path, SimOptions, bool, Mutation | None]) -> SimResult:
     from node.config.load import load_config
 
-    config_path, seed, base, opts, keep = args
-    result = simulate_one(load_config(config_path), seed, base / f"seed-{seed}", opts)
+    config_path, seed, base, opts, keep, mutation = args
+    result = simulate_one(load_config(config_path), seed, base / f"seed-{seed}", opts,
+                          mutation=mutation)
     if not result.ok:  # run it again with logs: the same run, by determinism
         again = simulate_one(load_config(config_path), seed, base / f"seed-{seed}", opts,
-                             verbose=True)
+                             verbose=True, mutation=mutation)
         if again.digest != result.digest:
             result.failures.append(f"NOT DETERMINISTIC: digest {result.digest} then {again.digest}")
     elif not keep:
@@ -403,7 +414,8 @@ def simulate_many(config_path: Path, seed: int, runs: int, base: Path, *, jobs: 
                   opts: SimOptions = SimOptions(), keep: bool = False,
                   out: TextIO = sys.stdout) -> list[SimResult]:
     """Runs ``seed .. seed+runs-1`` on ``jobs`` processes; prints progress and failures."""
-    work = [(config_path, s, base, opts, keep) for s in range(seed, seed + runs)]
+    mutation = mutation_from_env()  # once, for every run (the workers get it with the work)
+    work = [(config_path, s, base, opts, keep, mutation) for s in range(seed, seed + runs)]
     results: list[SimResult] = []
     started = time.perf_counter()
     step = max(1, runs // 20)

@@ -11,8 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from operators import QueryNetwork, SpecError
+from operators import NetworkOutput, OperatorError, QueryNetwork, SpecError
+from operators.sunion import SUnion
 from protocol.tuples import Kind, Tuple, boundary, make_tuple
+from state.errors import CheckpointError
 
 BUCKET = 100
 
@@ -171,5 +173,93 @@ def test_snapshot_must_match_network() -> None:
     net = QueryNetwork(basic_spec())
     snap = net.snapshot()
     del snap["f"]
-    with pytest.raises(Exception, match="missing: \\['f'\\]"):
+    with pytest.raises(CheckpointError, match="the snapshot does not match the network: it has "
+                                              "no snapshot of 'f'"):
         net.restore(snap)
+    with pytest.raises(CheckpointError, match="no snapshot of 'f'"):
+        net.rewind(snap, 0)
+
+
+# ------------------------------------------------------------------- reconciliation surface
+def two_sunion_spec(wait: int = 10**12) -> dict[str, Any]:
+    """Two independent paths, each with its own SUnion and SOutput."""
+    return {
+        "inputs": {"s1": ["key", "value"], "s2": ["key", "value"]},
+        "operators": [
+            {"name": "u1", "type": "sunion", "inputs": ["s1"], "bucket": BUCKET, "wait": wait},
+            {"name": "u2", "type": "sunion", "inputs": ["s2"], "bucket": BUCKET, "wait": 10**12},
+            {"name": "f", "type": "filter", "inputs": ["u1"], "where": "value >= 0"},
+            {"name": "out1", "type": "soutput", "inputs": ["f"]},
+            {"name": "out2", "type": "soutput", "inputs": ["u2"]},
+        ],
+        "outputs": ["out1", "out2"],
+    }
+
+
+def stable(i: int, time: int, value: int = 1) -> Tuple:
+    return make_tuple(Kind.STABLE, i, time, time, (0, value))
+
+
+def test_the_surface_reaches_every_sunion_and_soutput_and_nothing_else() -> None:
+    net = QueryNetwork(two_sunion_spec())
+    u1, u2 = net.operator("u1"), net.operator("u2")
+    assert isinstance(u1, SUnion) and isinstance(u2, SUnion)
+    net.set_mode("delay")
+    net.set_replay_step(3)
+    assert (u1.mode, u2.mode, u1.replay_step, u2.replay_step) == ("delay", "delay", 3, 3)
+    with pytest.raises(OperatorError, match=r"operator 'u1' \(sunion\): mode must be one of"):
+        net.set_mode("fast")
+    net.push("s1", [stable(1, 10), boundary(300)], 0)
+    net.push("s2", [stable(1, 20), boundary(100)], 0)
+    # The slowest SUnion says how far the node released; what SUnions hold is summed.
+    assert (u1.released_to, u2.released_to, net.released_to) == (300, 100, 100)
+    net.push("s2", [stable(2, 150)], 0)
+    assert net.buffered == u1.buffered + u2.buffered == 3
+    assert not net.in_failure and net.caught_up() and not net.replaying
+    assert net.late_dropped == 0 and net.replay_progress() == (0, 0)
+    # SUnions' buffers hold arrival times: no digest of them.
+    assert set(net.digest_states()) == {"f", "out1", "out2"}
+    assert net.end_reconciliation(5) == NetworkOutput({"out1": [], "out2": []})
+    assert QueryNetwork(basic_spec()).released_to is not None
+
+
+def test_undo_start_enters_every_sunion_through_its_first_input() -> None:
+    """What the runtime did by hand (UNDO_START pushed on each SUnion's first input, the
+    outputs merged), now the network's: the SUnion in a failure episode undoes its
+    tentative suffix and re-releases; the other is untouched; REC_DONE then closes only the
+    stream that was reconciled."""
+    nets = [QueryNetwork(two_sunion_spec(wait=50)) for _ in range(2)]
+    for net in nets:
+        net.push("s1", [stable(1, 10), boundary(100), stable(2, 120)], 0)
+        net.push("s2", [stable(1, 10), boundary(100)], 0)
+        fail = net.on_timer(60)  # bucket 1 of u1 expires: released tentative
+        assert [s.kind for _, s in fail.signals] == [Kind.UP_FAILURE] and net.in_failure
+        net.push("s1", [boundary(200)], 70)  # the input is complete again
+    start = make_tuple(Kind.UNDO_START, 0, 80, 80, ())
+    by_hand = [nets[0].push(stream, [start], 80) for stream in ("s1", "s2")]
+    merged = {name: [t for part in by_hand for t in part.outputs[name]] for name in ("out1", "out2")}
+    result = nets[1].undo_start(80)
+    assert result.outputs == merged and result.signals == [s for p in by_hand for s in p.signals]
+    assert result.outputs["out1"][0] == make_tuple(Kind.UNDO, 1, 0, 0, ())
+    assert result.outputs["out2"] == [] and not nets[1].in_failure
+    done = nets[1].end_reconciliation(90)
+    assert [t.kind for t in done.outputs["out1"]] == [Kind.REC_DONE] and done.outputs["out2"] == []
+    assert nets[1].end_reconciliation(95).outputs["out1"] == []  # once
+
+
+def test_rewind_replays_in_steps_and_is_caught_up_past_the_duplicates() -> None:
+    net = QueryNetwork(two_sunion_spec())
+    net.push("s1", [stable(1, 10), stable(2, 110), boundary(200)], 0)
+    snap = net.snapshot()
+    emitted = net.push("s1", [stable(3, 210), stable(4, 310), boundary(400)], 10).outputs["out1"]
+    assert [t.id for t in data(emitted)] == [3, 4]
+    net.set_replay_step(1)
+    first = net.rewind(snap, 20)  # one bucket re-released: a duplicate, dropped
+    assert data(first.outputs["out1"]) == [] and net.replaying and not net.caught_up()
+    assert net.replay_progress() == (1, 2)
+    rest = net.replay(30)
+    assert data(rest.outputs["out1"]) == [] and not net.replaying and net.caught_up()
+    assert net.replay_progress() == (2, 2)
+    net.truncate()  # after a checkpoint here, a rewind cannot go back before it
+    with pytest.raises(OperatorError, match="truncated"):
+        net.rewind(snap, 40)

@@ -19,10 +19,9 @@ from typing import Any
 import pytest
 
 from operators import QueryNetwork
-from operators.soutput import SOutput
 from operators.sunion import SUnion
 from protocol.tuples import Kind, Tuple, boundary, make_tuple
-from tests.operators.cases_fault import apply_undos, data_of, undo_start
+from tests.operators.cases_fault import apply_undos, data_of
 
 S, T = Kind.STABLE, Kind.TENTATIVE
 BUCKET = 100
@@ -79,12 +78,12 @@ def kinds(stream: list[Tuple]) -> str:
 def run(seed: int, *, fail: tuple[int, int] | None, replay_step: int | None) -> list[Tuple]:
     """Feed the ticks; with ``fail = (a, b)`` stream s3 is silent from bucket a to bucket b
     (exclusive) and its missed input arrives at bucket b, then the node reconciles by
-    undo/redo as node/replica/manager.py does: UNDO_START, then ``replay`` steps, then REC_DONE."""
+    undo/redo as node/replica/manager.py does, through the network's reconciliation surface:
+    UNDO_START, then ``replay`` steps, then REC_DONE."""
     net = QueryNetwork(spec())
     u = net.operator("u")
-    sout = net.operator("out")
-    assert isinstance(u, SUnion) and isinstance(sout, SOutput)
-    u.replay_step = replay_step
+    assert isinstance(u, SUnion)
+    net.set_replay_step(replay_step)
     out: list[Tuple] = []
     held: list[Tuple] = []
     all_ticks = ticks(seed, 30)
@@ -101,15 +100,17 @@ def run(seed: int, *, fail: tuple[int, int] | None, replay_step: int | None) -> 
             out += net.push(s, batch, now).outputs["out"]
         if fail is not None and b == fail[1]:
             assert u.in_failure and u.rec_requested, "the failure must heal with corrections in"
-            res = net.push("s1", [undo_start()], now)
+            res = net.undo_start(now)
             out += res.outputs["out"]
             steps = 1
-            while u.replaying:
+            while net.replaying:
                 out += net.replay(now).outputs["out"]
                 steps += 1
             if replay_step is not None:
                 assert steps > 2, "the replay must take several steps"
-            out += net.inject("out", sout.end_reconciliation(now), now).outputs["out"]
+            assert net.replay_progress() == u.replay_progress and u.replay_progress[1] > 0
+            assert not u.in_failure and net.caught_up()
+            out += net.end_reconciliation(now).outputs["out"]
     out += net.on_timer(10**9).outputs["out"]
     return out
 

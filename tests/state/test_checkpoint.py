@@ -93,6 +93,24 @@ def test_missing_and_extra_parts_are_named_and_nothing_is_restored() -> None:
     assert parts["agg"].state == "live" and parts["agg"].restores == 0
 
 
+def test_a_bare_snapshot_restores_like_a_checkpoint_in_the_order_of_the_parts() -> None:
+    """The network restores (and rewinds) through this one function, from its own
+    snapshots: a mapping of parts, no checkpoint header."""
+    parts = network()
+    snaps = {name: p.snapshot() for name, p in parts.items()}
+    order: list[str] = []
+    for name, p in parts.items():
+        p.restore = lambda s, name=name, p=p: (order.append(name), Part.restore(p, s))  # type: ignore[method-assign]
+    parts["agg"].state = {"changed": 1}
+    restore_checkpoint(parts, snaps, rewind={"filter1": lambda s: order.append("rewind filter1")})
+    assert order == ["rewind filter1", "agg", "queue:in"]
+    assert parts["agg"].state == snaps["agg"] and parts["agg"].state is not snaps["agg"]
+    del snaps["agg"]
+    with pytest.raises(CheckpointError, match="the snapshot does not match the network: it has "
+                                              "no snapshot of 'agg'"):
+        restore_checkpoint(parts, snaps)
+
+
 def test_rewind_of_an_unknown_part_is_refused() -> None:
     parts = network()
     cp = take_checkpoint(parts, seq=1, now=0)

@@ -1,6 +1,7 @@
 """The consistency manager (node/replica/consistency.py): every entry of the transition table, the
-illegal pairs, and a stateful model of a node's two replicas exchanging permission messages
-in any order, with delays and losses, checking the protocol's invariants and liveness."""
+illegal pairs, the counting of SUnions and partners, and a stateful model of a node's two
+replicas exchanging permission messages in any order, with delays and losses, checking the
+protocol's invariants and liveness."""
 
 from __future__ import annotations
 
@@ -21,21 +22,20 @@ from node.replica.consistency import (
     AskPermission,
     Event,
     Grant,
-    InputsStable,
     Log,
     MachineState,
     Method,
-    NewFailureDuringStabilization,
+    PartnerAnswered,
+    PartnerUnreachable,
     Permission,
     PermissionAsked,
-    PermissionGranted,
-    PermissionRefused,
     Policy,
     Reconcile,
     ReconciliationProgress,
     RecRequest,
     Refuse,
     ResumeNewInput,
+    SelfGrant,
     SendRecDone,
     SetSUnionMode,
     StabilizationStrategy,
@@ -45,7 +45,6 @@ from node.replica.consistency import (
     Tick,
     UpFailure,
     UpFailureStrategy,
-    is_caught_up,
     next_deadline,
     start,
     step,
@@ -54,9 +53,10 @@ from node.replica.consistency import (
 STABLE, UP, STAB = State.STABLE, State.UP_FAILURE, State.STABILIZATION
 SUSPEND = StabilizationStrategy.SUSPEND
 MS = 1000
+U = "u"  # the node's SUnion
 ALL_EVENTS: list[type[Any]] = [
-    Tick, UpFailure, RecRequest, PermissionGranted, PermissionRefused, PermissionAsked,
-    ReconciliationProgress, NewFailureDuringStabilization, InputsStable,
+    Tick, UpFailure, RecRequest, PartnerAnswered, PartnerUnreachable, PermissionAsked,
+    ReconciliationProgress,
 ]  # fmt: skip
 
 # ---------------------------------------------------------------------------------- helpers
@@ -79,6 +79,19 @@ def logs(actions: list[Action]) -> str:
     return " / ".join(a.message for a in actions if isinstance(a, Log))
 
 
+def policy(**kw: Any) -> Policy:
+    """A policy of a replica whose one partner is r1 (unless ``partners`` says otherwise)."""
+    return Policy(**{"partners": ("r1",), **kw})
+
+
+def granted(now: int, request: int, partner: str = "r1") -> PartnerAnswered:
+    return PartnerAnswered(now, partner, request, True)
+
+
+def refused(now: int, request: int, reason: str, partner: str = "r1") -> PartnerAnswered:
+    return PartnerAnswered(now, partner, request, False, reason)
+
+
 def run(m: MachineState, *events: Event) -> tuple[MachineState, list[Action]]:
     out: list[Action] = []
     for e in events:
@@ -88,32 +101,33 @@ def run(m: MachineState, *events: Event) -> tuple[MachineState, list[Action]]:
 
 
 def stable(policy: Policy | None = None, now: int = 0) -> MachineState:
-    m, _ = run(start(policy or Policy(), now)[0], Tick(now))  # checkpoint 0 taken
+    m, _ = run(start(policy or POLICY, now)[0], Tick(now))  # checkpoint 0 taken
     return m
 
 
 def up_failure(policy: Policy | None = None, rec: bool = False) -> MachineState:
-    m, _ = run(stable(policy), UpFailure(10 * MS))
+    m, _ = run(stable(policy), UpFailure(10 * MS, U))
     if rec:
-        m, _ = run(m, RecRequest(20 * MS))  # asks request 1 at 20 ms
+        m, _ = run(m, RecRequest(20 * MS, U))  # asks request 1 at 20 ms
     return m
 
 
 def stabilization(policy: Policy | None = None) -> MachineState:
     m = up_failure(policy, rec=True)
     if m.state is UP:
-        m, _ = run(m, PermissionGranted(30 * MS, m.request))
+        m, _ = run(m, granted(30 * MS, m.request))
     assert m.state is STAB
     return m
 
 
 ASK = PermissionAsked(40 * MS, "r1", 1, 7)
+POLICY = policy()
 
 
 # ----------------------------------------------------------------------------------- STABLE
 @covers((STABLE, Tick))
 def test_stable_tick_checkpoints_at_once_then_every_interval() -> None:
-    m, actions = start(Policy(checkpoint_interval=200 * MS), 1000)
+    m, actions = start(policy(checkpoint_interval=200 * MS), 1000)
     assert actions == [SetSUnionMode(UpFailureStrategy.PROCESS)]
     assert next_deadline(m) == 1000  # checkpoint 0 is due at once
     m, actions = step(m, Tick(1000))
@@ -127,7 +141,7 @@ def test_stable_tick_checkpoints_at_once_then_every_interval() -> None:
 
 @covers((STABLE, UpFailure))
 def test_up_failure_enters_up_failure_without_a_checkpoint() -> None:
-    m, actions = step(stable(), UpFailure(50 * MS))
+    m, actions = step(stable(), UpFailure(50 * MS, U))
     assert (m.state, m.since) == (UP, 50 * MS)
     assert real(actions) == [] and "STABLE -> UP_FAILURE" in logs(actions)
     assert next_deadline(m) is None  # nothing to wait for until the inputs are corrected
@@ -135,36 +149,40 @@ def test_up_failure_enters_up_failure_without_a_checkpoint() -> None:
     assert actions == [] and m.checkpoints == 1  # never in UP_FAILURE
 
 
-@covers((STABLE, InputsStable))
-def test_inputs_stable_in_stable_changes_nothing() -> None:
-    m = stable()
-    assert step(m, InputsStable(5)) == (m, [])
-
-
 @covers((STABLE, PermissionAsked))
 def test_stable_grants_and_does_not_postpone_anything() -> None:
-    m = stable(Policy(stabilization=StabilizationStrategy.DELAY))
+    m = stable(policy(stabilization=StabilizationStrategy.DELAY))
     m2, actions = step(m, ASK)
     assert actions == [Grant("r1", 7)] and m2 == m
 
 
-@covers((STABLE, PermissionGranted), (STABLE, PermissionRefused))
+@covers((STABLE, PartnerAnswered))
 def test_stable_ignores_late_answers() -> None:
-    m = stable()
-    for e in (PermissionGranted(5, 1), PermissionRefused(5, "busy", 1)):
+    m, _ = run(stabilization(), ReconciliationProgress(60 * MS, True))
+    assert m.state is STABLE and m.request == 1
+    for e in (granted(70 * MS, 1), refused(70 * MS, 1, "busy")):
         m2, actions = step(m, e)
         assert m2 == m and real(actions) == [] and "stale" in logs(actions)
+    # An answer to an older request is not even stale: it only says the partner is alive.
+    assert step(m, granted(70 * MS, 0)) == (m, [])
+
+
+@covers((STABLE, PartnerUnreachable), (UP, PartnerUnreachable), (STAB, PartnerUnreachable))
+def test_an_unreachable_partner_counts_as_silent_in_every_state() -> None:
+    for m in (stable(), up_failure(rec=True), stabilization()):
+        m2, actions = step(m, PartnerUnreachable(50 * MS, "r1"))
+        assert actions == [] and m2 == replace(m, unanswered=(4,))  # past self_grant_after
 
 
 # ------------------------------------------------------------------------------- UP_FAILURE
 @covers((UP, Tick))
 def test_permission_is_asked_again_every_retry_period() -> None:
-    m = up_failure(Policy(permission_retry=500 * MS), rec=True)
+    m = up_failure(policy(permission_retry=500 * MS), rec=True)
     assert next_deadline(m) == 520 * MS
     assert step(m, Tick(519 * MS)) == (m, [])
     m, actions = step(m, Tick(530 * MS))
     assert actions == [AskPermission(Method.CHECKPOINT, 2)] and next_deadline(m) == 1030 * MS
-    assert m.permission is Permission.ASKED and m.asked_at == 530 * MS
+    assert m.permission is Permission.ASKED
     # Without a REC_REQUEST there is nothing to ask for.
     assert step(up_failure(), Tick(10**9))[1] == []
 
@@ -172,109 +190,185 @@ def test_permission_is_asked_again_every_retry_period() -> None:
 @covers((UP, UpFailure))
 def test_another_sunions_up_failure_is_the_same_failure() -> None:
     m = up_failure(rec=True)
-    assert step(m, UpFailure(99)) == (m, [])
+    m2, actions = step(m, UpFailure(99, "v"))
+    assert actions == [] and m2 == replace(m, failing=frozenset({"v"}))
 
 
 @covers((UP, RecRequest))
 def test_rec_request_asks_permission_once() -> None:
-    m, actions = step(up_failure(Policy(method=Method.UNDO)), RecRequest(20 * MS))
+    m, actions = step(up_failure(policy(method=Method.UNDO)), RecRequest(20 * MS, U))
     assert actions == [AskPermission(Method.UNDO, 1)] and m.rec_request and m.request_pending
-    assert step(m, RecRequest(21 * MS)) == (m, [])  # a second SUnion's: already asked
+    assert step(m, RecRequest(21 * MS, "v")) == (m, [])  # a second SUnion's: already asked
+
+
+def test_permission_is_asked_once_every_failing_sunion_is_corrected() -> None:
+    m, _ = run(stable(), UpFailure(10 * MS, "a"), UpFailure(11 * MS, "b"))
+    assert m.state is UP and m.failing == {"a", "b"}
+    m, actions = step(m, RecRequest(20 * MS, "a"))
+    assert actions == [] and not m.rec_request and m.failing == {"b"}
+    m, actions = step(m, RecRequest(21 * MS, "b"))
+    assert actions == [AskPermission(Method.CHECKPOINT, 1)] and m.rec_request and not m.failing
+    # During stabilization too: a new failure of two SUnions is corrected once both are.
+    m = stabilization()
+    assert not m.failing  # reconciling ended every SUnion's episode
+    m, _ = run(m, UpFailure(40 * MS, "a"), UpFailure(41 * MS, "b"), RecRequest(42 * MS, "a"))
+    assert m.new_failure and not m.rec_request and m.failing == {"b"}
+    m, _ = step(m, RecRequest(43 * MS, "b"))
+    assert m.rec_request and not m.failing
+    m, actions = step(m, ReconciliationProgress(90 * MS, True))
+    assert m.state is UP and real(actions) == [SendRecDone(), AskPermission(Method.CHECKPOINT, 2)]
 
 
 def test_rec_request_with_suspend_reconciles_without_permission() -> None:
-    m, actions = step(up_failure(Policy(stabilization=SUSPEND)), RecRequest(20 * MS))
+    m, actions = step(up_failure(policy(stabilization=SUSPEND)), RecRequest(20 * MS, U))
     assert m.state is STAB and m.reconciliations == 1 and not m.rec_request
     assert real(actions) == [SuspendNewInput(), Reconcile(Method.CHECKPOINT)]
 
 
-@covers((UP, PermissionGranted))
-def test_grant_of_the_current_epoch_starts_reconciliation() -> None:
+@covers((UP, PartnerAnswered))
+def test_grant_of_the_latest_request_starts_reconciliation() -> None:
     m = up_failure(rec=True)
     m, _ = run(m, Tick(600 * MS))  # request 2, same epoch as request 1
-    m2, actions = step(m, PermissionGranted(700 * MS, 1))  # a late answer to request 1 counts
+    assert m.unanswered == (2,)
+    m2, actions = step(m, granted(700 * MS, 2))
     assert (m2.state, m2.since, m2.permission) == (STAB, 700 * MS, Permission.GRANTED)
     assert real(actions) == [Reconcile(Method.CHECKPOINT)] and m2.reconciliations == 1
-    for bad in (0, 3):  # before our first request, or never sent
-        m3, actions = step(m, PermissionGranted(700 * MS, bad))
-        assert m3 == m and "stale" in logs(actions)
+    assert "partner granted request 2" in logs(actions) and m2.unanswered == (0,)
+    for bad in (0, 1, 3):  # before our first request, an older one, or never sent
+        m3, actions = step(m, granted(700 * MS, bad))
+        assert m3 == replace(m, unanswered=(0,)) and actions == []  # the partner is alive
 
 
-@covers((UP, PermissionRefused))
 def test_refusal_is_counted_and_the_retry_stays_on_schedule() -> None:
     m = up_failure(rec=True)
-    m2, actions = step(m, PermissionRefused(100 * MS, "reconciling", 1))
+    m2, actions = step(m, refused(100 * MS, 1, "reconciling"))
     assert m2.permission is Permission.REFUSED and m2.refusals == 1 and real(actions) == []
+    assert "request 1 refused (r1: reconciling)" in logs(actions)
     assert next_deadline(m2) == next_deadline(m) == 520 * MS
-    m3, actions = step(m2, PermissionRefused(100 * MS, "reconciling", 5))  # never asked
-    assert m3 == m2 and "stale" in logs(actions)
+    m3, actions = step(m2, refused(100 * MS, 5, "reconciling"))  # never asked
+    assert m3 == m2 and actions == []
+
+
+def test_every_partner_must_grant_and_one_refusal_refuses() -> None:
+    m = up_failure(policy(partners=("r1", "r2")), rec=True)
+    m2, actions = step(m, granted(30 * MS, 1, "r1"))
+    assert actions == [] and m2.granted == {"r1"} and m2.state is UP
+    assert step(m2, granted(31 * MS, 1, "r1"))[0] == m2  # twice is once
+    m3, actions = step(m2, granted(32 * MS, 1, "r2"))
+    assert m3.state is STAB and real(actions) == [Reconcile(Method.CHECKPOINT)]
+    assert not m3.granted and m3.unanswered == (0, 0)
+    # One refusal refuses, whatever the others said; the retry asks afresh.
+    m4, actions = step(m2, refused(33 * MS, 1, "busy", "r2"))
+    assert m4.permission is Permission.REFUSED and "refused (r2: busy)" in logs(actions)
+    m5, actions = step(m4, Tick(520 * MS))
+    assert actions == [AskPermission(Method.CHECKPOINT, 2)] and not m5.granted
+    m6, actions = step(m5, granted(530 * MS, 1, "r2"))  # a grant of the older request
+    assert m6.state is UP and not m6.granted and actions == []
+
+
+def test_silent_partners_lead_to_a_self_grant_after_self_grant_after_requests() -> None:
+    m = up_failure(policy(self_grant_after=3), rec=True)  # request 1: r1 silent once
+    for request in (2, 3):
+        m, actions = step(m, Tick(m.next_ask_at or 0))
+        assert actions == [AskPermission(Method.CHECKPOINT, request)]
+        assert m.unanswered == (request,)
+    m, actions = step(m, Tick(m.next_ask_at or 0))  # request 4: r1 left 4 > 3 unanswered
+    assert real(actions) == [SelfGrant(4, "no partner answered 3 requests"),
+                             Reconcile(Method.CHECKPOINT)]  # fmt: skip
+    assert m.state is STAB and m.reconciliations == 1 and "granted request 4 itself" in logs(actions)
+    # An answer, even a refusal, says the partner is alive: the count starts again.
+    m, _ = run(up_failure(rec=True), Tick(520 * MS), Tick(1020 * MS))
+    m, _ = step(m, refused(1030 * MS, 3, "reconciling"))
+    m, actions = step(m, Tick(1520 * MS))
+    assert actions == [AskPermission(Method.CHECKPOINT, 4)] and m.unanswered == (1,)
+
+
+def test_only_when_every_partner_is_silent_or_unreachable() -> None:
+    m = up_failure(policy(partners=("r1", "r2")), rec=True)
+    for request in (2, 3, 4, 5):  # r2 answers every request, r1 none
+        m, _ = step(m, refused(0, request - 1, "reconciling", "r2"))
+        m, actions = step(m, Tick(m.next_ask_at or 0))
+        assert actions == [AskPermission(Method.CHECKPOINT, request)]
+    m, _ = step(m, PartnerUnreachable(0, "r2"))
+    m, actions = step(m, Tick(m.next_ask_at or 0))
+    assert real(actions) == [SelfGrant(6, "no partner answered 3 requests"),
+                             Reconcile(Method.CHECKPOINT)]  # fmt: skip
+    # An unreachable partner alone: silent past the limit at the very next request.
+    m, _ = step(up_failure(rec=True), PartnerUnreachable(25 * MS, "r1"))
+    m, actions = step(m, Tick(520 * MS))
+    assert real(actions)[0] == SelfGrant(2, "no partner answered 3 requests")
+
+
+def test_a_node_without_partners_grants_itself_at_once() -> None:
+    m, actions = step(up_failure(policy(partners=())), RecRequest(20 * MS, U))
+    assert real(actions) == [SelfGrant(1, "the node has no other replica"),
+                             Reconcile(Method.CHECKPOINT)]  # fmt: skip
+    assert m.state is STAB and m.request == 1 and m.permission is Permission.GRANTED
+
+
+def test_an_answer_from_a_replica_that_is_no_partner_raises() -> None:
+    with pytest.raises(ConsistencyError, match="'r9' is not a partner"):
+        step(up_failure(rec=True), granted(30 * MS, 1, "r9"))
+    with pytest.raises(ConsistencyError, match="'r9' is not a partner"):
+        step(stable(), PartnerUnreachable(30 * MS, "r9"))
 
 
 @covers((UP, PermissionAsked))
 def test_pending_request_refuses_a_lower_ranked_requester() -> None:
-    m = up_failure(Policy(rank=0), rec=True)
+    m = up_failure(policy(rank=0), rec=True)
     m2, actions = step(m, ASK)
     assert m2 == m and actions == [Refuse("r1", 7, "own request pending, rank 0 outranks 1")]
 
 
 def test_pending_request_grants_a_higher_ranked_requester_and_withdraws() -> None:
-    m = up_failure(Policy(rank=1), rec=True)
+    m = up_failure(policy(rank=1, partners=("r0",)), rec=True)
     m, actions = step(m, PermissionAsked(40 * MS, "r0", 0, 3))
     assert real(actions) == [Grant("r0", 3)] and m.permission is Permission.POSTPONED
     assert not m.request_pending and m.postponing and next_deadline(m) == 540 * MS
     # The grant to our withdrawn request is stale: we must not reconcile beside r0.
-    m2, actions = step(m, PermissionGranted(50 * MS, 1))
-    assert m2 == m and "stale" in logs(actions)
+    m2, actions = step(m, granted(50 * MS, 1, "r0"))
+    assert m2 == replace(m, unanswered=(0,)) and "stale" in logs(actions)
     # One retry period later we ask afresh, in a new epoch.
     m, actions = step(m, Tick(540 * MS))
     assert actions == [AskPermission(Method.CHECKPOINT, 2)] and m.epoch == 2
-    assert step(m, PermissionGranted(600 * MS, 2))[0].state is STAB
+    assert step(m, granted(600 * MS, 2, "r0"))[0].state is STAB
 
 
 def test_crossed_requests_with_a_grant_in_flight_never_both_reconcile() -> None:
     """r0 grants r1 before needing to reconcile itself, then asks; r1, outranked, grants
     too. Both grants were honest when sent; only r1's withdrawal keeps r1 out."""
-    r0, r1 = up_failure(Policy(rank=0)), up_failure(Policy(rank=1))
-    r1, asked = step(r1, RecRequest(20 * MS))
+    r0, r1 = up_failure(policy(rank=0)), up_failure(policy(rank=1, partners=("r0",)))
+    r1, asked = step(r1, RecRequest(20 * MS, U))
     r0, grant_to_r1 = step(r0, PermissionAsked(21 * MS, "r1", 1, 1))  # in flight
-    r0, _ = step(r0, RecRequest(22 * MS))
+    r0, _ = step(r0, RecRequest(22 * MS, U))
     r1, grant_to_r0 = step(r1, PermissionAsked(23 * MS, "r0", 0, 1))
     assert asked[0] == AskPermission(Method.CHECKPOINT, 1) and grant_to_r1 == [Grant("r1", 1)]
     assert real(grant_to_r0) == [Grant("r0", 1)]
-    r0, _ = step(r0, PermissionGranted(24 * MS, 1))
-    r1, _ = step(r1, PermissionGranted(25 * MS, 1))  # the grant that was in flight: stale
+    r0, _ = step(r0, granted(24 * MS, 1))
+    r1, _ = step(r1, granted(25 * MS, 1, "r0"))  # the grant that was in flight: stale
     assert (r0.state, r1.state) == (STAB, UP)
 
 
 def test_without_a_request_up_failure_grants() -> None:
-    m, actions = step(up_failure(Policy(rank=0)), ASK)
+    m, actions = step(up_failure(policy(rank=0)), ASK)
     assert actions == [Grant("r1", 7)] and m.postponing and m.permission is Permission.NONE
 
 
 def test_postponing_partner_runs_its_sunion_in_the_stabilization_mode() -> None:
-    policy = Policy(up_failure=UpFailureStrategy.PROCESS, stabilization=StabilizationStrategy.DELAY)
-    m = up_failure(policy)
+    m = up_failure(policy(up_failure=UpFailureStrategy.PROCESS,
+                          stabilization=StabilizationStrategy.DELAY))
     m, actions = step(m, ASK)
     assert actions == [Grant("r1", 7), SetSUnionMode(UpFailureStrategy.DELAY)]
-    m, actions = run(m, RecRequest(50 * MS), PermissionGranted(60 * MS, 1))
+    m, actions = run(m, RecRequest(50 * MS, U), granted(60 * MS, 1))
     assert m.state is STAB and actions[-1] == SetSUnionMode(UpFailureStrategy.PROCESS)
     # SUSPEND has no serving partner: the mode never changes.
-    m, actions = step(up_failure(Policy(stabilization=SUSPEND)), ASK)
+    m, actions = step(up_failure(policy(stabilization=SUSPEND)), ASK)
     assert actions == [Grant("r1", 7)]
 
 
 def test_equal_ranks_are_a_misconfiguration() -> None:
     with pytest.raises(ConsistencyError, match="ranks of one node's replicas must differ"):
-        step(up_failure(Policy(rank=1)), ASK)
-
-
-@covers((UP, InputsStable))
-def test_inputs_stable_without_tentative_output_returns_to_stable() -> None:
-    m, actions = step(up_failure(), InputsStable(70 * MS))
-    assert m.state is STABLE and real(actions) == []
-    assert next_deadline(m) == 70 * MS  # a fresh checkpoint at once
-    with pytest.raises(ConsistencyError, match="must be reconciled first"):
-        step(up_failure(rec=True), InputsStable(70 * MS))
+        step(up_failure(policy(rank=1)), ASK)
 
 
 # ---------------------------------------------------------------------------- STABILIZATION
@@ -285,71 +379,65 @@ def test_stabilization_takes_no_checkpoint_and_asks_nothing() -> None:
     assert step(m, Tick(10**9)) == (m, [])
 
 
-@covers((STAB, UpFailure), (STAB, NewFailureDuringStabilization))
+@covers((STAB, UpFailure))
 def test_new_failure_during_stabilization_ends_in_up_failure() -> None:
-    for e in (UpFailure(40 * MS), NewFailureDuringStabilization(40 * MS)):
-        m, actions = step(stabilization(), e)
-        assert m.state is STAB and m.new_failure and len(actions) == 1
-        assert step(m, e) == (m, [])  # once is enough
-        m, actions = step(m, ReconciliationProgress(90 * MS, True, 0))
-        assert m.state is UP and real(actions) == [SendRecDone()] and next_deadline(m) is None
+    e = UpFailure(40 * MS, U)
+    m, actions = step(stabilization(), e)
+    assert m.state is STAB and m.new_failure and len(actions) == 1 and m.failing == {U}
+    assert step(m, e) == (m, [])  # once is enough
+    m, actions = step(m, ReconciliationProgress(90 * MS, True))
+    assert m.state is UP and real(actions) == [SendRecDone()] and next_deadline(m) is None
+    assert m.failing == {U}  # its REC_REQUEST is still to come
 
 
 @covers((STAB, RecRequest))
 def test_rec_request_during_stabilization_is_served_on_the_way_out() -> None:
-    m, actions = step(stabilization(), RecRequest(40 * MS))
+    m, actions = step(stabilization(), RecRequest(40 * MS, U))
     assert actions == [] and m.rec_request
-    m, actions = step(m, ReconciliationProgress(90 * MS, True, 0))
+    m, actions = step(m, ReconciliationProgress(90 * MS, True))
     assert m.state is UP and real(actions) == [SendRecDone(), AskPermission(Method.CHECKPOINT, 2)]
     # With SUSPEND it reconciles again at once, input still held.
-    m, _ = run(stabilization(Policy(stabilization=SUSPEND)), RecRequest(40 * MS))
-    m, actions = step(m, ReconciliationProgress(90 * MS, True, 0))
+    m, _ = run(stabilization(policy(stabilization=SUSPEND)), RecRequest(40 * MS, U))
+    m, actions = step(m, ReconciliationProgress(90 * MS, True))
     assert m.state is STAB and m.reconciliations == 2 and not m.rec_request
     assert real(actions) == [SendRecDone(), ResumeNewInput(), SuspendNewInput(),
                              Reconcile(Method.CHECKPOINT)]  # fmt: skip
 
 
 @covers((STAB, ReconciliationProgress))
-def test_stabilization_ends_when_caught_up_with_every_rec_done_in() -> None:
+def test_stabilization_ends_when_caught_up() -> None:
     m = stabilization()
-    assert step(m, ReconciliationProgress(50 * MS, False, 0)) == (m, [])
-    assert step(m, ReconciliationProgress(50 * MS, True, 2)) == (m, [])
-    m, actions = step(m, ReconciliationProgress(60 * MS, True, 0))
+    assert step(m, ReconciliationProgress(50 * MS, False)) == (m, [])
+    m, actions = step(m, ReconciliationProgress(60 * MS, True))
     assert (m.state, m.since) == (STABLE, 60 * MS) and real(actions) == [SendRecDone()]
     assert next_deadline(m) == 60 * MS and step(m, Tick(60 * MS))[1] == [TakeCheckpoint()]
-    with pytest.raises(ConsistencyError, match="rec_dones_pending must be >= 0"):
-        step(stabilization(), ReconciliationProgress(60 * MS, True, -1))
 
 
 def test_suspend_resumes_input_after_rec_done() -> None:
-    m, actions = step(stabilization(Policy(stabilization=SUSPEND)), ReconciliationProgress(9, True, 0))
+    m, actions = step(stabilization(policy(stabilization=SUSPEND)), ReconciliationProgress(9, True))
     assert m.state is STABLE and real(actions) == [SendRecDone(), ResumeNewInput()]
 
 
 @covers((STAB, PermissionAsked))
 def test_stabilization_refuses_everyone() -> None:
-    m = stabilization(Policy(rank=5))
+    m = stabilization(policy(rank=5))
     assert step(m, ASK) == (m, [Refuse("r1", 7, "reconciling")])
 
 
-@covers((STAB, PermissionGranted), (STAB, PermissionRefused))
+@covers((STAB, PartnerAnswered))
 def test_stabilization_ignores_answers_to_earlier_requests() -> None:
     m = stabilization()
-    for e in (PermissionGranted(5, 1), PermissionRefused(5, "busy", 1)):
+    for e in (granted(5, 1), refused(5, 1, "busy")):
         m2, actions = step(m, e)
         assert m2 == m and "stale" in logs(actions)
 
 
 # ------------------------------------------------------------------------- table and errors
-ILLEGAL = {
-    (STABLE, RecRequest), (STABLE, ReconciliationProgress), (STABLE, NewFailureDuringStabilization),
-    (UP, ReconciliationProgress), (UP, NewFailureDuringStabilization), (STAB, InputsStable),
-}  # fmt: skip
+ILLEGAL = {(STABLE, RecRequest), (STABLE, ReconciliationProgress), (UP, ReconciliationProgress)}
 SAMPLE: dict[type[Any], Event] = {
-    Tick: Tick(1), UpFailure: UpFailure(1), RecRequest: RecRequest(1),
-    PermissionGranted: PermissionGranted(1, 1), PermissionRefused: PermissionRefused(1, "x", 1),
-    PermissionAsked: ASK, ReconciliationProgress: ReconciliationProgress(1, True, 0),
-    NewFailureDuringStabilization: NewFailureDuringStabilization(1), InputsStable: InputsStable(1),
+    Tick: Tick(1), UpFailure: UpFailure(1, U), RecRequest: RecRequest(1, U),
+    PartnerAnswered: granted(1, 1), PartnerUnreachable: PartnerUnreachable(1, "r1"),
+    PermissionAsked: ASK, ReconciliationProgress: ReconciliationProgress(1, True),
 }  # fmt: skip
 IN_STATE = {STABLE: stable, UP: up_failure, STAB: stabilization}
 
@@ -371,17 +459,12 @@ def test_illegal_events_raise_naming_state_and_event(state: State, event: type[A
 
 @pytest.mark.parametrize(
     ("key", "value"), [("checkpoint_interval", 0), ("permission_retry", -5), ("catch_up_slack", 0),
-                       ("checkpoint_interval", True), ("permission_retry", 1.5)],
+                       ("checkpoint_interval", True), ("permission_retry", 1.5),
+                       ("self_grant_after", 0), ("partners", ("r1", "r1"))],
 )  # fmt: skip
-def test_policy_rejects_bad_timings(key: str, value: Any) -> None:
+def test_policy_rejects_bad_values(key: str, value: Any) -> None:
     with pytest.raises(ConsistencyError, match=f"Policy.{key}"):
         Policy(**{key: value})
-
-
-def test_caught_up_means_less_than_the_slack_behind() -> None:
-    p = Policy(catch_up_slack=200 * MS)
-    assert is_caught_up(p, 199_999) and not is_caught_up(p, 200_000)
-    assert is_caught_up(replace(p, catch_up_slack=1), 0)
 
 
 # -------------------------------------------------------- two replicas of one node, a model
@@ -390,12 +473,13 @@ Message = tuple[int, str, int, str]  # (to, "ask" | "Grant" | "Refuse", request,
 
 
 class Node:
-    """Replicas r0 (rank 0) and r1 (rank 1) of one node sharing a policy, the permission
-    messages in flight between them (``net``: delivered in any order, late, or never), and
-    what their runtimes know. Every step is checked against the protocol's invariants."""
+    """Replicas r0 (rank 0) and r1 (rank 1) of one node sharing a policy, each the other's
+    partner, the permission messages in flight between them (``net``: delivered in any
+    order, late, or never), and what their runtimes know. Every step is checked against the
+    protocol's invariants."""
 
     def __init__(self, policy: Policy) -> None:
-        self.m = [start(replace(policy, rank=i), 0)[0] for i in (0, 1)]
+        self.m = [start(replace(policy, rank=i, partners=(NAMES[1 - i],)), 0)[0] for i in (0, 1)]
         self.now = 0
         self.net: list[Message] = []
         self.awaiting = [False, False]  # a RecRequest not yet followed by a Reconcile
@@ -405,17 +489,20 @@ class Node:
         # signalled) or "corrected" (REC_REQUEST signalled, once: it is never repeated).
         self.episode: list[str | None] = [None, None]
         self.exclusive = policy.stabilization is not SUSPEND
+        # Reconciling on a self-grant: the partner was silent, which the safety argument
+        # does not cover (a lost message is silence too).
+        self.self_granted = [False, False]
 
     def copy(self) -> Node:
         new = copy.copy(self)
         new.m, new.net, new.awaiting = list(self.m), list(self.net), list(self.awaiting)
         new.seen, new.suspended = [list(x) for x in self.seen], list(self.suspended)
-        new.episode = list(self.episode)
+        new.episode, new.self_granted = list(self.episode), list(self.self_granted)
         return new
 
     def key(self) -> Hashable:
         return (*self.m, tuple(sorted(self.net)), self.now, *self.awaiting, *self.suspended,
-                *self.episode)  # fmt: skip
+                *self.episode, *self.self_granted)  # fmt: skip
 
     def feed(self, i: int, event: Event) -> None:
         before = self.m[i]
@@ -424,17 +511,18 @@ class Node:
         if isinstance(event, RecRequest):
             self.awaiting[i] = True
             self.episode[i] = "corrected"
-        elif isinstance(event, UpFailure | NewFailureDuringStabilization) and not self.episode[i]:
+        elif isinstance(event, UpFailure) and not self.episode[i]:
             self.episode[i] = "open"
-        elif isinstance(event, InputsStable):
-            self.episode[i] = None
+        self_grant = any(isinstance(a, SelfGrant) for a in actions)
         for a in actions:
             if isinstance(a, TakeCheckpoint):
                 assert before.state is STABLE and after.state is STABLE, "checkpoint outside STABLE"
                 self.seen[i][0] += 1
             elif isinstance(a, Reconcile):
                 assert after.state is STAB, "Reconcile without entering STABILIZATION"
-                assert isinstance(event, PermissionGranted) or not self.exclusive, "no permission"
+                partner_granted = isinstance(event, PartnerAnswered) and event.granted
+                assert partner_granted or self_grant or not self.exclusive, "no permission"
+                self.self_granted[i] = self_grant
                 self.awaiting[i] = False
                 self.episode[i] = None  # reconciliation ends the SUnions' episode
                 self.seen[i][1] += 1
@@ -448,6 +536,8 @@ class Node:
             elif isinstance(a, Grant | Refuse):
                 to = NAMES.index(a.requester)
                 self.net.append((to, type(a).__name__, a.request, getattr(a, "reason", "")))
+        if after.state is not STAB:
+            self.self_granted[i] = False
         self.check()
 
     def deliver(self, k: int) -> None:
@@ -456,9 +546,9 @@ class Node:
         if kind == "ask":
             event = PermissionAsked(self.now, NAMES[1 - to], 1 - to, request)
         elif kind == "Grant":
-            event = PermissionGranted(self.now, request)
+            event = granted(self.now, request, NAMES[1 - to])
         else:
-            event = PermissionRefused(self.now, reason, request)
+            event = refused(self.now, request, reason, NAMES[1 - to])
         self.feed(to, event)
 
     def tick_at_deadline(self, i: int) -> None:
@@ -468,7 +558,7 @@ class Node:
             self.feed(i, Tick(self.now))
 
     def check(self) -> None:
-        if self.exclusive:
+        if self.exclusive and not any(self.self_granted):
             assert not all(m.state is STAB for m in self.m), "both replicas reconcile at once"
         for m, episode, seen in zip(self.m, self.episode, self.seen, strict=True):
             waits_for_partner = m.state is UP and m.rec_request and self.exclusive
@@ -476,6 +566,7 @@ class Node:
                 assert next_deadline(m) is not None, f"stuck without a deadline: {m}"
             assert not m.request_pending or m.state is UP
             assert m.state is not STABLE or episode is None, f"STABLE in an episode: {m}"
+            assert (episode == "open") is bool(m.failing), f"failing SUnions: {m}, {episode}"
             assert [m.checkpoints, m.reconciliations] == seen
 
     def heal(self) -> None:
@@ -487,9 +578,9 @@ class Node:
                 self.deliver(0)
             for i in (0, 1):
                 if self.m[i].state is STAB:
-                    self.feed(i, ReconciliationProgress(self.now, True, 0))
+                    self.feed(i, ReconciliationProgress(self.now, True))
                 elif self.episode[i] == "open":
-                    self.feed(i, RecRequest(self.now))
+                    self.feed(i, RecRequest(self.now, U))
             if not self.net and all(m.state is STABLE for m in self.m):
                 break
             waiting = [i for i in (0, 1) if self.m[i].state is UP]
@@ -529,27 +620,27 @@ def play(n: Node, what: str, x: int) -> None:
         n.net.pop(x)
     elif what == "tick":
         n.tick_at_deadline(x)
-    elif what == "fail":
-        n.feed(x, UpFailure(n.now))
-    elif what == "fail again":
-        n.feed(x, NewFailureDuringStabilization(n.now))
+    elif what in ("fail", "fail again"):
+        n.feed(x, UpFailure(n.now, U))
     elif what == "correct":
-        n.feed(x, RecRequest(n.now))
+        n.feed(x, RecRequest(n.now, U))
     else:
         assert what == "catch up"
-        n.feed(x, ReconciliationProgress(n.now, True, 0))
+        n.feed(x, ReconciliationProgress(n.now, True))
 
 
 # DELAY explores the same graph as PROCESS (only SetSUnionMode differs): not repeated.
-@pytest.mark.parametrize(("stab", "states"), [(StabilizationStrategy.PROCESS, 17378), (SUSPEND, 66)])
+@pytest.mark.parametrize(("stab", "states"), [(StabilizationStrategy.PROCESS, 12905), (SUSPEND, 66)])
 def test_every_interleaving_of_a_bounded_failure(stab: StabilizationStrategy, states: int) -> None:
     """Exhaustive search where the random one below is thin (crossed requests with a grant
     still in flight need a precise order): three failures per node, each hitting either
     replica, in STABLE or during stabilization; every order of events and deliveries; one
     lost message; one retry. Every reachable state keeps the invariants (``Node.feed``
-    checks them), and from every one of them ``heal`` gets both replicas back to STABLE."""
+    checks them), and from every one of them ``heal`` gets both replicas back to STABLE.
+    (Answers to older requests are ignored, as the runtime always did; a self-grant needs
+    more silence than this budget allows: the random model below reaches it.)"""
     seen: set[Hashable] = set()
-    todo = [(Node(Policy(stabilization=stab)), {"failures": 3, "ticks": 1, "losses": 1})]
+    todo = [(Node(policy(stabilization=stab)), {"failures": 3, "ticks": 1, "losses": 1})]
     while todo:
         node, budget = todo.pop()
         key = (node.key(), tuple(budget.values()))
@@ -576,7 +667,7 @@ class TwoReplicas(RuleBasedStateMachine):
         method=st.sampled_from(Method),
     )  # fmt: skip
     def setup(self, up: UpFailureStrategy, stab: StabilizationStrategy, method: Method) -> None:
-        self.node = Node(Policy(up, stab, method))
+        self.node = Node(policy(up_failure=up, stabilization=stab, method=method))
 
     @property
     def n(self) -> Node:
@@ -614,22 +705,24 @@ class TwoReplicas(RuleBasedStateMachine):
     @rule(data=st.data())
     def failure(self, data: st.DataObject) -> None:
         for i in self.pick(data, self._failable):
-            new = self._stabilizing(i) and data.draw(st.booleans(), label="NewFailureDuring...")
-            self.n.feed(i, NewFailureDuringStabilization(self.n.now) if new else UpFailure(self.n.now))
+            self.n.feed(i, UpFailure(self.n.now, U))
 
     @precondition(lambda self: any(map(self._open, (0, 1))))
     @rule(data=st.data())
     def failure_heals(self, data: st.DataObject) -> None:
         for i in self.pick(data, self._open):
-            # Rarely without any tentative output (HA-driven, shorter than alpha*X).
-            quiet = self.n.m[i].state is UP and data.draw(st.integers(0, 4), label="quiet") == 0
-            self.n.feed(i, InputsStable(self.n.now) if quiet else RecRequest(self.n.now))
+            self.n.feed(i, RecRequest(self.n.now, U))
 
     @precondition(lambda self: any(map(self._stabilizing, (0, 1))))
-    @rule(data=st.data(), caught_up=st.booleans(), pending=st.integers(0, 2))
-    def replay_progress(self, data: st.DataObject, caught_up: bool, pending: int) -> None:
+    @rule(data=st.data(), caught_up=st.booleans())
+    def replay_progress(self, data: st.DataObject, caught_up: bool) -> None:
         for i in self.pick(data, self._stabilizing):
-            self.n.feed(i, ReconciliationProgress(self.n.now, caught_up, pending))
+            self.n.feed(i, ReconciliationProgress(self.n.now, caught_up))
+
+    @rule(i=st.integers(0, 1))
+    def partner_unreachable(self, i: int) -> None:
+        # A request to the partner could not be sent: the next one may be a self-grant.
+        self.n.feed(i, PartnerUnreachable(self.n.now, NAMES[1 - i]))
 
     @precondition(lambda self: self.n.net)
     @rule(data=st.data())

@@ -1,28 +1,53 @@
-"""The consistency manager's own tasks (node/replica/manager.py): the replay and the permission
-requests it starts are owned by ``Manager.run``, cancelled and awaited when it ends, and a
-failure of one ends ``run`` with it (a local failure, STYLE.md 8) instead of vanishing."""
+"""The consistency manager's runtime (node/replica/manager.py): it turns SUnion signals and
+partners' messages into the machine's events and performs its actions; the replay and the
+permission requests it starts are owned by ``Manager.run``, cancelled and awaited when it
+ends, and a failure of one ends ``run`` with it (a local failure, STYLE.md 8) instead of
+vanishing."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Sequence
 
 import pytest
 
 from node.config.load import load_config
 from node.net.memory import MemoryTransport
-from node.replica.manager import Manager, policy_of
-from operators import QueryNetwork
+from node.net.transport import Connection
+from node.replica import consistency as cm
+from node.replica.manager import Emit, Manager, Partner, policy_of
+from operators import NetworkOutput, QueryNetwork
 from ops_scripts.harness.simulate import DEFAULT_CLUSTER
+from protocol.errors import RemoteProtocolError
+from protocol.messages import Message, ReconcileGrant, ReconcileRefuse, ReconcileRequest
+from protocol.tuples import Kind, Tuple, make_tuple
+from state.errors import CheckpointError
 
 LOG = logging.getLogger("test.manager")
 
 
-def make_manager() -> Manager:
+def make_manager(partners: Sequence[Partner] = (), transport: MemoryTransport | None = None,
+                 *, emit: Emit | None = None, now: Callable[[], int] = lambda: 0,
+                 checkpoint: bool = True) -> Manager:
     node = load_config(DEFAULT_CLUSTER).nodes["n1"]
-    return Manager("n1a", "n1", policy_of(node, "n1a"), QueryNetwork(node.network), [],
-                   MemoryTransport().for_process("n1a"), lambda out, now: None, lambda: 0,
-                   log=LOG)
+    transport = transport or MemoryTransport().for_process("n1a")
+    manager = Manager("n1a", "n1", policy_of(node, "n1a"), QueryNetwork(node.network),
+                      list(partners), transport, emit or (lambda out, now: None), now, log=LOG)
+    if checkpoint:
+        manager.feed(cm.Tick(0))  # checkpoint 0, as the deadline loop takes it at once
+    return manager
+
+
+def signal(kind: Kind) -> Tuple:
+    return make_tuple(kind, 0, 0, 0, ())
+
+
+async def until(condition: object, what: str) -> None:
+    async with asyncio.timeout(5):
+        while not condition():  # type: ignore[operator]
+            await asyncio.sleep(0)
+    assert condition(), what  # type: ignore[operator]
 
 
 async def test_cancelling_run_cancels_and_awaits_the_tasks_it_started() -> None:
@@ -54,4 +79,146 @@ async def test_a_task_that_fails_ends_run_with_its_error() -> None:
     manager._spawn(replay(), "replay")
     async with asyncio.timeout(5):
         with pytest.raises(RuntimeError, match="the replay broke"):
+            await run
+
+
+async def test_one_deadline_loop_serves_the_network_and_the_machine() -> None:
+    """``run`` serves the machine's deadlines (checkpoints) and the network's (an SUnion's
+    tentative release after alpha*X = 0.7 s), the latter only while new input is let in."""
+    clock = [0]
+    emitted: list[NetworkOutput] = []
+
+    def emit(out: NetworkOutput, now: int) -> None:
+        emitted.append(out)
+        manager.on_signals(out.signals, now)
+
+    manager = make_manager(emit=emit, now=lambda: clock[0])
+    manager.network.push("s1", [make_tuple(Kind.STABLE, 1, 10, 10, (0, 50))], 0)
+    assert manager.network.next_deadline() == 700_000
+    run = asyncio.create_task(manager.run())
+    clock[0] = 250_000
+    manager.wake()
+    await until(lambda: manager.machine.checkpoints == 2, "the checkpoint due at 200 ms")
+    manager.input_open.clear()  # as during a replay
+    clock[0] = 800_000
+    manager.wake()
+    await until(lambda: manager.machine.checkpoints == 3, "the machine's deadline is served")
+    assert emitted == [] and manager.state is cm.State.STABLE  # the network's waits
+    manager.input_open.set()
+    manager.wake()
+    await until(lambda: manager.state is cm.State.UP_FAILURE, "the SUnion's release")
+    assert [(op, s.kind) for op, s in emitted[0].signals] == [("u", Kind.UP_FAILURE)]
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+
+
+async def test_signals_of_one_call_are_events_per_sunion_up_failures_first() -> None:
+    """One network call may carry one SUnion's REC_REQUEST and another's first UP_FAILURE:
+    the machine must count the latter as failing first (else the REC_REQUEST would be
+    illegal in STABLE, or permission asked while an SUnion is still tentative)."""
+    manager = make_manager()
+    manager.on_signals([("a", signal(Kind.REC_REQUEST)), ("b", signal(Kind.UP_FAILURE)),
+                        ("a", signal(Kind.UP_FAILURE))], 5)
+    m = manager.machine
+    assert m.state is cm.State.UP_FAILURE and m.failing == {"b"} and m.request == 0
+    # The last one corrected: with no partner the replica grants itself and reconciles.
+    manager.on_signals([("b", signal(Kind.REC_REQUEST))], 6)
+    assert manager.state is cm.State.STABILIZATION
+    assert manager.stats["self_grants"] == manager.stats["permission_requests"] == 1
+    await until(lambda: manager.state is cm.State.STABLE, "the replay ends, caught up")
+    assert manager.stats["reconciliations"] == 1
+
+
+async def answering_partner(net: MemoryTransport, answer: type[Message]) -> Partner:
+    """Replica n1b of the node, answering every request with ``answer``."""
+
+    async def handle(conn: Connection) -> None:
+        while (msg := await conn.receive()) is not None:
+            assert isinstance(msg, ReconcileRequest)
+            if answer is ReconcileGrant:
+                await conn.send(ReconcileGrant("n1b", msg.request))
+            else:
+                await conn.send(ReconcileRefuse("n1b", msg.request, "reconciling"))
+
+    await net.for_process("n1b").serve("h", 7, handle)
+    return Partner("n1b", "h", 7)
+
+
+@pytest.mark.parametrize("answer", [ReconcileGrant, ReconcileRefuse])
+async def test_partners_answers_are_events(answer: type[Message]) -> None:
+    net = MemoryTransport()
+    manager = make_manager([await answering_partner(net, answer)], net.for_process("n1a"))
+    assert manager.machine.policy.partners == ("n1b",)
+    run = asyncio.create_task(manager.run())
+    manager.on_signals([("u", signal(Kind.UP_FAILURE)), ("u", signal(Kind.REC_REQUEST))], 5)
+    if answer is ReconcileGrant:
+        await until(lambda: manager.machine.reconciliations == 1, "the grant reconciles")
+        assert manager.stats["permission_refused"] == 0
+    else:
+        await until(lambda: manager.machine.refusals == 1, "the refusal is counted")
+        assert manager.machine.permission is cm.Permission.REFUSED
+        assert manager.stats["permission_refused"] == 1
+    assert manager.stats["permission_requests"] == 1 and manager.stats["self_grants"] == 0
+    assert manager.machine.unanswered == (0,)
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+
+
+async def test_an_unreachable_partner_is_silent_and_the_next_request_is_granted_by_itself() -> None:
+    manager = make_manager([Partner("n1b", "nowhere", 1)])
+    manager.on_signals([("u", signal(Kind.UP_FAILURE)), ("u", signal(Kind.REC_REQUEST))], 5)
+    await until(lambda: manager.machine.unanswered == (4,), "the failed connect is an event")
+    assert manager.state is cm.State.UP_FAILURE
+    manager.feed(cm.Tick(manager.machine.next_ask_at or 0))  # the retry
+    assert manager.state is cm.State.STABILIZATION and manager.stats["self_grants"] == 1
+    assert manager.stats["permission_requests"] == 2
+
+
+class DeadPeer:
+    """A partner connection whose ``receive`` raises ``error``."""
+
+    peer = "n1b"
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+        self.closed = False
+
+    async def send(self, message: Message) -> None:
+        raise AssertionError("nothing is sent here")
+
+    async def receive(self) -> Message | None:
+        raise self.error
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+@pytest.mark.parametrize("error", [ConnectionResetError("reset by peer"), TimeoutError(),
+                                   RemoteProtocolError("frame of unknown version 9")])
+async def test_a_dead_or_garbled_partner_ends_its_reader_quietly(error: BaseException) -> None:
+    partner = Partner("n1b", "h", 7)
+    manager = make_manager([partner])
+    run = asyncio.create_task(manager.run())
+    partner.conn = conn = DeadPeer(error)
+    await manager._spawn(manager._read(partner, conn), "answers of n1b")
+    assert conn.closed and partner.conn is None  # the next request connects afresh
+    await asyncio.sleep(0)
+    assert not run.done()
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+
+
+async def test_anything_else_in_the_partner_reader_ends_run_loudly() -> None:
+    """A grant the replica cannot act on (here: no checkpoint to reconcile from) is no
+    network failure: it ends the reader, and run with it, instead of a line in the log."""
+    net = MemoryTransport()
+    manager = make_manager([await answering_partner(net, ReconcileGrant)],
+                           net.for_process("n1a"), checkpoint=False)
+    run = asyncio.create_task(manager.run())
+    manager.on_signals([("u", signal(Kind.UP_FAILURE)), ("u", signal(Kind.REC_REQUEST))], 5)
+    async with asyncio.timeout(5):
+        with pytest.raises(CheckpointError, match="no checkpoint was put yet"):
             await run
