@@ -226,11 +226,10 @@ class FaultyConnection:
                 if message is None:
                     break
                 await inbox.put(self._after_read(message))
-        except Exception as exc:  # noqa: BLE001, RUF100  whatever ends the pump is the user's
+        except Exception as exc:  # noqa: BLE001  whatever ends the pump is the user's
             # Their receive raises it, after what was read. Narrowed to what the inner
             # connection raises (OSError, DPCError), anything else (a bug) would end the
             # inbox cleanly in the finally below and read as the peer's end of stream.
-            # (RUF100: until BLE is selected in pyproject.toml, this noqa looks unused.)
             inbox.end(exc)
         finally:
             inbox.end()  # cancelled too (close): a receive waiting on the inbox must wake
@@ -298,7 +297,7 @@ class FaultyConnection:
             while (item := await outbox.get()) is not None:
                 await self._hold(item[0])
                 await self._send_now(item[1])
-        except Exception as exc:  # noqa: BLE001, RUF100  whatever breaks the pump is the user's
+        except Exception as exc:  # noqa: BLE001  whatever breaks the pump is the user's
             # Their next send raises it. Narrowed to what the inner connection raises
             # (OSError, DPCError), anything else (a bug) would end this task unseen, and
             # later sends would pile up in a mailbox nobody empties.

@@ -45,7 +45,8 @@ def signal(kind: Kind) -> Tuple:
 
 async def until(condition: object, what: str) -> None:
     async with asyncio.timeout(5):
-        while not condition():  # type: ignore[operator]
+        # The conditions read the manager's state, which no Event announces: poll each turn.
+        while not condition():  # type: ignore[operator]  # noqa: ASYNC110
             await asyncio.sleep(0)
     assert condition(), what  # type: ignore[operator]
 
