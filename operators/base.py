@@ -63,6 +63,7 @@ from protocol.tuples import (
     tentative_boundary,
     undo,
 )
+from protocol.undo_rule import undo_cut
 
 from .errors import OperatorError
 from .spec import Params
@@ -497,18 +498,14 @@ class Operator(ABC):
         after our UNDO, which made SOutput force a REC_DONE in the middle of the
         reconciliation, then a second UNDO when the other port's UNDO came."""
         log, ports, start = self._log, self._log_ports, self._log_start
-        first_undone = None
-        for k in range(len(log) - 1, -1, -1):
-            if ports[k] != port:
-                continue
-            e = log[k]
-            if e[0] is BOUNDARY:
-                if e[1] == TENTATIVE_BOUNDARY_ID:
-                    first_undone = k  # derived from the tentative suffix: undone with it
-                continue
-            if e[1] <= last_kept_id:
-                break
-            first_undone = k
+        # The stream rule (protocol.undo_rule) on this port's entries of the shared log.
+        if self._n_ports == 1:
+            cut_at = undo_cut(log, last_kept_id)
+            first_undone = cut_at if cut_at < len(log) else None
+        else:
+            mine = [k for k in range(len(log)) if ports[k] == port]
+            cut_at = undo_cut([log[k] for k in mine], last_kept_id)
+            first_undone = mine[cut_at] if cut_at < len(mine) else None
         first_other = None  # the other ports' first tentative entry
         if self._n_ports > 1:
             for k, e in enumerate(log):
