@@ -14,13 +14,17 @@ node going STABLE -> UP_FAILURE (tentative results after at most alpha*X) -> STA
 availability (Delay_new against X) and consistency (tentative tuples; the client's stream
 with UNDOs applied against a failure-free run).
 
-This is the pure core driven by a minimal in-process stand-in for a node's consistency
-manager (checkpoint while STABLE, reconcile on REC_REQUEST): deterministic and quick, it
-shows the operators' side of the protocol without the processes.
+This is a replica's own consistency manager and state machine (``node/replica/``) around the
+query network, on a virtual clock (``node/virtual_time.py``), with the input links replaced
+by a feeder: deterministic and quick, it shows the protocol without the processes. The node
+has no partner replica, so it grants its reconciliation to itself.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import random
 import sys
 import time
@@ -28,10 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from operators import QueryNetwork
-from operators.errors import SpecError
-from operators.soutput import SOutput
-from operators.sunion import SUnion
+from node.net.memory import MemoryTransport
+from node.replica import consistency as cm
+from node.replica.manager import Manager
+from node.virtual_time import VirtualTimeLoop
+from operators import NetworkOutput, QueryNetwork
 from ops_scripts.check.availability import apply_undos, delay_new
 from ops_scripts.examples import EXAMPLES
 from protocol.tuples import Kind, Tuple, boundary, make_tuple
@@ -93,70 +98,74 @@ class DemoRun:
 
 
 def simulate(seed: int, method: str, cut: tuple[int, int] | None) -> DemoRun:
+    """One node's run on a virtual clock: the replica's own consistency manager
+    (``node/replica/manager.py``, the machine of ``node/replica/consistency.py``) drives the
+    network; only the links are replaced by a feeder that pushes each source's tuples when
+    they are due, waiting while the manager holds new input (a replay)."""
+    loop = VirtualTimeLoop()
+    try:
+        return loop.run_until_complete(_simulate(seed, method, cut))
+    finally:
+        loop.close()
+
+
+_STATE_TEXT = {
+    cm.State.UP_FAILURE: "UP_FAILURE: alpha*X expired, releasing tentative results",
+    cm.State.STABILIZATION: "STABILIZATION: every input corrected, reconciling by {method}/redo",
+    cm.State.STABLE: "STABLE",
+}
+
+
+async def _simulate(seed: int, method: str, cut: tuple[int, int] | None) -> DemoRun:
+    loop = asyncio.get_running_loop()
+
+    def now() -> int:
+        return int(loop.time() * SECOND)
+
     net = QueryNetwork(demo_spec(method))
-    merge = net.operator("merge")
-    out_op = net.operator("out")
-    if not isinstance(merge, SUnion) or not isinstance(out_op, SOutput):
-        raise SpecError(f"demo spec: operators 'merge' and 'out' must be an SUnion and an "
-                        f"SOutput, found {type(merge).__name__} and {type(out_op).__name__}")
-    logs = source_tuples(seed)
-    sent = dict.fromkeys(STREAMS, 0)
     run = DemoRun()
-    state = "STABLE"
-    checkpoint = net.snapshot()
-    last_checkpoint = 0
     run.timeline.append((0, "STABLE"))
 
-    def deliver(now: int, result: Any) -> None:
-        nonlocal state
-        run.received.extend((now, t) for t in result.outputs["out"])
-        for _op, sig in result.signals:
-            if sig.kind is Kind.UP_FAILURE and state == "STABLE":
-                state = "UP_FAILURE"
-                run.timeline.append((now, "UP_FAILURE: alpha*X expired, releasing tentative results"))
-            elif sig.kind is Kind.REC_REQUEST:
-                reconcile(now)
+    def emit(result: NetworkOutput, at: int) -> None:
+        run.received.extend((at, t) for t in result.outputs.get("out", ()))
+        if result.signals:
+            manager.on_signals(result.signals, at)
 
-    def reconcile(now: int) -> None:
-        nonlocal state, checkpoint, last_checkpoint
-        state = "STABILIZATION"
-        run.timeline.append((now, f"STABILIZATION: every input corrected, reconciling by {method}/redo"))
-        if method == "checkpoint":
-            deliver(now, net.rewind(checkpoint, now))
-        else:
-            deliver(now, net.push(STREAMS[0], [make_tuple(Kind.UNDO_START, 0, now, now, ())], now))
-        # In process the replay is synchronous: the node has caught up.
-        deliver(now, net.inject("out", out_op.end_reconciliation(now), now))
-        state = "UP_FAILURE" if merge.in_failure else "STABLE"
-        run.timeline.append((now, state))
-        checkpoint, last_checkpoint = net.snapshot(), now
-        merge.truncate()
+    def on_state(state: cm.State, since: int) -> None:
+        run.timeline.append((since, _STATE_TEXT[state].format(method=method)))
 
-    for now in range(TICK, DURATION + 2 * SECOND, TICK):
-        healed = cut is None or not (cut[0] <= now < cut[1])
-        if cut is not None and now == cut[0]:
-            run.timeline.append((now, "s3 cut off from the node (its source keeps logging)"))
-        if cut is not None and now == cut[1]:
-            run.timeline.append((now, "s3 reconnects: its source replays what the node missed"))
+    quiet = logging.getLogger("dpc.demo.n1")  # the timeline tells the story
+    quiet.propagate = False
+    quiet.addHandler(logging.NullHandler())
+    policy = cm.Policy(method=cm.Method(method), checkpoint_interval=CHECKPOINT_EVERY)
+    manager = Manager("n1", "n1", policy, net, (), MemoryTransport(), emit, now, log=quiet,
+                      on_state=on_state)
+    timers = asyncio.ensure_future(manager.run())
+    logs = source_tuples(seed)
+    sent = dict.fromkeys(STREAMS, 0)
+    for tick in range(TICK, DURATION + 2 * SECOND, TICK):
+        await asyncio.sleep((tick - now()) / SECOND)
+        await manager.input_open.wait()  # a replay owns the network meanwhile
+        at = now()
+        if cut is not None and tick == cut[0]:
+            run.timeline.append((at, "s3 cut off from the node (its source keeps logging)"))
+        if cut is not None and tick == cut[1]:
+            run.timeline.append((at, "s3 reconnects: its source replays what the node missed"))
         for s in STREAMS:
-            if s == "s3" and not healed:
+            if s == "s3" and cut is not None and cut[0] <= tick < cut[1]:
                 continue
             log, i = logs[s], sent[s]
             j = i
-            while j < len(log) and log[j].time < now:
+            while j < len(log) and log[j].time < at:
                 j += 1
             if j > i:
                 sent[s] = j
-                deliver(now, net.push(s, log[i:j], now))
-        deadline = net.next_deadline()
-        if deadline is not None and deadline <= now:
-            deliver(now, net.on_timer(now))
-        if state == "STABLE" and now - last_checkpoint >= CHECKPOINT_EVERY:
-            checkpoint, last_checkpoint = net.snapshot(), now
-            merge.truncate()  # buckets released before the checkpoint are never replayed
+                emit(net.push(s, log[i:j], at), at)
+        manager.wake()  # the network's next deadline may have moved
+    timers.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await timers
     return run
-
-
 
 
 def run_demo(seed: int = 7, method: str = "checkpoint", cluster_seconds: float = 3.0,
