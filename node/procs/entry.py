@@ -27,7 +27,7 @@ from node.config.model import ClusterConfig
 from node.errors import NodeError
 from node.net.tcp import TcpTransport
 from node.procs.rundir import RunDir
-from node.streams.link import Mutation
+from node.streams.mutation import Mutation
 
 __all__ = ["MUTATION_ENV", "mutation_from_env", "run_process"]
 

@@ -54,8 +54,9 @@ from node.replica.recovery import (
     http_state_ask,
     record_recovery,
 )
-from node.streams.link import MUTATION_DUPLICATES, InputLink, Mutation
+from node.streams.link import InputLink
 from node.streams.monitor import UpstreamMonitor, upstream_links
+from node.streams.mutation import MUTATION_DUPLICATES, Mutation
 from node.streams.publisher import Publisher
 from operators import NetworkOutput, QueryNetwork, tuple_from_plain, tuple_to_plain
 from operators.spec import OperatorSpec

@@ -7,11 +7,14 @@
 * ``upstream.py`` (pure): heartbeat tracking, the paper's upstream replica preference,
   tmax filtering;
 * ``monitor.py``: the HA monitor around it: heartbeats to every upstream replica, switching
-  the input links.
+  the input links;
+* ``corrections.py``: what a link's corrections reader holds and hands over;
+* ``mutation.py``: the test-only breakages (``DPC_TEST_MUTATION``), read once per process.
 """
 
 from node.streams.link import InputLink
 from node.streams.monitor import UpstreamMonitor, UpstreamReplica, upstream_links
+from node.streams.mutation import MUTATION_DUPLICATES, Mutation
 from node.streams.publisher import Publisher
 from node.streams.upstream import (
     Choice,
@@ -23,6 +26,6 @@ from node.streams.upstream import (
 )
 
 __all__ = [
-    "Choice", "HeartbeatTracker", "InputLink", "Publisher", "ReplicaView", "Resume",
+    "MUTATION_DUPLICATES", "Choice", "HeartbeatTracker", "InputLink", "Mutation", "Publisher", "ReplicaView", "Resume",
     "TmaxFilter", "UpstreamMonitor", "UpstreamReplica", "choose_upstream", "upstream_links",
 ]

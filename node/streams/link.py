@@ -83,39 +83,25 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from enum import StrEnum
 from operator import itemgetter
 
 from node.errors import NodeError
 from node.net.transport import Connection, Transport
+from node.streams.corrections import Address, Corrections, Handover
+from node.streams.mutation import Mutation
 from node.streams.upstream import TmaxFilter
 from protocol.errors import RemoteProtocolError
 from protocol.messages import Ack, Batch, Subscribe
-from protocol.tuples import Kind, Tuple, undo
-from state.buffer import OutputBuffer
+from protocol.tuples import Kind, Tuple
 from state.errors import StateError
 
-
-class Mutation(StrEnum):
-    """Test-only breakages of a link, switched on by ``DPC_TEST_MUTATION`` (read once, at
-    each process's entry: node/procs/entry.py) so that the harness can prove it catches
-    them. RESUBSCRIBE_OVERLAP: every resubscription asks again for the last stable tuple
-    the link holds (duplicate elimination on switching broken on purpose)."""
-
-    RESUBSCRIBE_OVERLAP = "resubscribe-overlap"
-
-
-#: The ``DPC_TEST_MUTATION`` value of the duplicates mutation.
-MUTATION_DUPLICATES = Mutation.RESUBSCRIBE_OVERLAP
-
-__all__ = ["MUTATION_DUPLICATES", "InputLink", "Mutation"]
+__all__ = ["InputLink"]
 
 STABLE = Kind.STABLE
 TENTATIVE = Kind.TENTATIVE
 UNDO = Kind.UNDO
 REC_DONE = Kind.REC_DONE
 _kind_of = itemgetter(0)
-Address = tuple[str, int]
 
 
 def _last_index(kinds: list[Kind], kind: Kind, start: int, stop: int) -> int:
@@ -134,43 +120,6 @@ def _index(kinds: list[Kind], kind: Kind, start: int, default: int) -> int:
         return kinds.index(kind, start)
     except ValueError:
         return default
-
-
-class _Corrections:
-    """What the corrections reader received from one producer, subscribed with
-    ``(base, base)``: that producer's in-force stream after data tuple ``base``."""
-
-    __slots__ = ("base", "buffer")
-
-    def __init__(self, stream: str, base: int) -> None:
-        self.base = base
-        self.buffer = OutputBuffer(stream)  # applies the producer's UNDOs; never trimmed
-
-    @property
-    def settled(self) -> bool:
-        """No tentative tuple in force: the producer's corrections are complete."""
-        return self.buffer.last_id == self.buffer.last_stable_id
-
-    def resume_after(self, s: int, t: int) -> list[Tuple] | None:
-        """What turns a consumer holding ``(s, t)`` into one holding this stream (module
-        docstring); None if its stable tuples do not reach ``s`` yet."""
-        buffer = self.buffer
-        if s > max(self.base, buffer.last_stable_id):
-            return None
-        # Every id buffered is above base, so at s == base the whole buffer follows.
-        items = list(buffer) if s == self.base else buffer.replay(s, s)
-        return [undo(s), *items] if t > s else items
-
-
-class _Handover:
-    """A corrections connection that delivered REC_DONE, waiting for the main loop."""
-
-    __slots__ = ("address", "conn", "fix")
-
-    def __init__(self, conn: Connection, address: Address, fix: _Corrections) -> None:
-        self.conn = conn
-        self.address = address
-        self.fix = fix
 
 
 class InputLink:
@@ -218,12 +167,12 @@ class InputLink:
         self.reconciled = False
         self.corrections: Address | None = None  # the corrections reader's producer
         self.corrections_applied = 0  # corrections connections adopted on their REC_DONE
-        self._fix: _Corrections | None = None  # what the reader holds now
+        self._fix: Corrections | None = None  # what the reader holds now
         self._fix_at: Address | None = None  # where the reader holds a subscription
         self._fix_closed = asyncio.Event()  # set while the reader holds no subscription
         self._fix_closed.set()
         self._fix_changed = asyncio.Event()  # set by correct_from() (and to stop the reader)
-        self._handover: _Handover | None = None
+        self._handover: Handover | None = None
         self._acked = 0
         self._next = 0  # index (mod len) of the producer to try next
         self._switching = False
@@ -349,7 +298,7 @@ class InputLink:
 
     async def _take_handover(
         self, here: Address, name: str
-    ) -> tuple[_Handover, list[Tuple]] | None:
+    ) -> tuple[Handover, list[Tuple]] | None:
         """The corrections connection to adopt at ``here`` with what to deliver first, or
         None. Any other handover is closed: nothing of it was delivered, so
         dropping it loses nothing (the link moved elsewhere meanwhile, or that producer is
@@ -374,7 +323,7 @@ class InputLink:
         conn: Connection,
         address: str,
         name: str,
-        adopted: tuple[list[Tuple], _Corrections] | None = None,
+        adopted: tuple[list[Tuple], Corrections] | None = None,
     ) -> None:
         """One main session on ``conn``: a fresh subscription, or (``adopted`` given) the
         adopted corrections connection, whose buffered corrections ``adopted[0]`` go first."""
@@ -561,7 +510,7 @@ class InputLink:
                     "%s: cannot subscribe at corrections source %s: %r", name, address, exc
                 )
                 return
-            fix = self._fix = _Corrections(self.stream, s)
+            fix = self._fix = Corrections(self.stream, s)
             self._log.info("%s: reading corrections from %s after stable %d", name, address, s)
             async with asyncio.TaskGroup() as tg:
                 watcher = tg.create_task(self._close_on(self._fix_changed, conn))
@@ -587,7 +536,7 @@ class InputLink:
             await self._drop_handover_at(None, name)  # a handover not taken yet is stale now
             if self._fix_changed.is_set():
                 return
-            self._handover = _Handover(conn, target, fix)
+            self._handover = Handover(conn, target, fix)
             handed_over = True
             self.corrections = None
             self._next = self.producers.index(target)
@@ -617,7 +566,7 @@ class InputLink:
                        "moved on before adopting them", name, *handover.address)
         await handover.conn.close()
 
-    async def _receive_corrections(self, conn: Connection, fix: _Corrections) -> tuple[int, str]:
+    async def _receive_corrections(self, conn: Connection, fix: Corrections) -> tuple[int, str]:
         """Buffer batches until one carries a REC_DONE (returns ``problem == ""``) or the
         connection ends: how it ended."""
         try:

@@ -63,7 +63,7 @@ from node.procs.entry import mutation_from_env
 from node.procs.rundir import RunDir
 from node.procs.source import Source
 from node.replica.runtime import Replica
-from node.streams.link import Mutation
+from node.streams.mutation import Mutation
 from node.virtual_time import VirtualTimeLoop
 from ops_scripts.examples import EXAMPLES
 from ops_scripts.harness.history import HistoryWriter, merge_states

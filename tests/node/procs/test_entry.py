@@ -7,7 +7,7 @@ import pytest
 
 from node.errors import NodeError
 from node.procs.entry import MUTATION_ENV, mutation_from_env
-from node.streams.link import MUTATION_DUPLICATES, Mutation
+from node.streams.mutation import MUTATION_DUPLICATES, Mutation
 
 
 def test_the_switch_is_off_unless_set() -> None:
