@@ -49,10 +49,8 @@ from ops_scripts.harness.nemesis import Nemesis
 from ops_scripts.harness.schedule import CUTS, SHAPES, Fault, parse_faults
 from protocol.errors import DPCError
 
-__all__ = ["ACTIONS", "add_inject_parser", "run_inject"]
+__all__ = ["add_inject_parser", "run_inject"]
 
-ACTIONS = ("partition", "heal", "kill", "restart", "pause", "resume", "delay", "bandwidth",
-           "slow", "stall", "unstall")
 _NEEDS_PIDS = ("kill", "restart", "pause", "resume")
 
 
