@@ -1,4 +1,4 @@
-"""The fault-injection test world (tests/node/faults/test_faults.py, test_shaping.py): processes
+"""The fault-injection test world (tests/node/faults/test_cuts.py, test_shaping.py): processes
 with their ``Faults`` and ``FaultyTransport`` on one network (TCP on loopback or memory),
 which keep what their servers receive; the ``world`` fixture is in conftest.py."""
 

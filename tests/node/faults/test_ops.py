@@ -1,6 +1,6 @@
 """The fault vocabulary (node/faults/ops.py): each operation's ``POST /fault`` body, read back
 to the same operation, and the refusals of a bad body (an ActionError naming what is wrong).
-What a replica does with an operation is tested in test_faults.py (its fault action)."""
+What a replica does with an operation is tested in test_fault_action.py."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ from ops_scripts.check.availability import (
 from ops_scripts.check.paths import client_outages, down_at_end
 from ops_scripts.errors import HistoryError
 from protocol.tuples import Kind, Tuple, boundary, make_tuple, rec_done, undo
-from tests.ops_scripts.check.test_check import fault, heal, link, run, state, write_run
+from tests.ops_scripts.check.world import fault, heal, link, run, state, write_run
 from tests.paths import EXAMPLES
 
 SECOND = 1_000_000

@@ -14,7 +14,7 @@ from node.procs.rundir import RunDir, write_client_parquet
 from ops_scripts.check import compose, recorded
 from ops_scripts.check.recorded import History, load_events, load_history
 
-from .test_check import C1, EC, ND, RC, SU, run, write_run
+from .world import C1, EC, ND, RC, SU, run, write_run
 
 N1B = "replica n1b (n1.out)"
 
