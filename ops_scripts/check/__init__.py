@@ -15,7 +15,7 @@ read them and judge, as pure functions wherever they can be. A checker that cras
 """
 
 from ops_scripts.check.availability import apply_undos, bound_for, delay_new, judge_delays
-from ops_scripts.check.compose import FIGURE_KEYS, Figures, check_history, check_run, run_check
+from ops_scripts.check.compose import FIGURE_KEYS, Figures, check_run, run_check
 from ops_scripts.check.history import count_events, final_digests, read_history
 from ops_scripts.check.properties import (
     Status,
@@ -35,7 +35,7 @@ from ops_scripts.errors import CheckError
 
 __all__ = [
     "END_OF_STREAM", "FIGURE_KEYS", "CheckError", "Figures", "History", "Status", "Verdict", "apply_undos", "apply_undos_checked", "bound_for", "check_client",
-    "check_history", "check_no_duplicates", "check_recovered_replica", "check_replica",
+    "check_no_duplicates", "check_recovered_replica", "check_replica",
     "check_run", "check_stable_never_undone", "check_stream", "count_events", "delay_new",
     "final_digests", "guarded", "judge_delays", "load_events", "load_history", "read_history",
     "reference_outputs", "run_check",

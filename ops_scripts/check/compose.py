@@ -76,7 +76,7 @@ from ops_scripts.check.reference import reference_outputs
 from ops_scripts.errors import CheckError
 from protocol.tuples import DATA_KINDS, Tuple
 
-__all__ = ["FIGURE_KEYS", "Figures", "check_history", "check_run", "run_check"]
+__all__ = ["FIGURE_KEYS", "Figures", "check_run", "run_check"]
 
 Event = Mapping[str, Any]
 
@@ -239,11 +239,6 @@ def check_run(config: ClusterConfig, events: Sequence[Event] | None,
     if not verdicts:
         verdicts.append(Verdict("run", Status.UNKNOWN, "the config has no client and no node"))
     return verdicts, _figures(h, events, delays)
-
-
-def check_history(config: ClusterConfig, h: History) -> list[Verdict]:
-    """The verdicts of a run without a history (:func:`check_run` with no events)."""
-    return check_run(config, None, h)[0]
 
 
 # ---------------------------------------------------------------- the command

@@ -11,10 +11,10 @@ from ops_scripts.check import (
     Verdict,
     apply_undos_checked,
     check_client,
-    check_history,
     check_no_duplicates,
     check_recovered_replica,
     check_replica,
+    check_run,
     check_stable_never_undone,
     guarded,
 )
@@ -175,7 +175,7 @@ def test_replica_divergence_is_caught(world: World) -> None:
         clients={"c1": corrected(ref)},
         replicas={("n1a", "n1.out"): corrected(ref), ("n1b", "n1.out"): bad},
     )
-    verdicts = keyed(check_history(config, h))
+    verdicts = keyed(check_run(config, None, h)[0])
     assert verdicts[EC, C1].status is Status.VALID
     assert verdicts[RC, "replica n1a (n1.out)"].status is Status.VALID
     assert verdicts[RC, "replica n1b (n1.out)"].status is Status.INVALID
@@ -199,7 +199,7 @@ def test_a_crashing_checker_is_unknown_never_valid(world: World) -> None:
         clients={"c1": [1, 2, 3]},  # type: ignore[list-item]
         replicas={("n1a", "n1.out"): ref, ("n1b", "n1.out"): ref},
     )
-    verdicts = keyed(check_history(config, h))
+    verdicts = keyed(check_run(config, None, h)[0])
     for name in (ND, SU, EC):  # every checker of the client crashes on ints
         assert verdicts[name, C1].status is Status.UNKNOWN
         assert "checker crashed" in verdicts[name, C1].evidence
@@ -213,7 +213,7 @@ def test_missing_logs_are_unknown(world: World) -> None:
         replicas={("n1a", "n1.out"): ref},
         problems={"replica n1b (n1.out)": "missing log replicas/n1b/n1.out.jsonl"},
     )
-    verdicts = keyed(check_history(config, h))
+    verdicts = keyed(check_run(config, None, h)[0])
     assert verdicts[RC, "replica n1b (n1.out)"].status is Status.UNKNOWN
     assert "missing log replicas/n1b/n1.out.jsonl" in verdicts[RC, "replica n1b (n1.out)"].evidence
     no_source = History(
@@ -221,7 +221,7 @@ def test_missing_logs_are_unknown(world: World) -> None:
         clients={"c1": ref},
         problems={"source s1": "missing log sources/s1.arrow"},
     )
-    verdicts = keyed(check_history(config, no_source))
+    verdicts = keyed(check_run(config, None, no_source)[0])
     # Changed with the per-property verdicts: no-duplicates and stable-never-undone need no
     # reference run, so they are still judged; the reference-based ones are unknown.
     assert verdicts[ND, C1].status is verdicts[SU, C1].status is Status.VALID
