@@ -59,6 +59,7 @@ from ops_scripts.harness.schedule import Fault
 from ops_scripts.harness.timeline import BLOCKED_LIMIT, Timeline
 
 __all__ = [
+    "FIRST_RESULTS_TIMEOUT",
     "RunOutcome",
     "default_run_dir",
     "describe_delay",
@@ -66,6 +67,7 @@ __all__ = [
     "figures_of",
     "play_scenario",
     "run_scenario",
+    "start_recorded",
 ]
 
 STABLE_TIMEOUT = 30.0  # seconds to wait for every replica to be STABLE before the digests
@@ -131,6 +133,25 @@ def describe_figures(figures: dict[str, Any]) -> str:
     return ", ".join(parts) or "no figures"
 
 
+#: How long start-up may take: until every client holds a first result.
+FIRST_RESULTS_TIMEOUT = 30.0
+
+
+def start_recorded(config: ClusterConfig, rd: RunDir, history: HistoryWriter,
+                   out: TextIO, procs: list[Launched], **start: Any) -> bool:
+    """Start the cluster with its start-up in the history, as every harness must: ``start``
+    (with ``start``'s fields) before the first process, ``ready`` once every client logged a
+    tuple. The checker excuses what precedes ``ready`` (``ops_scripts/check/paths.py``): no
+    run may judge start-up delay against k*X. False if a client received nothing within
+    :data:`FIRST_RESULTS_TIMEOUT` (``ready`` is recorded then all the same)."""
+    history.record("start", config=str(rd.config), **start)
+    start_cluster(config, rd, out, procs)
+    got = wait_until(lambda: all(rd.count_lines(rd.client_log(c)) for c in config.clients),
+                     FIRST_RESULTS_TIMEOUT)
+    history.record("ready")
+    return got
+
+
 class _Player:
     """One run of one scenario (the steps of the module docstring)."""
 
@@ -161,19 +182,11 @@ class _Player:
                 self.procs.remove(p)
                 self.problem(f"{p.kind} {p.name} died unasked (exit {p.proc.poll()})")
 
-    def wait_for_first_results(self, timeout: float = 30.0) -> None:
-        """Until every client logged a tuple: start-up ends there (the history's ``ready``)."""
-        if not wait_until(lambda: all(self.rd.count_lines(self.rd.client_log(c))
-                                      for c in self.config.clients), timeout):
-            self.problem(f"a client received nothing {timeout:g} s after the start")
-
     def run(self) -> None:
         s, rd = self.scenario, self.rd
-        self.history.record("start", config=str(rd.config), name=s.name, seed=s.seed,
-                            scenario=str(s.path))
-        start_cluster(self.config, rd, self.out, self.procs)
-        self.wait_for_first_results()
-        self.history.record("ready")
+        if not start_recorded(self.config, rd, self.history, self.out, self.procs,
+                              name=s.name, seed=s.seed, scenario=str(s.path)):
+            self.problem(f"a client received nothing {FIRST_RESULTS_TIMEOUT:g} s after the start")
         self.t0 = time.monotonic() + s.settle
         print(f"  settling {s.settle:g} s", file=self.out, flush=True)
         self.wait_until(self.t0)
