@@ -38,8 +38,9 @@ import errno
 import logging
 from collections import deque
 from dataclasses import dataclass
+from typing import NoReturn
 
-from node.net.transport import Handler
+from node.net.transport import Handler, HandlerRunner
 from protocol.codec import DEFAULT_MAX_FRAME_SIZE, decode_frame, encode
 from protocol.messages import Message
 
@@ -224,8 +225,7 @@ class MemoryServer:
         self._host = host
         self._port = port
         self.ids = ids
-        self._handler = handler
-        self._log = log
+        self._runner = HandlerRunner(handler, log)
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False
 
@@ -244,14 +244,10 @@ class MemoryServer:
         task.add_done_callback(self._tasks.discard)
 
     async def _run(self, conn: MemoryConnection) -> None:
-        try:
-            await self._handler(conn)
-        except Exception:  # noqa: BLE001  the transport's contract, as TCP's: a failing handler,
-            # whatever its error, ends its own connection, logged with the peer and the
-            # traceback; the server goes on serving the others.
-            self._log.exception("handler for peer %s failed; connection closed", conn.peer)
-        finally:
-            await conn.close()
+        await self._runner.run(conn)  # the transport's rule for a failing handler
+
+    async def failed(self) -> NoReturn:
+        await self._runner.failed()
 
     async def close(self) -> None:
         if self._closing:

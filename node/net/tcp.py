@@ -30,9 +30,9 @@ import contextlib
 import logging
 import socket
 import struct
-from typing import Any
+from typing import Any, NoReturn
 
-from node.net.transport import Handler
+from node.net.transport import Handler, HandlerRunner
 from protocol.codec import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode
 from protocol.errors import RemoteProtocolError
 from protocol.messages import Message
@@ -140,9 +140,8 @@ class TcpServer:
     """A listening socket and the handler tasks of its connections."""
 
     def __init__(self, handler: Handler, max_frame_size: int, log: logging.Logger) -> None:
-        self._handler = handler
+        self._runner = HandlerRunner(handler, log)
         self._limit = max_frame_size
-        self._log = log
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closing = False
@@ -173,14 +172,10 @@ class TcpServer:
         if self._closing:  # accepted just before close(): refuse politely
             await conn.close()
             return
-        try:
-            await self._handler(conn)
-        except Exception:  # noqa: BLE001  the transport's contract: a failing handler, whatever
-            # its error, ends its own connection, logged with the peer and the traceback; the
-            # server goes on serving the others (no caller awaits this task to hear of it).
-            self._log.exception("handler for peer %s failed; connection closed", conn.peer)
-        finally:
-            await conn.close()
+        await self._runner.run(conn)  # the transport's rule for a failing handler
+
+    async def failed(self) -> NoReturn:
+        await self._runner.failed()
 
     async def close(self) -> None:
         if self._closing:

@@ -21,18 +21,28 @@ unsent and unread and reset the connection at once, so that the peer sees it end
 
 Ownership (STYLE.md 8): a :class:`Server` owns the task that runs its handler for each
 accepted connection; ``Server.close`` cancels those that still run and waits for them, so
-that nothing outlives the server. A handler that raises is logged with the peer's name;
-the server keeps serving the others.
+that nothing outlives the server. A handler that raises what a dead or garbage-sending peer
+raises (``OSError``, ``RemoteProtocolError``) ends its own connection, logged with the
+peer's name. Anything else is a bug of ours: it is logged with the traceback, ends its
+connection, and :meth:`Server.failed` raises it, so that the owner (a replica's or a
+source's TaskGroup) ends loudly instead of serving on beside a broken handler
+(:class:`HandlerRunner` is that rule, shared by both implementations).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import NoReturn, Protocol
 
+from protocol.errors import RemoteProtocolError
 from protocol.messages import Message
 
-__all__ = ["Connection", "Handler", "Server", "Transport"]
+__all__ = ["PEER_ERRORS", "Connection", "Handler", "HandlerRunner", "Server", "Transport"]
+
+#: What a dead peer (OSError: ConnectionError, TimeoutError) or a garbage-sending one raises.
+PEER_ERRORS = (OSError, RemoteProtocolError)
 
 
 class Connection(Protocol):
@@ -64,6 +74,36 @@ class Connection(Protocol):
 Handler = Callable[[Connection], Awaitable[None]]
 
 
+class HandlerRunner:
+    """Runs a server's handler on each connection by the module's rule: a peer's error ends
+    that connection; any other error also ends it and is kept for :meth:`failed`."""
+
+    def __init__(self, handler: Handler, log: logging.Logger) -> None:
+        self._handler = handler
+        self._log = log
+        self._failure: BaseException | None = None
+        self._failed = asyncio.Event()
+
+    async def run(self, conn: Connection) -> None:
+        try:
+            await self._handler(conn)
+        except PEER_ERRORS as exc:
+            self._log.info("connection from %s ended: %r", conn.peer, exc)
+        except Exception as exc:  # noqa: BLE001  a bug of ours: not swallowed, failed() raises it
+            self._log.exception("handler for peer %s failed; connection closed", conn.peer)
+            if self._failure is None:
+                self._failure = exc
+                self._failed.set()
+        finally:
+            await conn.close()
+
+    async def failed(self) -> NoReturn:
+        await self._failed.wait()
+        if self._failure is None:  # set only together with the failure
+            raise RuntimeError("handler failure event without a failure")
+        raise self._failure
+
+
 class Server(Protocol):
     """A listening endpoint, returned by :meth:`Transport.serve`."""
 
@@ -80,6 +120,11 @@ class Server(Protocol):
     async def close(self) -> None:
         """Stop accepting, cancel the handlers still running and wait for them (their
         connections are closed); idempotent."""
+        ...
+
+    async def failed(self) -> NoReturn:
+        """Wait until a handler fails with an error that is not a peer's, and raise it (the
+        owner runs this in its TaskGroup, so a handler bug ends the process, loudly)."""
         ...
 
 

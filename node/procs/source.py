@@ -65,8 +65,11 @@ class Source:
         try:
             async with asyncio.TaskGroup() as tg:
                 gen = tg.create_task(self._generate(stop), name="generator")
+                # A bug in the publisher's handler ends the source (transport.py's rule).
+                watch = tg.create_task(server.failed(), name="server")
                 await stop.wait()
                 gen.cancel()
+                watch.cancel()
             if not self.ended:
                 self._end()
         finally:

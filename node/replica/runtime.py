@@ -203,6 +203,8 @@ class Replica:
                     tasks.append(tg.create_task(self.monitor.run(), name="ha monitor"))
 
                 tasks.append(tg.create_task(start(), name="start"))
+                # A bug in the data server's handler ends the replica (transport.py's rule).
+                tasks.append(tg.create_task(server.failed(), name="data server"))
                 await stop.wait()
                 for t in tasks:
                     t.cancel()

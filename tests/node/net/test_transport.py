@@ -4,6 +4,7 @@ without the codec), then the memory transport's fault controls."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 from collections.abc import Callable
@@ -320,9 +321,12 @@ async def test_server_close_cancels_running_handlers(net: Net) -> None:
     await conn.close()
 
 
-async def test_a_failing_handler_is_logged_with_the_peer_and_the_server_goes_on(
+async def test_a_failing_handler_is_logged_with_the_peer_and_raised_to_the_owner(
     net: Net, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """A handler's bug (not a peer's error) ends its connection, is logged with the peer
+    and the traceback, and ``Server.failed`` raises it, so that the owner ends loudly; the
+    other connections are served until the owner stops the server."""
     peers: list[str] = []
 
     async def fail_first(conn: Connection) -> None:
@@ -345,8 +349,34 @@ async def test_a_failing_handler_is_logged_with_the_peer_and_the_server_goes_on(
         for r in caplog.records
         if r.levelno == logging.ERROR
     )
+    with pytest.raises(RuntimeError, match="handler bug"):
+        async with asyncio.timeout(GUARD):
+            await server.failed()
     for c in (first, second):
         await c.close()
+    await server.close()
+
+
+async def test_a_peers_error_in_a_handler_ends_only_its_connection(net: Net) -> None:
+    """What a dead or garbage-sending peer raises (OSError, RemoteProtocolError) ends that
+    connection and nothing else: ``Server.failed`` does not fire."""
+    errors = iter([ConnectionResetError("peer gone"), RemoteProtocolError("garbage")])
+
+    async def peer_fails(conn: Connection) -> None:
+        raise next(errors)
+
+    server = await serve(net, peer_fails)
+    transport = net.transport("client")
+    watch = asyncio.ensure_future(server.failed())
+    for _ in range(2):
+        conn = await transport.connect(net.host, server.port)
+        async with asyncio.timeout(GUARD):
+            assert await conn.receive() is None
+        await conn.close()
+    assert not watch.done()
+    watch.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await watch
     await server.close()
 
 

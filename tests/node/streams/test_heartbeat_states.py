@@ -5,6 +5,7 @@ hand, and the data port's responder is called directly."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 
 from node.config.load import load_config
 from node.net.memory import MemoryTransport
+from node.net.transport import Connection
 from node.procs.rundir import RunDir
 from node.replica.runtime import Replica
 from protocol.messages import ConsistencyState, HeartbeatRequest, HeartbeatResponse
@@ -61,3 +63,37 @@ def test_an_input_with_no_upstream_replica_left_makes_its_outputs_up_failure(
     assert msg.streams == {"n2.out": UP_FAILURE}
     assert msg.state is STABLE  # the node's own state is the machine's
     assert n2a.monitor.cut_off() == ["n1.out"]
+
+
+async def test_a_bug_in_the_data_servers_handler_ends_the_replica(tmp_path: Path) -> None:
+    """Failures are loud: a handler error that is not a peer's (here a bug planted in the
+    publisher) ends the replica's run with that error, instead of a log line and a replica
+    that serves on (node/net/transport.py's rule, Server.failed in the replica's TaskGroup)."""
+    config = load_config(EXAMPLES / "sim.toml")
+    net = MemoryTransport()
+    r = Replica(config, "n2a", RunDir(tmp_path).ensure(), net.for_process("n2a"),
+                control=False)
+
+    async def broken(conn: Connection) -> None:
+        raise RuntimeError("publisher bug")
+
+    r.publisher.handle = broken  # type: ignore[method-assign]
+    stop = asyncio.Event()
+    run = asyncio.ensure_future(r.run(stop))
+    try:
+        client = net.for_process("c1")
+        async with asyncio.timeout(10):
+            while True:  # the replica serves once its run started
+                try:
+                    conn = await client.connect(r.me.host, r.me.data_port)
+                    break
+                except OSError:
+                    await asyncio.sleep(0.01)
+            with pytest.raises(ExceptionGroup) as raised:
+                await run
+        await conn.close()
+    finally:
+        stop.set()
+        if not run.done():
+            run.cancel()
+    assert raised.group_contains(RuntimeError, match="publisher bug")
