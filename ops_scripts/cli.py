@@ -4,7 +4,7 @@
 command        does                                                                   module
 =============  =====================================================================  =============
 demo           a failure, tentative results and their correction, end to end         demo.py
-launch         start every process of a cluster config locally; drain and stop       launch.py
+launch         run a cluster locally: recorded start-up, crashes restarted, drain     supervisor.py
 node           one process of a cluster (what launch runs)                            node/procs/entry.py
 status         each replica's state and streams, from the control planes              status.py
 fault          cut / heal / stall at one replica (``POST /fault``)                    node/faults/ops.py
@@ -87,8 +87,10 @@ def _parser() -> argparse.ArgumentParser:
         "torture", help="random fault schedules on real clusters, each run checked (seeded)")
     torture.add_argument("--seed", type=int, default=1, help="run i uses seed SEED+i (default 1)")
     torture.add_argument("--runs", type=int, default=1, help="how many runs (default 1)")
-    torture.add_argument("--cluster", type=Path, default=None, metavar="CLUSTER.toml",
-                         help="default: examples/basic.toml at X = 1 s, alpha = 0.7, 300 tuples/s")
+    torture.add_argument("--cluster", type=Path, action="append", default=None,
+                         metavar="CLUSTER.toml",
+                         help="repeat to use several in turn (default: examples/basic.toml and "
+                              "examples/three.toml, at X = 1 s, alpha = 0.7, 300 tuples/s)")
     torture.add_argument("--run-dir", type=Path, default=None,
                          help="where the runs go, one seed-S directory each "
                               "(default: runs/torture-TIME)")
@@ -157,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_demo(seed=args.seed, method=args.method, cluster_seconds=args.seconds,
                             failure_seconds=args.failure)
         if args.command == "launch":
-            from ops_scripts.cluster.launch import launch
+            from ops_scripts.harness.supervisor import launch
 
             return launch(args.config, args.duration, args.run_dir)
         if args.command == "node":
@@ -212,10 +214,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_inject(args)
         if args.command == "torture":
-            from ops_scripts.harness.torture import DEFAULT_CLUSTER, TortureOptions, run_torture
+            from ops_scripts.harness.torture import DEFAULT_CLUSTERS, TortureOptions, run_torture
 
             return run_torture(TortureOptions(
-                seed=args.seed, runs=args.runs, cluster=args.cluster or DEFAULT_CLUSTER,
+                seed=args.seed, runs=args.runs,
+                clusters=tuple(args.cluster) if args.cluster else DEFAULT_CLUSTERS,
                 run_dir=args.run_dir, faults=args.faults, duration=args.duration))
         if args.command == "run":
             from ops_scripts.harness.runner import run_scenario

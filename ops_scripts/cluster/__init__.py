@@ -1,7 +1,7 @@
-"""Running a cluster on this machine: ``dpc launch``, ``dpc status``, ``dpc demo``.
+"""Running a cluster on this machine: its processes, ``dpc status``, ``dpc demo``.
 
 * ``launch.py``: start every process of a config by group, progress, drain, stop by pid;
-  restart a killed replica;
+  restart a killed replica or source (``dpc launch`` itself: ``harness/supervisor.py``);
 * ``processes.py``: processes known by pid (liveness, identity, a handle on a non-child);
 * ``status.py``: each replica's state and streams, from the control planes;
 * ``demo.py``: the main job (``make demo``).
@@ -11,8 +11,8 @@ from ops_scripts.cluster.launch import (
     Launched,
     ProcessHandle,
     drain_streams,
-    launch,
-    restart_replica,
+    log_tail,
+    restart_process,
     start_cluster,
     stop_cluster,
     wait_until,
@@ -22,6 +22,6 @@ from ops_scripts.cluster.status import fetch_status, print_status, resolve_confi
 
 __all__ = [
     "Launched", "PidProcess", "ProcessHandle", "alive", "drain_streams", "fetch_status",
-    "find_pid", "launch", "print_status", "resolve_config", "restart_replica", "runs_node",
+    "find_pid", "log_tail", "print_status", "resolve_config", "restart_process", "runs_node",
     "start_cluster", "stop_cluster", "wait_until",
 ]

@@ -1,32 +1,27 @@
-"""``dpc launch CLUSTER.toml``: run every process of a cluster locally, then stop them.
+"""Running a cluster's processes on this machine: start, restart, drain, stop, by pid.
 
-1. Load and validate the config (a bad config exits 2 before anything starts).
-2. Start sources, then nodes upstream first, then clients, one OS process each
-   (``dpc node CLUSTER.toml NAME``), each waited for until it is serving. One that does not
-   start stops the launch (:class:`~ops_scripts.errors.ProcessError`): what was started is
-   stopped, the reason printed, exit 1.
-3. Show progress every second until ``--duration`` passed or Ctrl-C.
-4. Drain (:func:`drain_streams`): ask the sources to end their streams (SIGUSR1: each publishes
-   the end-of-stream boundary and goes on serving replays), wait until every client saw the
-   end; then SIGTERM every process, by its pid, and wait for it (SIGKILL after a grace
-   period, reported).
+The mechanics under ``dpc launch`` (``ops_scripts/harness/supervisor.py``), ``dpc run`` and
+``dpc torture`` (``runner.py``), ``dpc inject`` (``nemesis.py``) and the demo:
+
+* :func:`start_cluster`: sources, then nodes upstream first, then clients, one OS process
+  each (``dpc node CLUSTER.toml NAME``), each group waited for until it serves. One that
+  does not start stops the start (:class:`~ops_scripts.errors.ProcessError`): what was
+  started is stopped, the reason printed (with the end of its log, :func:`log_tail`).
+* :func:`restart_process`: a crashed replica again with ``--recover``, a source again
+  (it resumes from its own log).
+* :func:`progress`: one line of each replica's state and counters, and the clients' counts.
+* :func:`drain_streams`: the sources end their streams (SIGUSR1: each publishes the
+  end-of-stream boundary and goes on serving replays); wait until every client saw the end.
+* :func:`stop_cluster`: SIGTERM every process by its pid and wait (SIGKILL after a grace
+  period, reported).
 
 Every process's pid is recorded in ``RUN_DIR/status/<name>.pid`` as it starts, so that
 ``dpc inject RUN_DIR`` can kill, pause, resume and restart processes of a running cluster.
-A replica that dies does not end a ``dpc launch`` (a kill is a fault the cluster masks):
-it is reported, and if ``dpc inject RUN_DIR restart NAME`` starts it again, the new
-incarnation is adopted by its pid and stopped with the rest. A source or client that dies
-ends the run.
-
-The run directory keeps the config, every process's log, the source logs, the client logs
-and every replica's output log: ``dpc check RUN_DIR`` verifies it.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -38,7 +33,6 @@ from typing import Protocol, TextIO
 
 from node.config.model import ClusterConfig
 from node.procs.rundir import RunDir
-from ops_scripts.cluster.processes import PidProcess, alive, runs_node
 from ops_scripts.cluster.status import fetch_status
 from ops_scripts.errors import ProcessError
 
@@ -46,9 +40,9 @@ __all__ = [
     "Launched",
     "ProcessHandle",
     "drain_streams",
-    "launch",
+    "log_tail",
     "progress",
-    "restart_replica",
+    "restart_process",
     "start_cluster",
     "stop_cluster",
     "wait_until",
@@ -104,7 +98,7 @@ def wait_until(cond: Callable[[], bool], timeout: float, procs: Sequence[Launche
     return cond()
 
 
-def _tail(rd: RunDir, name: str, n: int = 15) -> str:
+def log_tail(rd: RunDir, name: str, n: int = 15) -> str:
     lines: list[str] = []
     for suffix in (".out",):
         p = rd.path / "logs" / f"{name}{suffix}"
@@ -136,7 +130,7 @@ def start_cluster(config: ClusterConfig, rd: RunDir, out: TextIO = sys.stdout,
         if not ok:
             bad = [p for p in procs if p.proc.poll() is not None] or [p for p in started if not rd.is_ready(p.name)]
             for p in bad:
-                print(f"  {p.kind} {p.name} failed to start (exit {p.proc.poll()}):\n{_tail(rd, p.name)}", file=out)
+                print(f"  {p.kind} {p.name} failed to start (exit {p.proc.poll()}):\n{log_tail(rd, p.name)}", file=out)
             stop_cluster(procs, rd, drain=False, out=out)
             raise ProcessError(f"the cluster did not start: {', '.join(p.name for p in bad)} "
                                f"failed to start (their logs are in {rd.path / 'logs'})")
@@ -145,16 +139,25 @@ def start_cluster(config: ClusterConfig, rd: RunDir, out: TextIO = sys.stdout,
     return procs
 
 
-def restart_replica(config: ClusterConfig, rd: RunDir, name: str,
+def restart_process(config: ClusterConfig, rd: RunDir, name: str,
                     out: TextIO = sys.stdout) -> Launched:
-    """Start replica ``name`` again after a crash, with ``--recover`` (node/replica/recovery.py);
-    returns once its control plane serves (it then rebuilds and rejoins on its own). Raises
-    :class:`ProcessError` when it does not."""
+    """Start source or replica ``name`` again after a crash; returns once it serves. A
+    replica restarts with ``--recover`` (node/replica/recovery.py: it then rebuilds from a
+    partner's state and rejoins on its own); a source resumes its ids and its log from what
+    it persisted (node/procs/source.py). Raises :class:`ProcessError` when it does not start,
+    or when ``name`` is neither."""
+    replicas = {r.name for n in config.nodes.values() for r in n.replicas}
+    if name not in replicas and name not in config.sources:
+        raise ProcessError(f"cannot restart {name!r}: not a source or replica of cluster "
+                           f"{config.name!r}")
+    kind = "replica" if name in replicas else "source"
     rd.clear_ready(name)
-    p = _start(config.path, name, "replica", rd, recover=True)
-    print(f"  restarted replica {name:<12} pid {p.proc.pid} (recovering)", file=out, flush=True)
+    p = _start(config.path, name, kind, rd, recover=kind == "replica")
+    how = "recovering" if kind == "replica" else "resuming from its log"
+    print(f"  restarted {kind:<8} {name:<12} pid {p.proc.pid} ({how})", file=out, flush=True)
     if not wait_until(lambda: rd.is_ready(name), READY_TIMEOUT, [p]):
-        raise ProcessError(f"replica {name} did not restart (exit {p.proc.poll()}):\n{_tail(rd, name)}")
+        raise ProcessError(f"{kind} {name} did not restart (exit {p.proc.poll()}):\n"
+                           f"{log_tail(rd, name)}")
     return p
 
 
@@ -191,23 +194,6 @@ def drain_streams(procs: list[Launched], rd: RunDir, *, out: TextIO = sys.stdout
 
 
 
-def _adopt_restarted(procs: list[Launched], rd: RunDir, reported: set[str], out: TextIO) -> None:
-    """Replace each dead replica's handle by its new incarnation's (``dpc inject RUN_DIR
-    restart``), found by the pid file; report each newly dead one once."""
-    for i, p in enumerate(procs):
-        if p.kind != "replica" or p.proc.poll() is None:
-            continue
-        pid = rd.read_pid(p.name)
-        if pid is not None and pid != p.proc.pid and alive(pid) and runs_node(pid, p.name, rd):
-            procs[i] = Launched(p.name, p.kind, PidProcess(pid))
-            reported.discard(p.name)
-            print(f"  replica {p.name} is back (pid {pid}): adopted", file=out, flush=True)
-        elif p.name not in reported:
-            reported.add(p.name)
-            print(f"  replica {p.name} died (exit {p.proc.poll()}); the run goes on (start it "
-                  f"again: dpc inject {rd.path} restart {p.name})", file=out, flush=True)
-
-
 def stop_cluster(procs: list[Launched], rd: RunDir, *, drain: bool, out: TextIO = sys.stdout,
                  clients: list[str] | None = None) -> bool:
     """Drain (optional), then SIGTERM every process by pid; True if all exited 0 (and drained)."""
@@ -226,43 +212,5 @@ def stop_cluster(procs: list[Launched], rd: RunDir, *, drain: bool, out: TextIO 
             print(f"  {p.kind} {p.name} did not stop within {STOP_GRACE:.0f} s: killed", file=out)
         if code != 0:
             clean = False
-            print(f"  {p.kind} {p.name} exited with {code}:\n{_tail(rd, p.name)}", file=out)
+            print(f"  {p.kind} {p.name} exited with {code}:\n{log_tail(rd, p.name)}", file=out)
     return clean and drained
-
-
-def launch(config_path: Path, duration: float | None, run_dir: Path | None, out: TextIO = sys.stdout) -> int:
-    from node.config.load import load_config
-
-    config = load_config(config_path)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    rd = RunDir(run_dir if run_dir is not None else Path("runs") / f"{config.name}-{stamp}")
-    rd.ensure()
-    shutil.copyfile(config_path, rd.path / "config.toml")
-    (rd.path / "run.json").write_text(json.dumps({"config": str(config_path.resolve()), "started": stamp}))
-    n = len(config.sources) + sum(len(n.replicas) for n in config.nodes.values()) + len(config.clients)
-    print(f"dpc launch: cluster {config.name!r}, {n} processes, run dir {rd.path}", file=out)
-    procs: list[Launched] = []
-    dead_replicas: set[str] = set()
-    start = time.monotonic()
-    try:
-        try:
-            start_cluster(config, rd, out, procs)
-        except ProcessError as e:  # it printed why and stopped what it had started
-            print(f"dpc launch: {e}; run dir {rd.path}", file=out)
-            return 1
-        start = time.monotonic()
-        while duration is None or time.monotonic() - start < duration:
-            time.sleep(min(1.0, max(0.0, (duration or 1e9) - (time.monotonic() - start))))
-            _adopt_restarted(procs, rd, dead_replicas, out)
-            dead = [p for p in procs if p.kind != "replica" and p.proc.poll() is not None]
-            if dead:
-                for p in dead:
-                    print(f"  {p.kind} {p.name} died (exit {p.proc.poll()}):\n{_tail(rd, p.name)}", file=out)
-                break
-            progress(config, rd, time.monotonic() - start, out)
-    except KeyboardInterrupt:
-        print("  interrupted: stopping", file=out)
-    print("  stopping: draining sources", file=out, flush=True)
-    ok = stop_cluster(procs, rd, drain=True, out=out)
-    print(f"dpc launch: {'stopped cleanly' if ok else 'stopped WITH ERRORS'}; run dir {rd.path}", file=out)
-    return 0 if ok else 1

@@ -10,7 +10,9 @@ checkers of :mod:`ops_scripts.check` judge it.
 * ``nemesis.py``: faults done to live processes (``POST /fault``, SIGKILL, SIGSTOP);
 * ``fault.py``: the control planes' HTTP client;
 * ``runner.py``: ``dpc run``; ``inject.py``: ``dpc inject``; ``torture.py``: ``dpc
-  torture``; ``simulate.py``: ``dpc simulate`` (the cluster in one process, virtual time).
+  torture``; ``simulate.py``: ``dpc simulate`` (the cluster in one process, virtual time);
+  ``supervisor.py``: ``dpc launch`` (a cluster run by hand: start-up recorded, crashed
+  processes restarted and recorded).
 """
 
 from ops_scripts.errors import InjectError, ScenarioError, ScheduleError

@@ -20,7 +20,7 @@ from node.procs.rundir import RunDir
 from ops_scripts.check.history import read_history
 from ops_scripts.harness.schedule import Fault, cut_pairs, impaired_pairs
 
-__all__ = ["HistoryWriter", "fault_effects", "merge_states"]
+__all__ = ["HistoryWriter", "fault_effects", "merge_states", "next_fault_id", "open_faults"]
 
 
 def fault_effects(fault: Fault, config: ClusterConfig) -> dict[str, Any]:
@@ -59,6 +59,28 @@ class HistoryWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def open_faults(rd: RunDir) -> dict[int, dict[str, Any]]:
+    """The fault events of the run's history not yet healed (by id): what ``dpc inject``
+    heals by name, and what tells ``dpc launch`` that a dead process was killed on purpose."""
+    found: dict[int, dict[str, Any]] = {}
+    if rd.history.exists():
+        for e in read_history(rd.history):
+            if e["event"] == "fault":
+                found[e["id"]] = e
+            elif e["event"] == "heal":
+                found.pop(int(e.get("id", -1)), None)
+            elif e["event"] == "heal_all":
+                found.clear()
+    return found
+
+
+def next_fault_id(rd: RunDir) -> int:
+    """One more than the largest fault id of the run's history (0 for the first)."""
+    events = read_history(rd.history) if rd.history.exists() else []
+    return 1 + max((e["id"] for e in events if e["event"] == "fault"
+                    and isinstance(e.get("id"), int)), default=-1)
 
 
 def merge_states(rd: RunDir, config: ClusterConfig) -> int:

@@ -11,7 +11,8 @@ that plays ``dpc run`` schedules. Actions::
     partition --shape source S [R ...]           source S from replicas R (default: all)
               [--cut blackhole|reset]            silence (default) or connections torn down
     heal --all | NAMES                           every cut, shape and stall / those naming NAMES
-    kill NAME, restart NAME                      SIGKILL a replica; start it again, --recover
+    kill NAME, restart NAME                      SIGKILL a replica or source; start it again
+                                                 (a replica --recover, a source resumes its log)
     pause NAME, resume NAME                      SIGSTOP / SIGCONT a replica or a source
     delay A B SECONDS, bandwidth A B BYTES_PER_S a slower link (at its replica ends)
     slow READER WRITER SECONDS                   READER reads WRITER at most 1 message / SECONDS
@@ -39,12 +40,11 @@ from node.config.load import load_config
 from node.config.model import ClusterConfig
 from node.faults.ops import Heal, Unstall
 from node.procs.rundir import RunDir
-from ops_scripts.check.history import read_history
 from ops_scripts.cluster.launch import Launched
 from ops_scripts.cluster.processes import PidProcess, alive, find_pid
 from ops_scripts.errors import FaultError, InjectError, ProcessError, ScheduleError
 from ops_scripts.harness.fault import send_fault
-from ops_scripts.harness.history import HistoryWriter, fault_effects
+from ops_scripts.harness.history import HistoryWriter, fault_effects, next_fault_id, open_faults
 from ops_scripts.harness.nemesis import Nemesis
 from ops_scripts.harness.schedule import CUTS, SHAPES, Fault, parse_faults
 from protocol.errors import DPCError
@@ -71,7 +71,8 @@ def add_inject_parser(sub: Any) -> None:
     heal = acts.add_parser("heal", help="heal cuts and shapes (and stalls, paused processes: --all)")
     heal.add_argument("--all", action="store_true", help="everything, everywhere")
     heal.add_argument("names", nargs="*", help="every cut and shape naming these processes")
-    for action, what in (("kill", "SIGKILL a replica"), ("restart", "start a killed replica again"),
+    for action, what in (("kill", "SIGKILL a replica or source"),
+                         ("restart", "start a killed replica (--recover) or source again"),
                          ("pause", "SIGSTOP a replica or source"), ("resume", "SIGCONT it"),
                          ("stall", "hold a replica's reconciliations mid-replay"),
                          ("unstall", "release them")):
@@ -146,30 +147,9 @@ def _fault(table: dict[str, Any], config: ClusterConfig) -> Fault:
     return fault
 
 
-def _open_faults(rd: RunDir) -> dict[int, dict[str, Any]]:
-    """The fault events of the history not yet healed (by id)."""
-    found: dict[int, dict[str, Any]] = {}
-    if rd.history.exists():
-        for e in read_history(rd.history):
-            if e["event"] == "fault":
-                found[e["id"]] = e
-            elif e["event"] == "heal":
-                found.pop(int(e.get("id", -1)), None)
-            elif e["event"] == "heal_all":
-                found.clear()
-    return found
-
-
 def _describe(fault: Fault) -> str:
     """A fault's description without its duration (by hand: until healed)."""
     return fault.describe().rsplit(" for ", 1)[0]
-
-
-def _next_id(rd: RunDir) -> int:
-    """One more than the largest fault id of the run's history (0 for the first)."""
-    events = read_history(rd.history) if rd.history.exists() else []
-    return 1 + max((e["id"] for e in events if e["event"] == "fault"
-                    and isinstance(e.get("id"), int)), default=-1)
 
 
 def _names_of(event: dict[str, Any]) -> set[str]:
@@ -205,7 +185,7 @@ class _Injector:
     def open_ids(self, fault: str, names: set[str]) -> list[int]:
         if self.rd is None:
             return []
-        return sorted(fid for fid, e in _open_faults(self.rd).items()
+        return sorted(fid for fid, e in open_faults(self.rd).items()
                       if e["fault"].get("fault") == fault and _names_of(e) & names)
 
     def fault(self, fault: Fault, table: dict[str, Any]) -> None:
@@ -215,7 +195,7 @@ class _Injector:
                 raise InjectError(f"refused: {why}")
             self.adopt(fault.params["process"])
         if self.history is not None and self.rd is not None:
-            self.history.record("fault", id=_next_id(self.rd), fault=table,
+            self.history.record("fault", id=next_fault_id(self.rd), fault=table,
                                 describe=_describe(fault), **fault_effects(fault, self.config))
         try:
             self.nemesis.inject(0, fault)
@@ -226,8 +206,10 @@ class _Injector:
 
     def restart(self, name: str) -> None:
         rd = self.run_dir()
-        if name not in self.nemesis.replicas:
-            raise InjectError(f"{name!r} is not a replica; replicas: {', '.join(self.nemesis.replicas)}")
+        restartable = [*self.config.sources, *self.nemesis.replicas]
+        if name not in restartable:
+            raise InjectError(f"{name!r} is not a source or replica; they are: "
+                              f"{', '.join(restartable)}")
         pid = rd.read_pid(name)
         if pid is not None and alive(pid):
             raise InjectError(f"{name} is running (pid {pid}): kill it first")
@@ -290,7 +272,8 @@ def run_inject(args: argparse.Namespace, out: TextIO | None = None) -> int:
                 what = "healed everything" if args.all else f"healed {', '.join(args.names)}"
             elif args.action == "restart":
                 inj.restart(args.name)
-                what = f"restarted {args.name} (recovering)"
+                what = (f"restarted {args.name} "
+                        f"({'resuming from its log' if args.name in config.sources else 'recovering'})")
             elif args.action == "resume":
                 inj.resume(args.name)
                 what = f"resumed {args.name}"

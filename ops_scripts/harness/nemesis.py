@@ -12,7 +12,8 @@ partition  a ``Cut`` at the replica end(s)             a ``Heal`` of those peers
 delay,     a ``Shape`` at the replica end(s)           whatever other faults in force still
 bandwidth  (``rules.py``)                              want on them, again (``rules.py``)
 slow       a ``Shape`` with ``slow`` at the reader
-kill       SIGKILL by pid                              ``launch.restart_replica`` (--recover),
+kill       SIGKILL by pid                              ``launch.restart_process`` (a replica
+                                                       --recover, a source resumes its log),
                                                        then the rules in force at it, again
 pause      SIGSTOP by pid                              SIGCONT, then the rules changed meanwhile
 stall      a ``Stall``                                 an ``Unstall``
@@ -41,7 +42,7 @@ from typing import TextIO
 from node.config.model import ClusterConfig
 from node.faults.ops import Heal
 from node.procs.rundir import RunDir
-from ops_scripts.cluster.launch import Launched, restart_replica
+from ops_scripts.cluster.launch import Launched, restart_process
 from ops_scripts.cluster.status import fetch_status
 from ops_scripts.errors import FaultError, InjectError, ProcessError
 from ops_scripts.harness.fault import send_fault
@@ -133,11 +134,12 @@ class Nemesis:
             raise InjectError(f"heal of fault #{fid} ({fault.describe()}): {e}") from None
 
     def restart(self, name: str) -> None:
-        """Start killed replica ``name`` again (``--recover``); it gets the rules in force."""
+        """Start killed replica (``--recover``) or source ``name`` again; a replica gets the
+        rules in force."""
         if self.rd is None:
             raise InjectError(f"cannot restart {name}: a restart needs the run directory")
         try:
-            self.procs.append(restart_replica(self.config, self.rd, name, self.out))
+            self.procs.append(restart_process(self.config, self.rd, name, self.out))
         except ProcessError as e:
             raise InjectError(str(e)) from None
         self.down.pop(name, None)

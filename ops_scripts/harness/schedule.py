@@ -17,7 +17,8 @@ always heal); a run also ends with a heal of everything and a quiet period. Kind
                shape = "bridge"   sides = [[...], [...]], bridge = p (p reaches both sides)
                shape = "source"   source = s, replicas = [...] (omitted: all its consumers)
                cut = "blackhole" (silence, the default) | "reset" (connections torn down)
-    kill       process = replica  (SIGKILL; healed by a restart with --recover)
+    kill       process = replica or source (SIGKILL; healed by a restart: a replica with
+               --recover, from a partner's state; a source resumes from its own log)
     pause      process = replica or source (SIGSTOP; healed by SIGCONT)
     delay      between = [a, b], seconds = latency added each way
     bandwidth  between = [a, b], bytes_per_second = limit each way
@@ -33,7 +34,7 @@ rules; the other end still holds). Pairs between two non-replicas (a source and 
 carry no connection and are dropped.
 
 Invariants: :func:`parse_faults` refuses unknown kinds, shapes, keys and process names,
-kills of a non-replica, pauses of a client (a stopped client would stall its producers
+kills and pauses of a client (a stopped client would stall its producers
 through back-pressure, which is not a failure DPC masks), a kill or pause of a process
 that is down already, and schedules that would leave a
 node with no live replica to recover from (overlapping kills or pauses of all its
@@ -237,9 +238,10 @@ def _parse_one(i: int, raw: Mapping[str, Any], config: ClusterConfig) -> Fault:
                           "\"blackhole\"")
         p["one_way"] = raw["one_way"]
     if "process" in raw:
-        allowed_procs = {"kill": replicas, "stall": replicas,
+        allowed_procs = {"kill": [*config.sources, *replicas], "stall": replicas,
                          "pause": [*config.sources, *replicas]}.get(kind, procs)
-        what = {"kill": "a replica (kill restarts it with --recover)", "stall": "a replica",
+        what = {"kill": "a replica or a source (a client's log is the run's evidence)",
+                "stall": "a replica",
                 "pause": "a replica or a source (a paused client would stall its producers)"}
         p["process"] = _name(i, "process", raw["process"], allowed_procs,
                              what.get(kind, "a process"))
@@ -404,9 +406,9 @@ def random_faults(config: ClusterConfig, rng: random.Random, *, duration: float,
         raw: dict[str, Any] = {"at": at, "for": length, "fault": kind}
         if kind == "partition":
             raw.update(_random_partition(config, rng, procs, replicas, links))
-        elif kind in ("kill", "stall"):
+        elif kind == "stall":
             raw["process"] = rng.choice(replicas)
-        elif kind == "pause":
+        elif kind in ("kill", "pause"):
             raw["process"] = rng.choice([*config.sources, *replicas])
         elif kind in ("delay", "bandwidth"):
             raw["between"] = list(rng.choice(links))

@@ -9,7 +9,8 @@ are made as on real processes: cuts, shapes, heals and stalls are the operations
 ``rules.ActiveRules`` plans (node/faults/ops.py), handed to each replica as the very bodies
 ``dpc run`` sends to its ``POST /fault`` (``op.to_body()``, read back and applied by
 ``Replica.apply_fault``, the control plane's path); kills are a crash of the replica's tasks
-followed by a restart with recovery from a partner (node/replica/recovery.py).
+followed by a restart with recovery from a partner (node/replica/recovery.py), or of a
+source's, restarted on the same run directory (it resumes its ids and log).
 The schedule is played by the rules ``dpc run`` follows (``timeline.py``: heals counted
 from the injection, a kill that would leave a node with no replica holding a state waits).
 Each run writes an ordinary run directory (logs, history) and is judged by the same
@@ -65,13 +66,16 @@ from node.procs.source import Source
 from node.replica.runtime import Replica
 from node.streams.mutation import Mutation
 from node.virtual_time import VirtualTimeLoop
+from ops_scripts.errors import ScheduleError
 from ops_scripts.examples import EXAMPLES
+from ops_scripts.harness import extras
 from ops_scripts.harness.history import HistoryWriter, merge_states
 from ops_scripts.harness.rules import ActiveRules
-from ops_scripts.harness.schedule import Fault, dump_faults, node_of, random_faults
+from ops_scripts.harness.schedule import Fault, dump_faults, node_of, parse_faults, random_faults
 from ops_scripts.harness.timeline import BLOCKED_LIMIT, Timeline, blocked
 
-__all__ = ["SIM_KINDS", "SimOptions", "SimResult", "simulate_many", "simulate_one"]
+__all__ = ["SIM_KINDS", "SimOptions", "SimResult", "simulate_many", "simulate_one",
+           "simulation_schedule"]
 
 #: The fault kinds the simulation draws (everything but pause, see the module docstring).
 SIM_KINDS = ("partition", "kill", "delay", "bandwidth", "slow", "stall")
@@ -130,8 +134,7 @@ class _Cluster:
 
     async def start(self) -> None:
         for name in self.config.sources:
-            self.sources[name] = s = Source(self.config, name, self.rd, self.net.for_process(name))
-            self._run(name, s)
+            self._start_source(name)
         await asyncio.sleep(0.01)  # sources serve before replicas subscribe
         for node in self.config.nodes.values():
             for r in node.replicas:
@@ -161,15 +164,28 @@ class _Cluster:
         return ask
 
     async def kill(self, name: str) -> None:
+        """A crash of replica or source ``name``: its tasks end where they are."""
         task = self.tasks[name]
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        self.replicas.pop(name)
+        if name in self.sources:
+            self.sources.pop(name)  # its log holds what it published (flushed before)
+        else:
+            self.replicas.pop(name)
 
     def restart(self, name: str) -> None:
+        """Start ``name`` again: a replica recovers from a partner's state, a source resumes
+        its ids and log from the run directory (node/procs/source.py)."""
         self.rd.clear_ready(name)
-        self._start_replica(name, recover=True)
+        if name in self.config.sources:
+            self._start_source(name)
+        else:
+            self._start_replica(name, recover=True)
+
+    def _start_source(self, name: str) -> None:
+        self.sources[name] = s = Source(self.config, name, self.rd, self.net.for_process(name))
+        self._run(name, s)
 
     def enforce(self) -> None:
         """Bring every live replica to the cuts, shapes and stalls of the faults in force,
@@ -304,6 +320,25 @@ def _virtual_process(rd: RunDir, verbose: bool) -> Iterator[VirtualTimeLoop]:
         loop.close()
 
 
+#: Probability of a kill of one of three replicas across a failure of the others' input.
+P_KILL_DURING_FAILURE = 0.3
+
+
+def simulation_schedule(config: ClusterConfig, rng: random.Random, opts: SimOptions,
+                        ) -> list[Fault]:
+    """A run's faults, drawn from ``rng`` only: ``opts.faults`` random ones of
+    ``opts.kinds`` and, with kills among them and a node of three replicas, sometimes a kill
+    of one of them across a source cut from the others (``extras.kill_during_failure``)."""
+    faults = random_faults(config, rng, duration=opts.duration, count=opts.faults,
+                           kinds=opts.kinds)
+    if "kill" in opts.kinds and rng.random() < P_KILL_DURING_FAILURE:
+        tables = extras.kill_during_failure(config, rng, opts.duration)
+        if tables:
+            with contextlib.suppress(ScheduleError):  # clashes with a random kill: skip it
+                faults = parse_faults([*(f.table() for f in faults), *tables], config)
+    return faults
+
+
 def simulate_one(config: ClusterConfig, seed: int, run_dir: Path, opts: SimOptions = SimOptions(),
                  *, verbose: bool = False, faults: Sequence[Fault] | None = None,
                  mutation: Mutation | None = None) -> SimResult:
@@ -313,8 +348,7 @@ def simulate_one(config: ClusterConfig, seed: int, run_dir: Path, opts: SimOptio
 
     started = time.perf_counter()
     if faults is None:
-        faults = random_faults(config, random.Random(seed), duration=opts.duration,
-                               count=opts.faults, kinds=opts.kinds)
+        faults = simulation_schedule(config, random.Random(seed), opts)
     if run_dir.exists():
         shutil.rmtree(run_dir)
     rd = RunDir(run_dir).ensure()

@@ -28,7 +28,7 @@ from node.config.load import load_config
 from node.config.model import ClusterConfig
 from node.net.ports import free_port
 from node.procs.rundir import RunDir
-from ops_scripts.cluster.launch import Launched, restart_replica, start_cluster, stop_cluster
+from ops_scripts.cluster.launch import Launched, restart_process, start_cluster, stop_cluster
 from ops_scripts.cluster.processes import alive, runs_node
 from ops_scripts.errors import ProcessError
 from protocol.codec import encode
@@ -169,12 +169,12 @@ def test_a_process_that_does_not_start_stops_the_launch_with_exit_1(tmp_path: Pa
                          and "zombie" not in Path(f"/proc/{p}/status").read_text()]
 
 
-def test_a_replica_that_does_not_restart_is_a_process_error(tmp_path: Path) -> None:
+def test_restarting_what_the_cluster_does_not_have_is_a_process_error(tmp_path: Path) -> None:
     config = load_config(small("basic.toml", tmp_path))
     rd = RunDir(tmp_path / "run").ensure()
     out = io.StringIO()
-    with pytest.raises(ProcessError, match="replica nosuch did not restart"):
-        restart_replica(config, rd, "nosuch", out)  # no such process: `dpc node` exits at once
+    with pytest.raises(ProcessError, match=r"cannot restart .nosuch.: not a source or replica"):
+        restart_process(config, rd, "nosuch", out)  # not a process of the cluster
 
 
 def _http(url: str, method: str = "GET", token: str | None = None) -> tuple[int, bytes]:

@@ -33,7 +33,7 @@ from node.net.ports import free_port
 from node.procs.rundir import RunDir, read_jsonl_tuples
 from ops_scripts.check.availability import assess
 from ops_scripts.check.compose import run_check
-from ops_scripts.cluster.launch import Launched, restart_replica, start_cluster, stop_cluster
+from ops_scripts.cluster.launch import Launched, restart_process, start_cluster, stop_cluster
 from ops_scripts.cluster.status import fetch_status
 from ops_scripts.errors import FaultError
 from ops_scripts.harness.fault import post_action, send_fault
@@ -116,7 +116,7 @@ class Cluster:
 
     def restart(self, name: str) -> None:
         """Start a killed replica again, recovering (node/replica/recovery.py)."""
-        self.procs.append(restart_replica(self.config, self.rd, name))
+        self.procs.append(restart_process(self.config, self.rd, name))
 
     def drain(self) -> dict[str, dict[str, Any]]:
         """End the sources' streams, wait until every client saw the end and every replica

@@ -20,12 +20,13 @@ from node.procs.rundir import RunDir
 from ops_scripts.cli import _parser
 from ops_scripts.cluster.processes import PidProcess, find_pid
 from ops_scripts.errors import ProcessError, ScenarioError
+from ops_scripts.harness.extras import SOURCE_BATCH
 from ops_scripts.harness.inject import _table
 from ops_scripts.harness.rules import ActiveRules, LinkRule
 from ops_scripts.harness.runner import figures_of
 from ops_scripts.harness.scenario import Scenario, dump_scenario, load_scenario
 from ops_scripts.harness.schedule import Fault, parse_faults
-from ops_scripts.harness.torture import DEFAULT_CLUSTER, torture_schedule
+from ops_scripts.harness.torture import DEFAULT_CLUSTERS, FAST_RATE, torture_schedule
 from tests.paths import ROOT
 
 EXAMPLES = ROOT / "examples"
@@ -254,27 +255,52 @@ def test_link_rules_extend_only_when_nothing_held_goes_away() -> None:
 
 # ------------------------------------------------------------------ torture schedules
 def test_torture_schedules_depend_on_the_seed_only_and_reach_stabilization() -> None:
-    base = Scenario.of_cluster(DEFAULT_CLUSTER, name="t", source_rate=300.0,
+    base = Scenario.of_cluster(DEFAULT_CLUSTERS[0], name="t", source_rate=300.0,
                                settings={"x": 1.0, "alpha": 0.7})
     config = base.config()
     draws = {seed: torture_schedule(config, random.Random(seed), duration=8.0, count=4)
              for seed in range(40)}
     assert draws[3] == torture_schedule(config, random.Random(3), duration=8.0, count=4)
-    assert sum(stalls for _, stalls in draws.values()) >= 10
-    for faults, stalls in draws.values():
+    assert sum(d.stalls for d in draws.values()) >= 10
+    for d in draws.values():
+        faults = d.faults
         assert len(faults) >= 4
-        parse_faults([{"at": f.at, "for": f.duration, "fault": f.kind,
-                       **{k: list(v) if isinstance(v, tuple) else v for k, v in f.params.items()}}
-                      for f in faults], config)  # still a valid schedule
-        if stalls:  # a long source cut, a stall across its heal, a new fault in the stall
+        parse_faults([f.table() for f in faults], config)  # still a valid schedule
+        if d.stalls:  # a long source cut, a stall across its heal, a new fault in the stall
             # (some stall: random ones may straddle a heal too)
             assert any(
                 f.kind == "stall"
                 and any(g.kind == "partition" and f.at < g.heal_at < f.heal_at for g in faults)
                 and any(g.kind == "partition" and f.at < g.at < f.heal_at for g in faults)
                 for f in faults)
-    turns = [f for fs, _ in draws.values() for f in fs if f.kind == "kill"]
-    assert {f.params["process"] for f in turns} == {"n1a", "n1b"}
+    kills = {f.params["process"] for d in draws.values() for f in d.faults if f.kind == "kill"}
+    assert {"n1a", "n1b"} <= kills and kills & set(config.sources)  # sources die too
+
+
+def test_torture_draws_long_source_pauses_at_the_fast_rate() -> None:
+    config = Scenario.of_cluster(DEFAULT_CLUSTERS[0], name="t").config()
+    draws = [torture_schedule(config, random.Random(seed), duration=8.0, count=4)
+             for seed in range(40)]
+    fast = [d for d in draws if d.fast_source]
+    assert len(fast) >= 4
+    for d in fast:  # paused for longer than a whole batch of its tuples at FAST_RATE
+        assert any(f.kind == "pause" and f.params["process"] == d.fast_source
+                   and f.duration > SOURCE_BATCH / FAST_RATE for f in d.faults)
+
+
+def test_torture_kills_one_of_three_replicas_across_the_others_input_failure() -> None:
+    config = Scenario.of_cluster(DEFAULT_CLUSTERS[1], name="t").config()
+    assert any(len(n.replicas) == 3 for n in config.nodes.values())
+    found = 0
+    for seed in range(40):
+        faults = torture_schedule(config, random.Random(seed), duration=8.0, count=4).faults
+        for k in (f for f in faults if f.kind == "kill"):
+            cuts = [g for g in faults if g.kind == "partition" and g.params["shape"] == "source"
+                    and k.params["process"] not in g.params["replicas"]
+                    and len(g.params["replicas"]) == 2 and k.at < g.at
+                    and g.heal_at < k.heal_at]
+            found += bool(cuts)
+    assert found >= 5
 
 
 # ------------------------------------------------------------------ dpc inject arguments

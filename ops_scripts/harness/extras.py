@@ -1,0 +1,115 @@
+"""Schedule extensions: the fault combinations a uniform draw rarely gives (pure).
+
+Role: ``schedule.random_faults`` draws independent faults; the defects that matter most hide
+in *combinations* of them. Each function here draws one combination from ``rng`` only, as
+``[[faults]]`` tables (``schedule.parse_faults`` validates them with the rest), or nothing
+when the cluster cannot have it. ``dpc torture`` (real processes) and ``dpc simulate``
+(virtual time) add them with their own probabilities:
+
+* :func:`stabilization`: a fault during STABILIZATION: a source cut from a node's replicas
+  for 1.5-2.5 X (longer than alpha*X: tentative results, then a reconciliation); a stall of
+  one of those replicas from just before the heal (its replay holds mid-way; the run then
+  uses one bucket per replay step); and a new source cut on the same node while it lasts;
+* :func:`kills_in_turn`: kills of two replicas of a node one after the other, the second
+  ``RECOVERY_GAP`` s after the first one's restart (the player waits, if need be, until
+  the first has rejoined: ``timeline.blocked``);
+* :func:`kill_during_failure`: on a node of three replicas or more, one replica killed while
+  a source is cut from all the others, and still dead when that cut heals: the survivors
+  must reconcile without it (issue 13: a dead partner never blocks reconciliation);
+* :func:`long_source_pause`: a source paused for longer than it takes to fall a whole
+  batch (``SOURCE_BATCH`` tuples) behind; the caller raises that source's rate so that the
+  pause stays a few seconds (issue 13: a source that falls behind must not end its stream).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from node.config.model import ClusterConfig
+
+__all__ = [
+    "RECOVERY_GAP", "SOURCE_BATCH", "kill_during_failure", "kills_in_turn",
+    "long_source_pause", "stabilization",
+]
+
+RECOVERY_GAP = 3.0  # seconds between a restart and the partner's kill
+#: The most tuples a source produces in one batch (node/procs/source.py): a source paused
+#: for longer than SOURCE_BATCH / rate seconds catches up over several batches.
+SOURCE_BATCH = 10_000
+
+Tables = list[dict[str, Any]]
+
+
+def _fed_nodes(config: ClusterConfig, min_replicas: int) -> list[tuple[Any, str]]:
+    """(node, source) for every source input of a node with ``min_replicas`` or more."""
+    return [(n, s) for n in config.nodes.values() for s in n.inputs if s in config.sources
+            if len(n.replicas) >= min_replicas]
+
+
+def stabilization(config: ClusterConfig, rng: random.Random, duration: float) -> Tables:
+    """A long source cut, a stall across its heal, a new fault during the stall."""
+    fed = _fed_nodes(config, 2)
+    if not fed:
+        return []
+    node, source = rng.choice(fed)
+    x = node.settings.x / 1e6
+    replicas = [r.name for r in node.replicas]
+    long = round(rng.uniform(1.5, 2.5) * x, 3)
+    at = round(rng.uniform(0.0, max(duration - long, 0.1)), 3)
+    stalled = rng.choice(replicas)
+    second = rng.choice([s for s in node.inputs if s in config.sources])
+    return [
+        {"at": at, "for": long, "fault": "partition", "shape": "source", "source": source,
+         "replicas": replicas, "cut": rng.choice(("blackhole", "reset"))},
+        {"at": round(at + long - 0.3, 3), "for": round(0.3 + 1.5 * x, 3), "fault": "stall",
+         "process": stalled},
+        {"at": round(at + long + 0.3, 3), "for": round(rng.uniform(0.5, 1.5) * x, 3),
+         "fault": "partition", "shape": "source", "source": second,
+         "replicas": rng.choice([[stalled], replicas]), "cut": "blackhole"},
+    ]
+
+
+def kills_in_turn(config: ClusterConfig, rng: random.Random, duration: float) -> Tables:
+    """Two replicas of one node killed one after the other."""
+    nodes = [n for n in config.nodes.values() if len(n.replicas) >= 2]
+    if not nodes:
+        return []
+    first, second = rng.sample([r.name for r in rng.choice(nodes).replicas], 2)
+    d1, d2 = round(rng.uniform(0.5, 1.5), 3), round(rng.uniform(0.5, 1.5), 3)
+    at = round(rng.uniform(0.0, max(duration - d1 - RECOVERY_GAP, 0.1)), 3)
+    return [{"at": at, "for": d1, "fault": "kill", "process": first},
+            {"at": round(at + d1 + RECOVERY_GAP, 3), "for": d2, "fault": "kill",
+             "process": second}]
+
+
+def kill_during_failure(config: ClusterConfig, rng: random.Random, duration: float) -> Tables:
+    """One of three (or more) replicas killed across a source cut from all the others."""
+    fed = _fed_nodes(config, 3)
+    if not fed:
+        return []
+    node, source = rng.choice(fed)
+    x = node.settings.x / 1e6
+    replicas = [r.name for r in node.replicas]
+    victim = rng.choice(replicas)
+    others = [r for r in replicas if r != victim]
+    cut = round(rng.uniform(1.5, 2.5) * x, 3)
+    at = round(rng.uniform(0.3, max(duration - cut, 0.4)), 3)
+    return [
+        {"at": round(at - 0.3, 3), "for": round(0.3 + cut + 2.0 * x, 3), "fault": "kill",
+         "process": victim},
+        {"at": at, "for": cut, "fault": "partition", "shape": "source", "source": source,
+         "replicas": others, "cut": rng.choice(("blackhole", "reset"))},
+    ]
+
+
+def long_source_pause(config: ClusterConfig, rng: random.Random, duration: float,
+                      rate: float) -> tuple[str, Tables]:
+    """A source paused for 1.2-1.5 times SOURCE_BATCH / ``rate`` seconds (the caller runs
+    that source at ``rate``); returns the source and the fault ("" and none without one)."""
+    if not config.sources:
+        return "", []
+    source = rng.choice(sorted(config.sources))
+    length = round(rng.uniform(1.2, 1.5) * SOURCE_BATCH / rate, 3)
+    at = round(rng.uniform(0.0, max(duration - 1.0, 0.1)), 3)
+    return source, [{"at": at, "for": length, "fault": "pause", "process": source}]
