@@ -67,6 +67,7 @@ from node.replica.recovery import RECOVERY_RETRY
 from ops_scripts.check.availability import apply_undos, bound_for
 from ops_scripts.check.paths import fault_spans
 from ops_scripts.check.properties import Status, Verdict, client_subject, fmt_tuple, seconds
+from ops_scripts.errors import HistoryError
 from protocol.tuples import Kind, Tuple
 
 __all__ = [
@@ -232,7 +233,10 @@ def ending_of(events: Sequence[Event], last_record: int) -> Ending | str:
     if after:
         return (f"fault {after[0].get('id')!r} ({after[0].get('describe', '')}) came after "
                 f"the final heal ({how}): no final heal to judge from")
-    spans = fault_spans(events)
+    try:
+        spans = fault_spans(events)
+    except HistoryError as e:  # a fault without its effects: no guess, unknown
+        return f"cannot read the history's faults: {e}"
     down: dict[str, str] = {}
     restarts: dict[str, list[int]] = {}
     for f in spans:

@@ -216,6 +216,8 @@ def test_a_crashing_or_unreadable_history_is_unknown_never_valid(world: World) -
     by = keyed(check_run(config, broken, h)[0])
     assert by[AV, C1].status is Status.UNKNOWN
     assert "cannot compute the outages: HistoryError" in by[AV, C1].evidence
+    assert by[LV, C1].status is by[LV, "replica n1a"].status is Status.UNKNOWN
+    assert "cannot read the history's faults: history event" in by[LV, C1].evidence
     bad_digest = [*clean_events(world), {"t": 9 * SECOND, "event": "digest", "process": "n1b",
                                          "hashes": 17}]
     v = keyed(check_run(config, bad_digest, h)[0])[RC, N1]
