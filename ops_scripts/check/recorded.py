@@ -32,6 +32,7 @@ from node.procs.rundir import RunDir, read_client_parquet, read_jsonl_tuples, re
 from ops_scripts.check.history import read_history
 from ops_scripts.check.liveness import live_subject
 from ops_scripts.check.properties import client_subject, replica_subject
+from ops_scripts.check.sources import source_subject
 from ops_scripts.errors import HistoryError
 from protocol.errors import DPCError
 from protocol.tuples import Tuple
@@ -97,7 +98,7 @@ def load_history(rd: RunDir, config: ClusterConfig) -> History:
             return None
 
     for s in config.sources:
-        if (got := read(f"source {s}", rd.source_log(s), read_source_log, rd, s)) is not None:
+        if (got := read(source_subject(s), rd.source_log(s), read_source_log, rd, s)) is not None:
             h.sources[s] = got
         _read_source_end(h, rd, config.sources[s])
     for c in config.clients.values():
