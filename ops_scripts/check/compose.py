@@ -4,7 +4,8 @@ Role: Jepsen's split (STYLE.md 12). A run leaves its logs (``node/procs/rundir.p
 harness injected faults, its history (``history.jsonl``, ``ops_scripts/check/history.py``).
 :func:`load_history` reads the logs, :func:`load_events` the history (both in
 ``ops_scripts/check/recorded.py``; the package re-exports every checker); :func:`check_run`, a pure function of both,
-composes the checkers of ``ops_scripts/check/properties.py`` into a list of :class:`Verdict`
+composes the checkers of ``ops_scripts/check/properties.py``, ``sources.py`` and
+``liveness.py`` into a list of :class:`Verdict`
 (``valid``, ``invalid``, ``unknown``) and the :class:`Figures` harnesses print. The reference (``ops_scripts/check/reference.py``) is the failure-free run of the sources.
 
 * **availability** (per client, property 1): every new result whose input had a path to
@@ -15,6 +16,9 @@ composes the checkers of ``ops_scripts/check/properties.py`` into a list of :cla
 * **no-duplicates** (per client, property 2): the raw log's STABLE ids strictly increase.
 * **stable-never-undone** (per client, property 4): no UNDO arrives while a STABLE tuple
   above its id is in force.
+* **eventual-consistency** (per source, property 3's inputs): the source's log is
+  evidence, not truth: ids 1.. without a gap or a repeat, and an end record that agrees
+  with it and with the config (``ops_scripts/check/sources.py``).
 * **eventual-consistency** (per client, properties 2-4): the client's stream with UNDOs
   applied holds no tentative tuple and its stable tuples equal the reference of its stream.
   Applying is checked, never forced: a duplicate or an UNDO that would take back a stable
@@ -26,6 +30,11 @@ composes the checkers of ``ops_scripts/check/properties.py`` into a list of :cla
   incarnation's business), and the current log must continue the reference after the
   stable id it restored from. Per node, when the history has ``digest`` events: all its
   replicas report the same state hashes (one missing is excused only if it was down).
+* **liveness** (per replica and per client, property 6; with a history only, like
+  availability: without one there is no final heal to judge from): after the final heal
+  every replica is STABLE again and every client holds every result whose input came
+  before it, within the bound B the config implies (``ops_scripts/check/liveness.py``; the
+  evidence gives B's formula with its numbers).
 
 Output: a table (property, subject, status, evidence), each client's availability (counts,
 Delay_new, the distribution of the checked delays), ``dpc check: N valid, M invalid, K
@@ -53,6 +62,7 @@ from node.errors import ConfigError
 from node.procs.rundir import RunDir
 from ops_scripts.check.availability import ClientDelays, assess, bound_for, judge_delays
 from ops_scripts.check.history import count_events, final_digests
+from ops_scripts.check.liveness import live_subject, liveness_verdicts
 from ops_scripts.check.paths import Outage, client_outages, down_at_end
 from ops_scripts.check.properties import (
     Status,
@@ -73,6 +83,7 @@ from ops_scripts.check.properties import (
 )
 from ops_scripts.check.recorded import History, load_events, load_history
 from ops_scripts.check.reference import reference_outputs
+from ops_scripts.check.sources import check_source_log, source_subject
 from ops_scripts.errors import CheckError
 from protocol.tuples import DATA_KINDS, Tuple
 
@@ -114,16 +125,39 @@ class Figures:
         return {k: getattr(self, k) for k in FIGURE_KEYS}
 
 
-def _log_verdicts(config: ClusterConfig, h: History) -> list[Verdict]:
-    """The verdicts of the logs alone, in property order: each client's no-duplicates,
-    stable-never-undone and eventual-consistency, then each replica stream's convergence."""
-    reference: dict[str, list[Tuple]] | None = None
+def _reference(config: ClusterConfig, h: History) -> tuple[dict[str, list[Tuple]] | None, str]:
+    """The reference run of the sources' logs, or why there is none."""
     why = "; ".join(v for k, v in h.problems.items() if k.startswith("source "))
-    if not why:
-        try:
-            reference = reference_outputs(config, h.sources)
-        except Exception as e:  # noqa: BLE001  the reference is checker work: its crash
-            why = f"{type(e).__name__}: {e}"  # makes every verdict needing it unknown
+    if why:
+        return None, why
+    try:
+        return reference_outputs(config, h.sources), ""
+    except Exception as e:  # noqa: BLE001  the reference is checker work: its crash
+        return None, f"{type(e).__name__}: {e}"  # makes every verdict needing it unknown
+
+
+def _source_verdicts(config: ClusterConfig, h: History) -> list[Verdict]:
+    """Each source's log and end record (eventual consistency's inputs, ``sources.py``)."""
+    verdicts = []
+    for name, src in config.sources.items():
+        subject = source_subject(name)
+        if subject in h.problems:
+            verdicts.append(Verdict("eventual-consistency", Status.UNKNOWN, h.problems[subject],
+                                    subject))
+            continue
+        verdicts.append(guarded(
+            "eventual-consistency", subject, lambda src=src, name=name: check_source_log(
+                src, h.sources.get(name, []), h.source_ends.get(name),
+                end_problem=h.end_problems.get(name), file_rows=h.file_rows.get(name),
+                file_problem=h.file_problems.get(name))))
+    return verdicts
+
+
+def _log_verdicts(config: ClusterConfig, h: History, reference: dict[str, list[Tuple]] | None,
+                  why: str) -> list[Verdict]:
+    """The verdicts of the logs alone, in property order: each client's no-duplicates and
+    stable-never-undone, each source's log, each client's eventual-consistency, then each
+    replica stream's convergence."""
     verdicts: list[Verdict] = []
 
     def judge(name: str, subject: str, checker: Callable[..., Verdict], *args: Any,
@@ -143,6 +177,7 @@ def _log_verdicts(config: ClusterConfig, h: History) -> list[Verdict]:
     for _, subject, got in clients:
         judge("stable-never-undone", subject, check_stable_never_undone, subject, got,
               needs_reference=False)
+    verdicts += _source_verdicts(config, h)
     for c, subject, got in clients:
         judge("eventual-consistency", subject, check_client, c, got)
     for node in config.nodes.values():
@@ -209,6 +244,30 @@ def _digests(config: ClusterConfig, events: Sequence[Event] | None) -> list[Verd
     ]
 
 
+def _liveness(config: ClusterConfig, events: Sequence[Event], h: History,
+              reference: dict[str, list[Tuple]] | None, why: str) -> list[Verdict]:
+    """Property 6 per replica and per client (``liveness.py``); a crash is unknown."""
+    problems = dict(h.problems)
+    clients: dict[str, list[tuple[int, Tuple]]] = {}
+    for c, rows in h.clients.items():
+        arrivals = h.arrivals.get(c, [])
+        if len(arrivals) == len(rows):
+            clients[c] = list(zip(arrivals, rows, strict=True))
+        else:  # load_history reads both together: a bug of ours, the client's verdict unknown
+            problems[client_subject(config.clients[c])] = (
+                f"{len(arrivals)} arrival times for {len(rows)} tuples")
+    if "history" in problems:  # unreadable: every liveness verdict is unknown, saying so
+        for subject in [*(live_subject(r.name) for n in config.nodes.values() for r in n.replicas),
+                        *(client_subject(c) for c in config.clients.values())]:
+            problems[subject] = problems["history"]
+    try:
+        return liveness_verdicts(config, events, states=h.states, clients=clients,
+                                 sources=h.sources, reference=reference, why=why,
+                                 problems=problems)
+    except Exception as e:  # noqa: BLE001  checker crash: liveness unknown, never a pass
+        return [Verdict("liveness", Status.UNKNOWN, f"checker crashed: {type(e).__name__}: {e}")]
+
+
 def _figures(h: History, events: Sequence[Event] | None,
              delays: Sequence[ClientDelays]) -> Figures:
     worst = max((d for d in delays if d.max_us is not None),
@@ -232,10 +291,14 @@ def check_run(config: ClusterConfig, events: Sequence[Event] | None,
     """Every verdict of one run and its figures (pure): the logs ``h`` and the history's
     ``events`` (None: the run has no history; availability is then a report, no verdict),
     as :func:`load_events` gives them or as a simulation holds them in memory. Order:
-    availability, no-duplicates, stable-never-undone, eventual-consistency, then
-    replica-convergence of the streams and of the state digests."""
+    availability, no-duplicates, stable-never-undone, eventual-consistency (sources, then
+    clients), replica-convergence of the streams and of the state digests, then liveness
+    (with a history only, like availability)."""
     available, delays = _availability(config, events, h)
-    verdicts = [*available, *_log_verdicts(config, h), *_digests(config, events)]
+    reference, why = _reference(config, h)
+    verdicts = [*available, *_log_verdicts(config, h, reference, why), *_digests(config, events)]
+    if events is not None:
+        verdicts += _liveness(config, events, h, reference, why)
     if not verdicts:
         verdicts.append(Verdict("run", Status.UNKNOWN, "the config has no client and no node"))
     return verdicts, _figures(h, events, delays)
@@ -259,6 +322,8 @@ def _availability_report(config: ClusterConfig, h: History, figures: Figures,
     if not figures.availability_judged:
         print("availability: no run history (history.jsonl): delays are a report, not a "
               "verdict", file=out)
+        print("liveness: no run history (history.jsonl): no final heal to judge from, not "
+              "judged", file=out)
     delays = {d.client: d for d in figures.delays}
     found: list[dict[str, Any]] = []
     for c in config.clients.values():

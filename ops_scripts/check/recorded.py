@@ -3,7 +3,10 @@
 Role: the I/O half of the checker (``ops_scripts/check/compose.py`` is the other). It reads every
 log the cluster config implies from a run directory (layout and formats:
 ``node/procs/rundir.py``) into plain data, and the run history (``ops_scripts/check/history.py``), so
-that the checkers stay pure functions of what is read here.
+that the checkers stay pure functions of what is read here: the sources' logs (every
+incarnation) and end records (and, for a source whose record says its file ran out, the
+file's row count), the clients' logs with arrival times, the replicas' output logs,
+recoveries and state changes (``states.jsonl``).
 
 Invariants: never raises for a missing or unreadable log or history: it records why in
 ``History.problems`` (the subject it concerns -> the reason), and the verdicts that need it
@@ -22,15 +25,19 @@ from typing import Any
 
 import pyarrow as pa
 
-from node.config.model import ClusterConfig
+from node.config.model import ClusterConfig, SourceConfig
+from node.errors import RunLogError
+from node.procs.generators import make_generator
 from node.procs.rundir import RunDir, read_client_parquet, read_jsonl_tuples, read_source_log
 from ops_scripts.check.history import read_history
+from ops_scripts.check.liveness import live_subject
 from ops_scripts.check.properties import client_subject, replica_subject
+from ops_scripts.check.sources import source_subject
 from ops_scripts.errors import HistoryError
 from protocol.errors import DPCError
 from protocol.tuples import Tuple
 
-__all__ = ["History", "load_events", "load_history"]
+__all__ = ["History", "load_events", "load_history", "source_end_path"]
 
 
 @dataclass
@@ -51,6 +58,15 @@ class History:
     earlier_after: dict[tuple[str, str], list[int]] = field(default_factory=dict)
     #: (replica, stream) -> the id after which its current log begins (its last recovery).
     restored_after: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: replica -> its state changes ``(t, state)`` from its own log (``states.jsonl``).
+    states: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
+    #: source -> its end record as parsed (``RUN_DIR/sources/NAME.end.json``); absent: none.
+    source_ends: dict[str, Any] = field(default_factory=dict)
+    #: source -> why its end record, or its file's row count, could not be read.
+    end_problems: dict[str, str] = field(default_factory=dict)
+    file_problems: dict[str, str] = field(default_factory=dict)
+    #: file source whose end record says "file" -> its file's row count.
+    file_rows: dict[str, int] = field(default_factory=dict)
     problems: dict[str, str] = field(default_factory=dict)
 
 
@@ -82,8 +98,9 @@ def load_history(rd: RunDir, config: ClusterConfig) -> History:
             return None
 
     for s in config.sources:
-        if (got := read(f"source {s}", rd.source_log(s), read_source_log, rd, s)) is not None:
+        if (got := read(source_subject(s), rd.source_log(s), read_source_log, rd, s)) is not None:
             h.sources[s] = got
+        _read_source_end(h, rd, config.sources[s])
     for c in config.clients.values():
         path, reader = rd.client_log(c.name), read_jsonl_tuples
         if not path.exists() and rd.client_parquet(c.name).exists():
@@ -99,7 +116,56 @@ def load_history(rd: RunDir, config: ClusterConfig) -> History:
                 if (got := read(subject, path, _jsonl_data, path)) is not None:
                     h.replicas[(r.name, stream)] = got
                 _read_recoveries(h, rd, r.name, stream, subject)
+            _read_states(h, rd, r.name)
     return h
+
+
+def source_end_path(rd: RunDir, source: str) -> Path:
+    """Where a source's end record lives (contract point 1 of issue 13: ``RunDir.source_end``
+    in the source's branch; one home once both are merged)."""
+    return rd.source_log(source).with_name(f"{source}.end.json")
+
+
+def _read_source_end(h: History, rd: RunDir, src: SourceConfig) -> None:
+    """The source's end record (none: it never ended) and, when it says its file ran out,
+    the file's row count, by the generator the source reads it with."""
+    path = source_end_path(rd, src.name)
+    if not path.exists():
+        return
+    try:
+        h.source_ends[src.name] = end = json.loads(path.read_bytes())
+    except (OSError, ValueError) as e:
+        h.end_problems[src.name] = f"{path}: {e}"
+        return
+    if src.generator == "file" and isinstance(end, dict) and end.get("reason") == "file":
+        try:
+            h.file_rows[src.name] = sum(1 for _ in make_generator(src))
+        except _READ_ERRORS as e:
+            h.file_problems[src.name] = f"cannot read {src.file}: {e}"
+
+
+def _read_states(h: History, rd: RunDir, replica: str) -> None:
+    """A replica's state changes; a torn last line (killed mid-write) is dropped."""
+    path = rd.replica_states(replica)
+    if not path.exists():
+        return  # the history's state events stand in (compose.py)
+    try:
+        lines = path.read_bytes().split(b"\n")
+        rows = []
+        for n, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                e = json.loads(line)
+                rows.append((int(e["t"]), str(e["state"])))
+            except (ValueError, KeyError, TypeError):
+                if n == len(lines):  # no newline after it: torn by a kill
+                    break
+                raise RunLogError(f"{path}:{n}: not a state change: {line[:80]!r}") from None
+    except (OSError, RunLogError) as e:
+        h.problems[live_subject(replica)] = f"unreadable state log: {e}"
+        return
+    h.states[replica] = rows
 
 
 def _read_recoveries(h: History, rd: RunDir, replica: str, stream: str, subject: str) -> None:

@@ -18,6 +18,7 @@ from tests.ops_scripts.check.world import (
     C1,
     EC,
     HASHES,
+    LV,
     N1,
     ND,
     RC,
@@ -73,11 +74,14 @@ def late(world: World, by: int = 4 * SECOND) -> tuple[History, NewResult]:
     return logs(world, client, arrivals), dataclasses.replace(r, arrival=r.tmax + by, delay=by)
 
 
-def test_a_clean_run_with_a_history_is_valid_on_all_five_properties(world: World) -> None:
+def test_a_clean_run_with_a_history_is_valid_on_all_six_properties(world: World) -> None:
     config, _, ref = world
     verdicts, figures = check_run(config, clean_events(world), logs(world, corrected(ref)))
     assert [v for v in verdicts if v.status is not Status.VALID] == []
-    assert {v.name for v in verdicts} == {AV, ND, SU, EC, RC}
+    assert {v.name for v in verdicts} == {AV, ND, SU, EC, RC, LV}
+    # Changed: liveness per replica and per client, eventual consistency per source too.
+    assert {v.subject for v in verdicts if v.name == LV} == {"replica n1a", "replica n1b", C1}
+    assert {v.subject for v in verdicts if v.name == EC} == {"source s1", "source s2", C1}
     by = keyed(verdicts)
     assert "every new result within the bound k*X = 3.000 s" in by[AV, C1].evidence
     assert "0 excused by 0 outage(s)" in by[AV, C1].evidence  # n1b kept a path
@@ -90,9 +94,10 @@ def test_a_clean_run_with_a_history_is_valid_on_all_five_properties(world: World
         "availability_judged": True,
     }
     assert figures.delays[0].checked == 15 and figures.delays[0].p99_us == 50_000
-    # Without a history: no availability verdict (a report), the other four as before.
+    # Without a history: no availability and no liveness verdict (a report), the others
+    # as before.
     verdicts, figures = check_run(config, None, logs(world, corrected(ref)))
-    assert AV not in {v.name for v in verdicts} and not figures.availability_judged
+    assert not {AV, LV} & {v.name for v in verdicts} and not figures.availability_judged
     assert figures.delays[0].checked == 15 and figures.new_results_checked == 0
 
 
@@ -211,13 +216,16 @@ def test_a_crashing_or_unreadable_history_is_unknown_never_valid(world: World) -
     by = keyed(check_run(config, broken, h)[0])
     assert by[AV, C1].status is Status.UNKNOWN
     assert "cannot compute the outages: HistoryError" in by[AV, C1].evidence
+    assert by[LV, C1].status is by[LV, "replica n1a"].status is Status.UNKNOWN
+    assert "cannot read the history's faults: history event" in by[LV, C1].evidence
     bad_digest = [*clean_events(world), {"t": 9 * SECOND, "event": "digest", "process": "n1b",
                                          "hashes": 17}]
     v = keyed(check_run(config, bad_digest, h)[0])[RC, N1]
     assert v.status is Status.UNKNOWN and "checker crashed" in v.evidence
     h.problems["history"] = "unreadable history history.jsonl: line 3: not JSON"
-    v = keyed(check_run(config, [], h)[0])[AV, C1]
-    assert v.status is Status.UNKNOWN and "line 3: not JSON" in v.evidence
+    by = keyed(check_run(config, [], h)[0])
+    for key in [(AV, C1), (LV, C1), (LV, "replica n1a")]:
+        assert by[key].status is Status.UNKNOWN and "line 3: not JSON" in by[key].evidence
     no_arrivals = logs(world, corrected(ref))
     no_arrivals.arrivals.clear()
     v = keyed(check_run(config, clean_events(world), no_arrivals)[0])[AV, C1]

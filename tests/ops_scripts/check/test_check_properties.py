@@ -225,7 +225,12 @@ def test_missing_logs_are_unknown(world: World) -> None:
     # Changed with the per-property verdicts: no-duplicates and stable-never-undone need no
     # reference run, so they are still judged; the reference-based ones are unknown.
     assert verdicts[ND, C1].status is verdicts[SU, C1].status is Status.VALID
-    assert {v.status for k, v in verdicts.items() if k[0] in (EC, RC)} == {Status.UNKNOWN}
+    # Changed: eventual consistency judges each source's log too; s1's is missing (unknown),
+    # s2's is whole (valid).
+    assert {v.status for k, v in verdicts.items() if k[0] in (EC, RC)
+            and not k[1].startswith("source ")} == {Status.UNKNOWN}
+    assert verdicts[EC, "source s1"].status is Status.UNKNOWN
+    assert verdicts[EC, "source s2"].status is Status.VALID
     assert "no reference run: missing log sources/s1.arrow" in verdicts[EC, C1].evidence
 
 

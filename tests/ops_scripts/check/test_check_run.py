@@ -19,6 +19,7 @@ from tests.ops_scripts.check.world import (
     C1,
     EC,
     HASHES,
+    LV,
     ND,
     RC,
     SECOND,
@@ -31,6 +32,7 @@ from tests.ops_scripts.check.world import (
     heal,
     link,
     run,
+    state,
     write_run,
 )
 
@@ -41,11 +43,14 @@ def test_run_check_passes_a_correct_run(tmp_path: Path) -> None:
     assert code == 0, text
     assert "property" in text and "eventual-consistency" in text and "PASS" in text
     # Changed: three client verdicts (no-duplicates, stable-never-undone, eventual-
-    # consistency) where there was one; no history, so no availability verdict.
-    assert report["summary"] == {"valid": 5, "invalid": 0, "unknown": 0, "total": 5, "ok": True}
+    # consistency) where there was one; then eventual consistency of each source's log too;
+    # no history, so no availability and no liveness verdict.
+    assert report["summary"] == {"valid": 8, "invalid": 0, "unknown": 0, "total": 8, "ok": True}
     keys = {(v["property"], v["subject"]) for v in report["verdicts"]}
     assert keys == {(ND, C1), (SU, C1), (EC, C1), (RC, "replica n1a (n1.out)"),
-                    (RC, "replica n1b (n1.out)")}
+                    (RC, "replica n1b (n1.out)"), (EC, "source s1"), (EC, "source s2"),
+                    (EC, "source s3")}
+    assert "liveness: no run history (history.jsonl): no final heal to judge from" in text
 
 
 def test_run_check_fails_a_corrupted_client_log(tmp_path: Path) -> None:
@@ -75,7 +80,8 @@ def test_run_check_missing_or_corrupt_log_is_unknown_and_fails(tmp_path: Path) -
         assert "line 5" in verdicts[name, C1]["evidence"]
     rd.source_log("s2").unlink()
     code, _, report = run(rd)
-    assert code == 1 and report["summary"]["unknown"] == 5  # was 3: three client verdicts
+    # was 3: three client verdicts; then 6: the source's own verdict
+    assert code == 1 and report["summary"]["unknown"] == 6
 
 
 def test_run_check_reads_the_parquet_copy_when_the_jsonl_is_gone(tmp_path: Path) -> None:
@@ -116,6 +122,7 @@ def test_run_check_with_a_history_judges_availability_and_writes_figures(tmp_pat
     write_client(rd, client, arrivals)
     events = [
         {"t": 0, "event": "start", "config": str(rd.config), "name": "basic"},
+        state(0, "n1a", "STABLE"), state(0, "n1b", "STABLE"),
         fault(SECOND, 1, config, **link("n1a", "c1")), heal(2 * SECOND, 1),
         {"t": 9 * SECOND, "event": "heal_all"},
         digest(10 * SECOND, "n1a", **HASHES), digest(10 * SECOND, "n1b", **HASHES),
@@ -124,8 +131,8 @@ def test_run_check_with_a_history_judges_availability_and_writes_figures(tmp_pat
     rd.history.write_text("".join(json.dumps(e) + "\n" for e in events))
     code, text, report = run(rd)
     assert code == 0, text
-    assert "dpc check: 7 valid, 0 invalid, 0 unknown -> PASS" in text
-    assert {v["property"] for v in report["verdicts"]} == {AV, ND, SU, EC, RC}
+    assert "dpc check: 13 valid, 0 invalid, 0 unknown -> PASS" in text  # was 7: sources, liveness
+    assert {v["property"] for v in report["verdicts"]} == {AV, ND, SU, EC, RC, LV}
     figures = report["figures"]
     assert set(figures) == set(FIGURE_KEYS)
     n_data = sum(1 for t in client if t.kind in (Kind.STABLE, Kind.TENTATIVE))
@@ -141,7 +148,7 @@ def test_run_check_with_a_history_judges_availability_and_writes_figures(tmp_pat
     arrivals[r.line - 1] = r.tmax + 5 * SECOND
     write_client(rd, client, arrivals)
     code, text, report = run(rd)
-    assert code == 1 and "dpc check: 6 valid, 1 invalid, 0 unknown -> FAIL" in text
+    assert code == 1 and "dpc check: 12 valid, 1 invalid, 0 unknown -> FAIL" in text
     (v,) = [v for v in report["verdicts"] if v["status"] == "invalid"]
     assert v["property"] == AV and v["subject"] == C1
     assert v["evidence"].startswith(

@@ -36,7 +36,7 @@ SECOND = 1_000_000
 C1 = "client c1 (n1.out)"
 N1 = "node n1 (state digests)"
 AV, ND, SU = "availability", "no-duplicates", "stable-never-undone"
-EC, RC = "eventual-consistency", "replica-convergence"
+EC, RC, LV = "eventual-consistency", "replica-convergence", "liveness"
 HASHES = {"u": "1f", "agg": "2e", "out": "3d"}
 
 World = tuple[ClusterConfig, dict[str, list[Tuple]], list[Tuple]]

@@ -4,7 +4,7 @@ in one process on virtual time, random fault schedules from one seed, the run ch
 The thousand-schedule test is the suite's randomized fault coverage: every fault kind the
 simulation draws (partitions of every shape, both cut kinds, kills and recoveries, latency,
 bandwidth, slow readers, stalled reconciliations), faults that start during STABILIZATION,
-each run judged on all five properties.
+each run judged on all six properties.
 """
 
 from __future__ import annotations
