@@ -75,7 +75,9 @@ class Policy:
     catch_up_slack: int = 200_000
     rank: int = 0  # lower outranks higher when two requests cross
     partners: tuple[str, ...] = ()
-    #: Requests every partner may leave unanswered in a row before the replica grants itself.
+    #: Requests a partner may leave unanswered in a row and still count: past it (or once a
+    #: connection to it was refused) its grant is not needed until it answers again, and
+    #: with no partner counting the replica grants itself.
     self_grant_after: int = 3
 
     def __post_init__(self) -> None:
