@@ -159,7 +159,7 @@ __all__ = [
     "PermissionAsked", "Policy", "RecRequest", "Reconcile", "ReconciliationProgress", "Refuse",
     "ResumeNewInput", "SelfGrant", "SendRecDone", "SetSUnionMode", "StabilizationStrategy",
     "State", "SuspendNewInput", "TakeCheckpoint", "Tick", "UpFailure", "UpFailureStrategy",
-    "next_deadline", "start", "step",
+    "next_deadline", "reachable", "start", "step",
 ]
 
 
@@ -233,7 +233,7 @@ def _ask(m: MachineState, now: int) -> Step:
                 unanswered=tuple(n + 1 for n in m.unanswered))
     if not m.policy.partners:
         return _self_grant(m, now, "the node has no other replica")
-    if not _reachable(m):
+    if not reachable(m):
         return _self_grant(m, now, "no partner reachable: each refused the connection or left "
                                    f"{m.policy.self_grant_after} requests unanswered")
     return m, [AskPermission(m.policy.method, request)]
@@ -272,7 +272,7 @@ def _heard(m: MachineState, partner: str, unanswered: int = 0) -> MachineState:
     return replace(m, unanswered=(*m.unanswered[:i], unanswered, *m.unanswered[i + 1:]))
 
 
-def _reachable(m: MachineState) -> frozenset[str]:
+def reachable(m: MachineState) -> frozenset[str]:
     """The partners whose grant our request needs: all but those that refused the connection
     or left more than ``self_grant_after`` requests in a row unanswered (until they answer)."""
     limit = m.policy.self_grant_after
@@ -281,8 +281,8 @@ def _reachable(m: MachineState) -> frozenset[str]:
 
 def _complete(m: MachineState) -> tuple[MachineState, bool]:
     """True (and the grants cleared) if every reachable partner granted our latest request."""
-    reachable = _reachable(m)
-    if not reachable or not reachable <= m.granted:
+    needed = reachable(m)
+    if not needed or not needed <= m.granted:
         return m, False  # nobody reachable is the next request's self-grant, not a grant
     return replace(m, granted=frozenset()), True
 

@@ -42,6 +42,7 @@ from node.replica.consistency import (
     UpFailure,
     UpFailureStrategy,
     next_deadline,
+    reachable,
     start,
     step,
 )
@@ -293,12 +294,12 @@ def test_a_silent_partner_stops_counting_after_self_grant_after_requests() -> No
         assert actions == [] and m.state is UP
         m, actions = step(m, Tick(m.next_ask_at or 0))
         assert actions == [AskPermission(Method.CHECKPOINT, request + 1)]
-    assert m.unanswered == (1, 4)  # request 4: r2 left 4 > 3 unanswered
+    assert m.unanswered == (1, 4) and reachable(m) == {"r1"}  # r2 left 4 > 3 unanswered
     m2, actions = step(m, granted(0, 4, "r1"))
     assert m2.state is STAB and real(actions) == [Reconcile(Method.CHECKPOINT)]
     # An answer, to any request, makes it count again: r1's grant alone is not enough.
     m3, _ = run(m, refused(0, 2, "reconciling", "r2"), granted(0, 4, "r1"))
-    assert m3.state is UP and m3.unanswered == (0, 0) and m3.granted == {"r1"}
+    assert m3.state is UP and reachable(m3) == {"r1", "r2"} and m3.granted == {"r1"}
     m3, actions = step(m3, granted(0, 4, "r2"))
     assert m3.state is STAB and real(actions) == [Reconcile(Method.CHECKPOINT)]
 
