@@ -1,7 +1,7 @@
 """The consistency manager (node/replica/consistency.py), example by example: every entry of
 the transition table (STABLE, UP_FAILURE, STABILIZATION), the illegal pairs, the counting of
 SUnions and partners, the ranks of crossed permission requests, and the policy's checks. The
-two replicas of a node exchanging permission messages in any order are in
+replicas of a node exchanging permission messages in any order are in
 test_consistency_model.py."""
 
 from __future__ import annotations
