@@ -3,8 +3,8 @@
 protocol <- state <- operators <- node <- ops_scripts: a package may import only packages
 to its left. protocol/, state/ and operators/ never import asyncio, socket, time, aiohttp,
 uvloop or threading: time is a parameter there, never read. Nor do the pure parts of node/
-(the consistency machine, the upstream choice), which import of node/ only each other and
-node/errors.py.
+(the consistency machine and its vocabulary, the upstream choice), which import of node/
+only each other and node/errors.py.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ ORDER = ["protocol", "state", "operators", "node", "ops_scripts"]
 IO_MODULES = {"asyncio", "socket", "time", "aiohttp", "uvloop", "threading", "selectors", "datetime"}
 CORE = {"protocol", "state", "operators"}
 #: The sans-IO modules of node/ (STYLE.md 1), and what of node/ they may import besides.
-PURE_NODE = {"node.replica.consistency", "node.streams.upstream"}
+PURE_NODE = {"node.replica.consistency", "node.replica.vocabulary", "node.streams.upstream"}
 PURE_NODE_MAY_IMPORT = {"node.errors"}
 
 

@@ -7,9 +7,9 @@ cleanly on SIGINT or SIGTERM: links closed, logs flushed, exit 0. A source also 
 SIGUSR1: end your stream (publish the end-of-stream boundary) and keep serving replays.
 A replica restarted after a crash takes ``--recover`` (node/replica/recovery.py).
 
-The test-only switch ``DPC_TEST_MUTATION`` (node/streams/link.py's :class:`Mutation`) is read
-here, once, and handed to the replica's and the client's input links; nothing below the
-entry point reads the environment.
+The test-only switch ``DPC_TEST_MUTATION`` (node/streams/mutation.py's :class:`Mutation`) is
+read here, once, and handed to the replica (its input links and its consistency manager)
+and to the client's input link; nothing below the entry point reads the environment.
 """
 
 from __future__ import annotations

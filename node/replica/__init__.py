@@ -3,6 +3,8 @@
 * ``consistency.py`` (pure): the STABLE / UP_FAILURE / STABILIZATION machine: one
   transition table, ``step(machine, event) -> (machine, actions)``; every fault-tolerance
   decision of a replica;
+* ``vocabulary.py`` (pure): what the machine speaks: states, strategies, the policy, the
+  events it takes and the actions it returns (re-exported by ``consistency.py``);
 * ``manager.py``: performs the machine's actions on the query network (checkpoints,
   reconciliation replayed in steps, REC_DONE, permission requests to the partners) and
   runs the replica's one deadline loop;

@@ -24,28 +24,39 @@ STABILIZATION strategy SUSPEND it suspends new input and reconciles at once. Oth
 partner must serve fresh data meanwhile, so it asks permission (``AskPermission``, numbered),
 again every ``permission_retry`` (500 ms) until a grant to its current *epoch* arrives.
 
-*Permission.* The machine knows its partners by name (``Policy.partners``) and counts their
-answers to its latest request: every partner's grant grants it, one refusal refuses it;
-answers to older requests are ignored. Each request counts one more unanswered for every
-partner, an answer resets the count, an unreachable partner is silent past the limit. With
-no partner, or all silent for more than ``self_grant_after`` (3) requests, nobody can answer
-(nor serve downstream): the replica grants itself (``SelfGrant``, ``Reconcile``). Asked by a
-partner, a replica refuses while it reconciles, and while its own request is pending if it
-outranks the requester: the LOWER ``rank`` (index in the node's config) wins. Otherwise it
-grants, a promise to postpone its own reconciliation: a pending request of its own is
-withdrawn (its epoch ends, a grant still in flight to it is stale) and asked afresh one
-retry later. While postponing in UP_FAILURE it is the replica downstream reads fresh data
-from, so its SUnion runs in the STABILIZATION strategy's mode (the paper's second version).
+*Permission.* The machine knows its partners by name (``Policy.partners``) and counts, for
+each, our requests it left unanswered in a row: each request counts one more, an answer (to
+any request) resets the count, a request that could not even be sent (``PartnerUnreachable``:
+the connection was refused) puts it past the limit. A partner is *reachable* while its count
+is at most ``self_grant_after`` (3); one that refused the connection or stayed silent for
+more requests than that does not count until it answers again. Our latest request is
+granted once every reachable partner granted it (decided by the grant that completes them,
+or by the ``PartnerUnreachable`` that leaves only partners that granted), and refused by one
+refusal; answers to older requests are ignored. With no partner, or none reachable when a
+request is made, nobody can answer (nor serve downstream): the replica grants itself
+(``SelfGrant``, ``Reconcile``). So a dead or unreachable partner never blocks a
+reconciliation while another replica answers, and serves fresh data meanwhile (the paper
+asks one replica to postpone). Asked by a partner, a replica refuses while it reconciles,
+and while its own request is pending if it outranks the requester: the LOWER ``rank``
+(index in the node's config) wins. Otherwise it grants, a promise to postpone its own
+reconciliation: a pending request of its own is withdrawn (its epoch ends, a grant still in
+flight to it is stale) and asked afresh one retry later. While postponing in UP_FAILURE it
+is the replica downstream reads fresh data from, so its SUnion runs in the STABILIZATION
+strategy's mode (the paper's second version).
 
-Why two replicas never reconcile at once (DELAY and PROCESS, partners that answer). Say A
-reconciles from rA on B's grant sent at tB, which answers a request of A's epoch begun at sA
-(sA < tB < rA); and B from rB on A's grant sent at tA (sB < tA < rB). A replica grants
-nothing while it reconciles, nor while an epoch of its own is live (a grant ends it), so tA
-is not in [sA, rA] and tB is not in [sB, rB]. If tA < sA, then sB < tA < sA < tB, so tB > rB:
-B's reconciliation was over at tB, before A's began at rA > tB. If tA > rA, A's was over at
-tA, before B's began at rB > tA. Rank plays no part in safety; it lets one of two crossed
-requests win. A self-grant is outside this argument: it is the price of liveness when the
-partners have been silent for ``self_grant_after`` requests (crashed, cut off, stopped).
+Why two replicas that answer each other never reconcile at once (DELAY and PROCESS). Say A
+reconciles from rA on a decision that counted B, so on B's grant sent at tB, which answers
+a request of A's epoch begun at sA (sA < tB < rA); and B from rB on one that counted A, so
+on A's grant sent at tA (sB < tA < rB). A replica grants nothing while it reconciles, nor
+while an epoch of its own is live (a grant ends it), so tA is not in [sA, rA] and tB is not
+in [sB, rB]. If tA < sA, then sB < tA < sA < tB, so tB > rB: B's reconciliation was over at
+tB, before A's began at rA > tB. If tA > rA, A's was over at tA, before B's began at rB > tA.
+The argument is about one pair: with three replicas it holds for each pair, whatever the
+third granted. Rank plays no part in safety; it lets one of two crossed requests win. A
+decision that did not count a partner (it refused the connection or was silent for
+``self_grant_after`` requests: crashed, cut off, stopped), and a self-grant, are outside
+this argument for that pair: the price of liveness. Every partner that did grant still
+postpones its own reconciliation and serves fresh data meanwhile.
 
 *STABILIZATION.* ``Reconcile(method)``: checkpoint/redo (restore + SUnion.rewind/replay,
 SOutput.rewind) or undo/redo (UNDO_START into the SUnions); either ends every SUnion's
@@ -57,8 +68,8 @@ if a new tentative tuple comes first); a REC_REQUEST that came meanwhile is then
 Invariants
 ----------
 * Checkpoints only in STABLE; ``Reconcile`` only on entering STABILIZATION; ``SendRecDone``
-  only on leaving it. Without SUSPEND, two replicas of a node whose partners answer never
-  both reconcile. No SUnion is failing in STABLE.
+  only on leaving it. Without SUSPEND, two replicas of a node never both reconcile where
+  each one's decision counted the other's grant. No SUnion is failing in STABLE.
 * ``step`` is pure and total over the table; an event absent from the table for the current
   state raises :class:`ConsistencyError` naming both (a runtime bug, never a peer's doing),
   and so does an answer from a replica that is not a partner.
@@ -67,14 +78,15 @@ Invariants
   reports ``ReconciliationProgress`` after every batch or timer it pushes.)
 
 Transition table (no arrow: the state stays; a pair not listed raises; a *deciding* answer
-is a refusal of our latest request, or the grant of it that completes every partner's)::
+is a refusal of our latest request, or the grant of it that completes every reachable
+partner's; *complete*: every partner still reachable granted our pending request)::
 
   state          event               guard                           actions -> next
   STABLE         Tick                checkpoint due                  TakeCheckpoint
   STABLE         UpFailure                                           -> UP_FAILURE
   STABLE         PermissionAsked                                     Grant
   STABLE         PartnerAnswered     deciding (else none)            Log (stale)
-  any            PartnerUnreachable                                  (none: counts as silent)
+  STABLE         PartnerUnreachable                                  (none: no longer counts)
   UP_FAILURE     Tick                request pending, retry due      AskPermission | SelfGrant,
                                                                      Reconcile -> STABILIZATION
   UP_FAILURE     UpFailure                                           (none: same failure)
@@ -85,6 +97,8 @@ is a refusal of our latest request, or the grant of it that completes every part
   UP_FAILURE     PartnerAnswered     deciding grant, current epoch   Reconcile -> STABILIZATION
   UP_FAILURE     PartnerAnswered     deciding refusal, current epoch Log
   UP_FAILURE     PartnerAnswered     deciding, epoch over            Log (stale)
+  UP_FAILURE     PartnerUnreachable  complete without it             Reconcile -> STABILIZATION
+  UP_FAILURE     PartnerUnreachable  otherwise                       (none: no longer counts)
   UP_FAILURE     PermissionAsked     pending and we outrank          Refuse
   UP_FAILURE     PermissionAsked     otherwise                       Grant (withdraw ours)
   STABILIZATION  Tick                                                (none)
@@ -94,21 +108,50 @@ is a refusal of our latest request, or the grant of it that completes every part
                                                                      -> STABLE | UP_FAILURE
   STABILIZATION  PermissionAsked                                     Refuse
   STABILIZATION  PartnerAnswered     deciding (else none)            Log (stale)
+  STABILIZATION  PartnerUnreachable                                  (none: no longer counts)
 
 After each step, ``SetSUnionMode`` is added whenever the wanted SUnion mode changed.
 
-Over 400 lines: this docstring and the one-field event and action classes take half.
+The vocabulary (states, strategies, the policy, the events and the actions) is plain data
+in ``vocabulary.py``; every name of it is re-exported here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from enum import Enum
 from types import MappingProxyType
 from typing import Any, TypeAlias
 
 from node.errors import ConsistencyError
+from node.replica.vocabulary import (
+    Action,
+    AskPermission,
+    Event,
+    Grant,
+    Log,
+    Method,
+    PartnerAnswered,
+    PartnerUnreachable,
+    Permission,
+    PermissionAsked,
+    Policy,
+    Reconcile,
+    ReconciliationProgress,
+    RecRequest,
+    Refuse,
+    ResumeNewInput,
+    SelfGrant,
+    SendRecDone,
+    SetSUnionMode,
+    StabilizationStrategy,
+    State,
+    SuspendNewInput,
+    TakeCheckpoint,
+    Tick,
+    UpFailure,
+    UpFailureStrategy,
+)
 
 __all__ = [
     "TRANSITIONS", "Action", "AskPermission", "Event", "Grant", "Log", "MachineState",
@@ -116,198 +159,8 @@ __all__ = [
     "PermissionAsked", "Policy", "RecRequest", "Reconcile", "ReconciliationProgress", "Refuse",
     "ResumeNewInput", "SelfGrant", "SendRecDone", "SetSUnionMode", "StabilizationStrategy",
     "State", "SuspendNewInput", "TakeCheckpoint", "Tick", "UpFailure", "UpFailureStrategy",
-    "next_deadline", "start", "step",
+    "next_deadline", "reachable", "start", "step",
 ]
-
-
-class State(Enum):
-    STABLE = "STABLE"
-    UP_FAILURE = "UP_FAILURE"
-    STABILIZATION = "STABILIZATION"
-
-
-class UpFailureStrategy(Enum):
-    """New tuples during UP_FAILURE. The values are SUnion's ``mode`` parameter."""
-
-    DELAY = "delay"
-    PROCESS = "process"
-
-
-class StabilizationStrategy(Enum):
-    """New tuples while reconciling: held (SUSPEND), or served by a partner that delays or
-    processes them (the partner's SUnion mode)."""
-
-    SUSPEND = "suspend"
-    DELAY = "delay"
-    PROCESS = "process"
-
-
-class Method(Enum):
-    CHECKPOINT = "checkpoint"  # restore the last checkpoint, replay SUnions' buffered input
-    UNDO = "undo"  # UNDO_START into the SUnions: operators rebuild from their input logs
-
-
-class Permission(Enum):
-    NONE = "none"
-    ASKED = "asked"
-    REFUSED = "refused"  # the current request was refused; asking again at next_ask_at
-    POSTPONED = "postponed"  # we granted a partner and withdrew our request
-    GRANTED = "granted"
-
-
-@dataclass(frozen=True, slots=True)
-class Policy:
-    """A node's strategy and timing (times in microseconds), this replica's rank, and its
-    partners (the names of the node's other replicas)."""
-
-    up_failure: UpFailureStrategy = UpFailureStrategy.PROCESS
-    stabilization: StabilizationStrategy = StabilizationStrategy.PROCESS
-    method: Method = Method.CHECKPOINT
-    checkpoint_interval: int = 200_000
-    permission_retry: int = 500_000
-    #: How close to now a recovered replica's SUnions must release before it rejoins
-    #: (node/replica/recovery.py, step 4).
-    catch_up_slack: int = 200_000
-    rank: int = 0  # lower outranks higher when two requests cross
-    partners: tuple[str, ...] = ()
-    #: Requests every partner may leave unanswered in a row before the replica grants itself.
-    self_grant_after: int = 3
-
-    def __post_init__(self) -> None:
-        # A zero period would tick without end; a zero slack would never let a replica rejoin.
-        for key in ("checkpoint_interval", "permission_retry", "catch_up_slack",
-                    "self_grant_after"):
-            value = getattr(self, key)
-            if type(value) is not int or value < 1:
-                raise ConsistencyError(f"Policy.{key} must be an int >= 1, got {value!r}")
-        if len(set(self.partners)) != len(self.partners):
-            raise ConsistencyError(f"Policy.partners must be distinct, got {self.partners!r}")
-
-
-# ---------------------------------------------------------------------------------- events
-@dataclass(frozen=True, slots=True)
-class Tick:
-    now: int  # at next_deadline(), or any time: an early Tick does nothing
-
-
-@dataclass(frozen=True, slots=True)
-class UpFailure:
-    now: int
-    sunion: str  # this SUnion signalled UP_FAILURE (it released tentative tuples)
-
-
-@dataclass(frozen=True, slots=True)
-class RecRequest:
-    now: int
-    sunion: str  # this SUnion signalled REC_REQUEST: every one of its inputs is corrected
-
-
-@dataclass(frozen=True, slots=True)
-class PartnerAnswered:
-    now: int
-    partner: str
-    request: int  # the number of the AskPermission answered
-    granted: bool
-    reason: str = ""  # why it refused
-
-
-@dataclass(frozen=True, slots=True)
-class PartnerUnreachable:
-    now: int
-    partner: str  # a request could not even be sent to it
-
-
-@dataclass(frozen=True, slots=True)
-class PermissionAsked:
-    now: int
-    requester: str
-    requester_rank: int
-    request: int  # echoed in our Grant / Refuse
-
-
-@dataclass(frozen=True, slots=True)
-class ReconciliationProgress:
-    now: int
-    caught_up: bool  # the replay is over and every SOutput is past its duplicates
-
-
-Event: TypeAlias = (
-    Tick | UpFailure | RecRequest | PartnerAnswered | PartnerUnreachable | PermissionAsked
-    | ReconciliationProgress
-)
-
-
-# --------------------------------------------------------------------------------- actions
-@dataclass(frozen=True, slots=True)
-class TakeCheckpoint:
-    """Snapshot the network, then truncate every SUnion's kept buckets."""
-
-
-@dataclass(frozen=True, slots=True)
-class AskPermission:
-    method: Method
-    request: int  # every partner is asked; the answers must echo it
-
-
-@dataclass(frozen=True, slots=True)
-class SelfGrant:
-    """No partner can answer request ``request`` (``why``): the replica grants it itself.
-    The runtime logs it as a warning and counts it; ``Reconcile`` follows."""
-
-    request: int
-    why: str
-
-
-@dataclass(frozen=True, slots=True)
-class Reconcile:
-    """CHECKPOINT: restore the last checkpoint with ``SUnion.rewind`` / ``SOutput.rewind``
-    instead of restore, then ``SUnion.replay``. UNDO: UNDO_START into every SUnion."""
-
-    method: Method
-
-
-@dataclass(frozen=True, slots=True)
-class SendRecDone:
-    """``SOutput.end_reconciliation`` on every output stream."""
-
-
-@dataclass(frozen=True, slots=True)
-class Grant:
-    requester: str
-    request: int
-
-
-@dataclass(frozen=True, slots=True)
-class Refuse:
-    requester: str
-    request: int
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class SuspendNewInput:
-    """SUSPEND strategy: hold new input batches until ``ResumeNewInput``."""
-
-
-@dataclass(frozen=True, slots=True)
-class ResumeNewInput:
-    """Let held input in again (after the REC_DONEs went out)."""
-
-
-@dataclass(frozen=True, slots=True)
-class SetSUnionMode:
-    mode: UpFailureStrategy  # ``mode.value`` is SUnion's ``mode``
-
-
-@dataclass(frozen=True, slots=True)
-class Log:
-    message: str
-
-
-Action: TypeAlias = (
-    TakeCheckpoint | AskPermission | SelfGrant | Reconcile | SendRecDone | Grant | Refuse
-    | SuspendNewInput | ResumeNewInput | SetSUnionMode | Log
-)
 
 
 # ---------------------------------------------------------------------------- the machine
@@ -380,9 +233,9 @@ def _ask(m: MachineState, now: int) -> Step:
                 unanswered=tuple(n + 1 for n in m.unanswered))
     if not m.policy.partners:
         return _self_grant(m, now, "the node has no other replica")
-    limit = m.policy.self_grant_after
-    if all(n > limit for n in m.unanswered):
-        return _self_grant(m, now, f"no partner answered {limit} requests")
+    if not reachable(m):
+        return _self_grant(m, now, "no partner reachable: each refused the connection or left "
+                                   f"{m.policy.self_grant_after} requests unanswered")
     return m, [AskPermission(m.policy.method, request)]
 
 
@@ -419,18 +272,30 @@ def _heard(m: MachineState, partner: str, unanswered: int = 0) -> MachineState:
     return replace(m, unanswered=(*m.unanswered[:i], unanswered, *m.unanswered[i + 1:]))
 
 
+def reachable(m: MachineState) -> frozenset[str]:
+    """The partners whose grant our request needs: all but those that refused the connection
+    or left more than ``self_grant_after`` requests in a row unanswered (until they answer)."""
+    limit = m.policy.self_grant_after
+    return frozenset(p for p, n in zip(m.policy.partners, m.unanswered, strict=True) if n <= limit)
+
+
+def _complete(m: MachineState) -> tuple[MachineState, bool]:
+    """True (and the grants cleared) if every reachable partner granted our latest request."""
+    needed = reachable(m)
+    if not needed or not needed <= m.granted:
+        return m, False  # nobody reachable is the next request's self-grant, not a grant
+    return replace(m, granted=frozenset()), True
+
+
 def _hear(m: MachineState, e: PartnerAnswered) -> tuple[MachineState, bool]:
     """Record a partner's answer; True if it decides the current request: a refusal of it,
-    or the grant that completes every partner's."""
+    or the grant that completes every reachable partner's."""
     m = _heard(m, e.partner)
     if e.request != m.request:
         return m, False  # an answer to an older request: our epochs would drop it too
     if not e.granted:
         return m, True
-    granted = m.granted | {e.partner}
-    if len(granted) < len(m.policy.partners):
-        return replace(m, granted=granted), False
-    return replace(m, granted=frozenset()), True
+    return _complete(replace(m, granted=m.granted | {e.partner}))
 
 
 def _sunion_corrected(m: MachineState, e: RecRequest) -> tuple[MachineState, bool]:
@@ -518,6 +383,19 @@ def _unreachable(m: MachineState, e: PartnerUnreachable) -> Step:
     return _heard(m, e.partner, m.policy.self_grant_after + 1), []  # as silent as can be
 
 
+def _unreachable_deciding(m: MachineState, e: PartnerUnreachable) -> Step:
+    """The partner no longer counts: if every one that still does granted our pending
+    request already, that decides it."""
+    m, _ = _unreachable(m, e)
+    if not m.request_pending:
+        return m, []
+    m, complete = _complete(m)
+    if not complete:
+        return m, []
+    return _reconcile(m, e.now, f"every reachable partner granted request {m.request} "
+                                f"({e.partner!r} is unreachable)")
+
+
 def _new_failure(m: MachineState, e: UpFailure) -> Step:
     m = replace(m, failing=m.failing | {e.sunion})
     if m.new_failure:
@@ -564,7 +442,7 @@ TRANSITIONS: Mapping[tuple[State, type[Any]], Handler] = MappingProxyType({
     (_U, UpFailure): _another_failure,
     (_U, RecRequest): _corrected,
     (_U, PartnerAnswered): _answered,
-    (_U, PartnerUnreachable): _unreachable,
+    (_U, PartnerUnreachable): _unreachable_deciding,
     (_U, PermissionAsked): _answer,
     (_Z, Tick): _nothing,
     (_Z, UpFailure): _new_failure,

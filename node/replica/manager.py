@@ -32,9 +32,15 @@ replay between steps (a slow reconciliation, so tests can start a failure during
 
 *Permission.* ``AskPermission`` sends ``ReconcileRequest`` to every partner (the other
 replicas of the node) over a connection kept per partner; each answer becomes a
-``PartnerAnswered`` event, a request that cannot be sent a ``PartnerUnreachable`` one. The
-machine counts them and decides (every partner granted, one refused, all silent: it grants
-itself, ``SelfGrant``, which is logged as a warning).
+``PartnerAnswered`` event, a request that cannot be sent (the connection refused: a dead
+partner) a ``PartnerUnreachable`` one. The machine counts them and decides (every reachable
+partner granted, one refused; an unreachable or long-silent partner does not count; none
+reachable: it grants itself, ``SelfGrant``, which is logged as a warning).
+
+*Test mutation.* Under ``Mutation.STUCK_RECONCILIATION`` (node/streams/mutation.py, passed
+in by the replica) the SUnions' REC_REQUESTs are dropped before the machine: the replica
+never starts a reconciliation and stays in UP_FAILURE after a failure (a deliberately
+broken build, for the checker's liveness property).
 
 Invariants
 ----------
@@ -57,6 +63,7 @@ from typing import Any
 from node.config.model import NodeConfig
 from node.net.transport import Connection, Transport
 from node.replica import consistency as cm
+from node.streams.mutation import Mutation
 from operators import NetworkOutput, QueryNetwork
 from protocol.errors import RemoteProtocolError
 from protocol.messages import ReconcileGrant, ReconcileRefuse, ReconcileRequest
@@ -108,7 +115,10 @@ class Manager:
         log: logging.Logger,
         replay_step: int | None = None,
         on_state: Callable[[cm.State, int], None] | None = None,
+        mutation: Mutation | None = None,
     ) -> None:
+        """``mutation``: a test-only breakage (read from the environment by the entry point
+        only); STUCK_RECONCILIATION concerns the manager (the module docstring)."""
         self.owner = owner
         self.node = node
         self.network = network
@@ -119,6 +129,8 @@ class Manager:
         self._now = now
         self._log = log
         self._on_state = on_state  # told of every state change (the run's history)
+        # Test-only: the machine never hears that its inputs were corrected.
+        self._stuck = mutation is Mutation.STUCK_RECONCILIATION
         self.checkpoints = CheckpointStore()
         # The machine counts the answers of exactly the partners asked.
         policy = replace(policy, partners=tuple(p.name for p in self.partners))
@@ -184,7 +196,7 @@ class Manager:
         for sunion, sig in sorted(signals, key=lambda s: s[1].kind is not Kind.UP_FAILURE):
             if sig.kind is Kind.UP_FAILURE:
                 self.feed(cm.UpFailure(now, sunion))
-            elif sig.kind is Kind.REC_REQUEST:
+            elif sig.kind is Kind.REC_REQUEST and not self._stuck:
                 self.feed(cm.RecRequest(now, sunion))
         if self.machine.state is cm.State.STABILIZATION:
             self._progress(now)

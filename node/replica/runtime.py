@@ -46,6 +46,7 @@ from node.net.transport import Transport
 from node.procs.control import ControlPlane
 from node.procs.rundir import JsonlTupleWriter, RunDir
 from node.procs.source import END_OF_STREAM
+from node.replica import consistency as cm
 from node.replica.manager import Manager, Partner, policy_of
 from node.replica.recovery import (
     StateAsk,
@@ -105,8 +106,8 @@ class Replica:
         """``control=False`` runs without the HTTP control plane (the simulation drives the
         replica's methods directly); ``ask_state`` replaces the HTTP request for a
         partner's state during recovery (node/replica/recovery.py); ``mutation`` is a
-        test-only breakage of the input links (node/streams/link.py), read from the
-        environment by the entry point only."""
+        test-only breakage of the input links or of the consistency manager
+        (node/streams/mutation.py), read from the environment by the entry point only."""
         self.config = config
         self._control = control
         self._ask_state = ask_state
@@ -119,6 +120,9 @@ class Replica:
         self.network = QueryNetwork(self.node.network)
         if mutation is Mutation.RESUBSCRIBE_OVERLAP:
             log.error("%s: TEST MUTATION %s: resubscriptions overlap (duplicates)", name,
+                      mutation.value)
+        elif mutation is Mutation.STUCK_RECONCILIATION:
+            log.error("%s: TEST MUTATION %s: this replica never reconciles", name,
                       mutation.value)
         # SOutput operator name -> global stream name
         self.stream_of = {op: stream for stream, op in self.node.outputs.items()}
@@ -154,7 +158,7 @@ class Replica:
         self.manager = Manager(
             name, self.node.name, policy_of(self.node, name), self.network, partners,
             transport, self._emit, now_us, log=log, replay_step=self.node.settings.replay_step,
-            on_state=lambda state, at: self._record_state(state.value, at),
+            on_state=lambda state, at: self._record_state(state.value, at), mutation=mutation,
         )
         self.started = now_us()
         self.counters: dict[str, Any] = {
@@ -426,6 +430,7 @@ class Replica:
     def status(self) -> dict[str, Any]:
         now = now_us()
         m = self.manager.machine
+        reachable = cm.reachable(m)
         names = self.config.addresses()
         ha = self.monitor.status()
         replay = self.manager.replay_progress()
@@ -442,6 +447,10 @@ class Replica:
                 "policy": f"{m.policy.up_failure.value}/{m.policy.stabilization.value}, "
                           f"{m.policy.method.value}/redo, rank {m.policy.rank}",
                 "permission": m.permission.value,
+                # Per partner, our requests it left unanswered in a row, and whether its grant
+                # is needed (not once it refused the connection or was silent too long).
+                "partners": {p: {"unanswered": n, "counts": p in reachable}
+                             for p, n in zip(m.policy.partners, m.unanswered, strict=True)},
                 "sunion_mode": m.sunion_mode.value,
                 "replay": replay,
                 "last_reconciliation": self.manager.stats["last_reconciliation"],

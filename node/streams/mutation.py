@@ -2,7 +2,8 @@
 
 ``DPC_TEST_MUTATION`` names one; it is read once, at each process's entry
 (``node/procs/entry.py``; ``dpc simulate`` at its own), and passed down as a parameter to
-the replica, the client and their input links. Nothing else reads the environment.
+the replica (its input links and its consistency manager), the client and its input link.
+Nothing else reads the environment.
 """
 
 from __future__ import annotations
@@ -13,12 +14,18 @@ __all__ = ["MUTATION_DUPLICATES", "Mutation"]
 
 
 class Mutation(StrEnum):
-    """Test-only breakages of a link, switched on by ``DPC_TEST_MUTATION`` (read once, at
-    each process's entry: node/procs/entry.py) so that the harness can prove it catches
-    them. RESUBSCRIBE_OVERLAP: every resubscription asks again for the last stable tuple
-    the link holds (duplicate elimination on switching broken on purpose)."""
+    """Test-only breakages, switched on by ``DPC_TEST_MUTATION`` (read once, at each
+    process's entry: node/procs/entry.py) so that the harness can prove it catches them.
+
+    RESUBSCRIBE_OVERLAP (input links, node/streams/link.py): every resubscription asks again
+    for the last stable tuple the link holds (duplicate elimination on switching broken on
+    purpose). STUCK_RECONCILIATION (the replica's consistency manager,
+    node/replica/manager.py): the replica never starts a reconciliation: its SUnions'
+    REC_REQUESTs never reach the machine, so after a failure it stays in UP_FAILURE, its
+    tentative output never corrected (what the liveness check must catch)."""
 
     RESUBSCRIBE_OVERLAP = "resubscribe-overlap"
+    STUCK_RECONCILIATION = "stuck-reconciliation"
 
 
 #: The ``DPC_TEST_MUTATION`` value of the duplicates mutation.

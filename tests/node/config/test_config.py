@@ -117,16 +117,28 @@ def test_chain4_example_loads() -> None:
     assert cfg.nodes["n3"].settings.x == 3_000_000
 
 
+def test_three_example_loads() -> None:
+    cfg = load_config(EXAMPLES / "three.toml")
+    basic = load_config(EXAMPLES / "basic.toml")
+    (node,) = cfg.nodes.values()
+    assert [r.name for r in node.replicas] == ["n1a", "n1b", "n1c"]
+    assert node.network == basic.nodes["n1"].network and node.settings == DEFAULT_SETTINGS
+    assert cfg.consumers_of("s3") == ("n1a", "n1b", "n1c")
+
+
 def test_examples_use_disjoint_ports_in_range() -> None:
+    """Every example cluster loads, and they can run side by side (examples/README.md)."""
     ports: list[set[int]] = []
-    for name in ("basic.toml", "chain4.toml"):
-        cfg = load_config(EXAMPLES / name)
+    examples = sorted(EXAMPLES.glob("*.toml"))
+    assert {"basic.toml", "chain4.toml", "sim.toml", "three.toml"} <= {p.name for p in examples}
+    for path in examples:
+        cfg = load_config(path)
         mine = {s.port for s in cfg.sources.values()}
         for n in cfg.nodes.values():
             mine |= {p for r in n.replicas for p in (r.data_port, r.control_port)}
-        assert all(17000 <= p <= 19999 for p in mine)
+        assert all(17000 <= p <= 20999 for p in mine), path.name
+        assert not any(mine & other for other in ports), path.name
         ports.append(mine)
-    assert not ports[0] & ports[1]
 
 
 def test_readme_error_example_is_what_the_loader_says(tmp_path: Path) -> None:

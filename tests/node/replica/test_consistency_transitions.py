@@ -1,7 +1,7 @@
 """The consistency manager (node/replica/consistency.py), example by example: every entry of
 the transition table (STABLE, UP_FAILURE, STABILIZATION), the illegal pairs, the counting of
 SUnions and partners, the ranks of crossed permission requests, and the policy's checks. The
-two replicas of a node exchanging permission messages in any order are in
+replicas of a node exchanging permission messages in any order are in
 test_consistency_model.py."""
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from node.replica.consistency import (
     UpFailure,
     UpFailureStrategy,
     next_deadline,
+    reachable,
     start,
     step,
 )
@@ -62,6 +63,7 @@ from tests.node.replica.consistency_world import (
     up_failure,
 )
 
+NOBODY = "no partner reachable: each refused the connection or left 3 requests unanswered"
 ALL_EVENTS: list[type[Any]] = [
     Tick, UpFailure, RecRequest, PartnerAnswered, PartnerUnreachable, PermissionAsked,
     ReconciliationProgress,
@@ -212,7 +214,7 @@ def test_refusal_is_counted_and_the_retry_stays_on_schedule() -> None:
     assert m3 == m2 and actions == []
 
 
-def test_every_partner_must_grant_and_one_refusal_refuses() -> None:
+def test_every_partner_that_answers_must_grant_and_one_refusal_refuses() -> None:
     m = up_failure(policy(partners=("r1", "r2")), rec=True)
     m2, actions = step(m, granted(30 * MS, 1, "r1"))
     assert actions == [] and m2.granted == {"r1"} and m2.state is UP
@@ -236,7 +238,7 @@ def test_silent_partners_lead_to_a_self_grant_after_self_grant_after_requests() 
         assert actions == [AskPermission(Method.CHECKPOINT, request)]
         assert m.unanswered == (request,)
     m, actions = step(m, Tick(m.next_ask_at or 0))  # request 4: r1 left 4 > 3 unanswered
-    assert real(actions) == [SelfGrant(4, "no partner answered 3 requests"),
+    assert real(actions) == [SelfGrant(4, NOBODY),
                              Reconcile(Method.CHECKPOINT)]  # fmt: skip
     assert m.state is STAB and m.reconciliations == 1 and "granted request 4 itself" in logs(actions)
     # An answer, even a refusal, says the partner is alive: the count starts again.
@@ -246,7 +248,7 @@ def test_silent_partners_lead_to_a_self_grant_after_self_grant_after_requests() 
     assert actions == [AskPermission(Method.CHECKPOINT, 4)] and m.unanswered == (1,)
 
 
-def test_only_when_every_partner_is_silent_or_unreachable() -> None:
+def test_a_self_grant_only_when_every_partner_is_silent_or_unreachable() -> None:
     m = up_failure(policy(partners=("r1", "r2")), rec=True)
     for request in (2, 3, 4, 5):  # r2 answers every request, r1 none
         m, _ = step(m, refused(0, request - 1, "reconciling", "r2"))
@@ -254,12 +256,52 @@ def test_only_when_every_partner_is_silent_or_unreachable() -> None:
         assert actions == [AskPermission(Method.CHECKPOINT, request)]
     m, _ = step(m, PartnerUnreachable(0, "r2"))
     m, actions = step(m, Tick(m.next_ask_at or 0))
-    assert real(actions) == [SelfGrant(6, "no partner answered 3 requests"),
+    assert real(actions) == [SelfGrant(6, NOBODY),
                              Reconcile(Method.CHECKPOINT)]  # fmt: skip
     # An unreachable partner alone: silent past the limit at the very next request.
     m, _ = step(up_failure(rec=True), PartnerUnreachable(25 * MS, "r1"))
     m, actions = step(m, Tick(520 * MS))
-    assert real(actions)[0] == SelfGrant(2, "no partner answered 3 requests")
+    assert real(actions)[0] == SelfGrant(2, NOBODY)
+
+
+def test_every_reachable_partner_must_grant_an_unreachable_one_does_not_count() -> None:
+    """Issue 13, defect 3: with three replicas, a dead partner (its port refuses the
+    connection) must not block the reconciliation that the live one grants, whichever of
+    the grant and the failed connect comes first."""
+    m = up_failure(policy(partners=("r1", "r2")), rec=True)  # request 1 to r1 and r2
+    m2, actions = run(m, PartnerUnreachable(25 * MS, "r2"), granted(30 * MS, 1, "r1"))
+    assert m2.state is STAB and real(actions) == [Reconcile(Method.CHECKPOINT)]
+    assert "partner granted request 1" in logs(actions)
+    m3, actions = step(m, granted(30 * MS, 1, "r1"))  # r2 still counts: not yet
+    assert m3.state is UP and actions == [] and m3.granted == {"r1"}
+    m3, actions = step(m3, PartnerUnreachable(31 * MS, "r2"))
+    assert m3.state is STAB and real(actions) == [Reconcile(Method.CHECKPOINT)]
+    assert "every reachable partner granted request 1 ('r2' is unreachable)" in logs(actions)
+    assert m3.unanswered == (0, 4) and not m3.granted
+    # Unreachable with no grant in hand decides nothing (nobody reachable: the next request
+    # is a self-grant); nor without a pending request (none yet, or ours withdrawn).
+    m4, actions = run(m, PartnerUnreachable(25 * MS, "r1"), PartnerUnreachable(26 * MS, "r2"))
+    assert m4.state is UP and actions == []
+    assert step(m4, Tick(520 * MS))[1][0] == SelfGrant(2, NOBODY)
+    m5, _ = step(up_failure(policy(partners=("r1", "r2"))), granted(30 * MS, 0, "r1"))
+    assert step(m5, PartnerUnreachable(31 * MS, "r2"))[1] == []
+
+
+def test_a_silent_partner_stops_counting_after_self_grant_after_requests() -> None:
+    m = up_failure(policy(partners=("r1", "r2"), self_grant_after=3), rec=True)
+    for request in (1, 2, 3):  # r1 grants every request, r2 is silent: r2 still counts
+        m, actions = step(m, granted(0, request, "r1"))
+        assert actions == [] and m.state is UP
+        m, actions = step(m, Tick(m.next_ask_at or 0))
+        assert actions == [AskPermission(Method.CHECKPOINT, request + 1)]
+    assert m.unanswered == (1, 4) and reachable(m) == {"r1"}  # r2 left 4 > 3 unanswered
+    m2, actions = step(m, granted(0, 4, "r1"))
+    assert m2.state is STAB and real(actions) == [Reconcile(Method.CHECKPOINT)]
+    # An answer, to any request, makes it count again: r1's grant alone is not enough.
+    m3, _ = run(m, refused(0, 2, "reconciling", "r2"), granted(0, 4, "r1"))
+    assert m3.state is UP and reachable(m3) == {"r1", "r2"} and m3.granted == {"r1"}
+    m3, actions = step(m3, granted(0, 4, "r2"))
+    assert m3.state is STAB and real(actions) == [Reconcile(Method.CHECKPOINT)]
 
 
 def test_a_node_without_partners_grants_itself_at_once() -> None:

@@ -17,11 +17,12 @@ from node.net.memory import MemoryTransport
 from node.net.transport import Connection
 from node.replica import consistency as cm
 from node.replica.manager import Emit, Manager, Partner, policy_of
+from node.streams.mutation import Mutation
 from operators import NetworkOutput, QueryNetwork
 from ops_scripts.harness.simulate import DEFAULT_CLUSTER
 from protocol.errors import RemoteProtocolError
 from protocol.messages import Message, ReconcileGrant, ReconcileRefuse, ReconcileRequest
-from protocol.tuples import Kind, Tuple, make_tuple
+from protocol.tuples import Kind, Tuple, boundary, make_tuple
 from state.errors import CheckpointError
 
 LOG = logging.getLogger("test.manager")
@@ -29,11 +30,12 @@ LOG = logging.getLogger("test.manager")
 
 def make_manager(partners: Sequence[Partner] = (), transport: MemoryTransport | None = None,
                  *, emit: Emit | None = None, now: Callable[[], int] = lambda: 0,
-                 checkpoint: bool = True) -> Manager:
+                 checkpoint: bool = True, mutation: Mutation | None = None) -> Manager:
     node = load_config(DEFAULT_CLUSTER).nodes["n1"]
     transport = transport or MemoryTransport().for_process("n1a")
     manager = Manager("n1a", "n1", policy_of(node, "n1a"), QueryNetwork(node.network),
-                      list(partners), transport, emit or (lambda out, now: None), now, log=LOG)
+                      list(partners), transport, emit or (lambda out, now: None), now, log=LOG,
+                      mutation=mutation)
     if checkpoint:
         manager.feed(cm.Tick(0))  # checkpoint 0, as the deadline loop takes it at once
     return manager
@@ -131,6 +133,51 @@ async def test_signals_of_one_call_are_events_per_sunion_up_failures_first() -> 
     assert manager.stats["reconciliations"] == 1
 
 
+@pytest.mark.parametrize("mutation", [None, Mutation.STUCK_RECONCILIATION])
+async def test_under_the_stuck_reconciliation_mutation_a_replica_never_reconciles(
+        mutation: Mutation | None) -> None:
+    """Contract point 5 (issue 13): s2 falls silent, the SUnion releases s1's bucket
+    tentatively after alpha*X (UP_FAILURE), then s2's missing tuple arrives and every input
+    is corrected (REC_REQUEST). A sound replica (no partner: it grants itself) reconciles
+    and is STABLE again; under the mutation it stays in UP_FAILURE however long it waits."""
+    clock = [0]
+    signals: list[Kind] = []
+
+    def emit(out: NetworkOutput, now: int) -> None:
+        signals.extend(s.kind for _, s in out.signals)
+        manager.on_signals(out.signals, now)
+
+    def push(stream: str, tuples: list[Tuple], at: int) -> None:
+        clock[0] = at
+        emit(manager.network.push(stream, tuples, at), at)
+        manager.wake()
+
+    manager = make_manager(emit=emit, now=lambda: clock[0], mutation=mutation)
+    run = asyncio.create_task(manager.run())
+    push("s1", [make_tuple(Kind.STABLE, 1, 10, 10, (0, 50)), boundary(100_000)], 0)
+    push("s2", [boundary(100_000)], 0)
+    push("s1", [make_tuple(Kind.STABLE, 2, 150_000, 150_000, (1, 50)), boundary(300_000)], 200_000)
+    clock[0] = 900_000  # past alpha*X = 0.7 s: s2 is late
+    manager.wake()
+    await until(lambda: manager.state is cm.State.UP_FAILURE, "the tentative release")
+    push("s2", [make_tuple(Kind.STABLE, 1, 120_000, 120_000, (1, 60)), boundary(300_000)],
+         1_000_000)
+    assert signals == [Kind.UP_FAILURE, Kind.REC_REQUEST]  # the inputs are corrected
+    if mutation is None:
+        await until(lambda: manager.state is cm.State.STABLE, "the reconciliation")
+        assert manager.machine.reconciliations == manager.stats["reconciliations"] == 1
+    else:
+        for t in range(2, 30):  # retries, checkpoints and timers due: none of them helps
+            clock[0] = t * 1_000_000
+            manager.wake()
+            await asyncio.sleep(0)
+        assert manager.state is cm.State.UP_FAILURE and manager.machine.reconciliations == 0
+        assert manager.stats["permission_requests"] == 0
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+
+
 async def answering_partner(net: MemoryTransport, answer: type[Message]) -> Partner:
     """Replica n1b of the node, answering every request with ``answer``."""
 
@@ -175,6 +222,23 @@ async def test_an_unreachable_partner_is_silent_and_the_next_request_is_granted_
     manager.feed(cm.Tick(manager.machine.next_ask_at or 0))  # the retry
     assert manager.state is cm.State.STABILIZATION and manager.stats["self_grants"] == 1
     assert manager.stats["permission_requests"] == 2
+
+
+async def test_a_dead_partner_does_not_block_the_grant_of_a_live_one() -> None:
+    """Issue 13, defect 3, at the runtime: n1c's port refuses the connection (it was killed),
+    n1b grants: the replica reconciles on n1b's grant alone, at its first request."""
+    net = MemoryTransport()
+    manager = make_manager([await answering_partner(net, ReconcileGrant),
+                            Partner("n1c", "nowhere", 1)], net.for_process("n1a"))
+    run = asyncio.create_task(manager.run())
+    manager.on_signals([("u", signal(Kind.UP_FAILURE)), ("u", signal(Kind.REC_REQUEST))], 5)
+    await until(lambda: manager.machine.reconciliations == 1, "n1b's grant reconciles")
+    assert manager.stats["permission_requests"] == 1 and manager.stats["self_grants"] == 0
+    await until(lambda: manager.state is cm.State.STABLE, "the replay ends, caught up")
+    assert manager.machine.unanswered == (0, 4)  # n1b answered, n1c refused the connection
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
 
 
 class DeadPeer:
