@@ -85,7 +85,7 @@ def test_bad_values_name_their_key(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("fault", "expected"), [
-    ('fault = "kill"\nprocess = "s1"', "faults[0]: process = 's1' is not a replica"),
+    ('fault = "kill"\nprocess = "c1"', "faults[0]: process = 'c1' is not a replica or a source"),
     ('fault = "partition"\nshape = "isolate"\nprocess = "n9"', "faults[0]: process = 'n9'"),
     ('fault = "pause"\nprocess = "n1a"\ncolour = "red"', "faults[0]: unknown key(s) ['colour']"),
     ('fault = "delay"\nbetween = ["s1", "c1"]\nseconds = 0.1',

@@ -16,6 +16,7 @@ import pytest
 
 from node.config.load import load_config
 from node.replica.runtime import MUTATION_DUPLICATES
+from node.streams.mutation import Mutation
 from ops_scripts.cli import main
 from ops_scripts.harness.schedule import parse_faults
 from ops_scripts.harness.simulate import DEFAULT_CLUSTER, SimOptions, simulate_many, simulate_one
@@ -99,6 +100,24 @@ def test_the_mutation_is_caught_by_the_simulation(tmp_path: Path,
     failed = [r for r in results if not r.ok]
     assert failed
     assert any("duplicate" in why for r in failed for why in r.failures), failed[0].failures
+
+
+def test_liveness_catches_a_stuck_reconciliation(config, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 13: a replica that never leaves UP_FAILURE used to pass every check (a client
+    reads its partner). With its reconciliation stuck on purpose (``stuck-reconciliation``,
+    node/replica/manager.py), the liveness property says so; without, the same run is
+    valid. The quiet period outlasts the bound B (about 7 s on this cluster), so that the
+    verdict is ``invalid``, not ``unknown`` (a run that ends before B cannot tell)."""
+    faults = parse_faults([{"at": 0.5, "for": 2.0, "fault": "partition", "shape": "source",
+                            "source": "s1", "cut": "blackhole"}], config)
+    opts = SimOptions(duration=3.0, quiet=20.0)
+    good = simulate_one(config, 0, tmp_path / "good", opts, faults=faults)
+    assert good.ok, good.failures
+    stuck = simulate_one(config, 0, tmp_path / "stuck", opts, faults=faults,
+                         mutation=Mutation.STUCK_RECONCILIATION)
+    assert not stuck.ok
+    live = [why for why in stuck.failures if why.startswith("liveness")]
+    assert any("invalid" in why and "UP_FAILURE" in why for why in live), stuck.failures
 
 
 def test_the_cli_prints_figures_and_the_failing_schedule(tmp_path: Path,
