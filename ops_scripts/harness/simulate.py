@@ -28,7 +28,7 @@ Not simulated: pauses (SIGSTOP has no in-process equivalent that keeps connectio
 ``dpc torture`` covers them). Kills in the simulation cancel the replica's tasks, so its
 connections end cleanly, where a SIGKILL lets the kernel reset them.
 
-The test-only mutation switch (``DPC_TEST_MUTATION``, node/streams/link.py) is read once, by
+The test-only mutation switch (``DPC_TEST_MUTATION``, node/streams/mutation.py) is read once, by
 :func:`simulate_many`, as ``dpc node`` reads it at its entry, and handed to every replica
 and client of every run.
 
