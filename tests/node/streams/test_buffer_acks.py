@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import pytest
 
@@ -44,7 +45,7 @@ def net(request: pytest.FixtureRequest) -> Net:
     return make_net(request.param)
 
 
-async def replica(net: Net, name: str, **kw: object) -> Producer:
+async def replica(net: Net, name: str, **kw: Any) -> Producer:
     """A started producer of stream ``s`` with consumer c1 whose data port answers
     heartbeats, like a replica's."""
 
