@@ -184,8 +184,10 @@ class InputLink:
 
     @property
     def ack_id(self) -> int:
-        """What this link acknowledges (level-1): its last stable id processed."""
-        return self.last_stable_id
+        """What this link acknowledges (level-1): its last stable id processed (one less
+        under the overlap mutation, so that every producer still holds what it asks again)."""
+        s = self.last_stable_id
+        return s - 1 if self._overlap and s > 0 else s
 
     @property
     def reconnects(self) -> int:
