@@ -142,11 +142,11 @@ async def test_the_monitor_acks_to_every_upstream_replica_so_both_buffers_trim(n
 GRACE = 20_000  # µs
 
 
-async def run_out_the_grace(prod: Producer, first: int) -> int:
+async def run_out_the_grace(prod: Producer, first: int, unheard: str) -> int:
     """Publish a stable tuple per poll until the grace period (started by the first
-    publish) is over; returns the next id."""
+    publish) is over, which releases consumer ``unheard``; returns the next id."""
     i = first
-    while prod.pub._grace is not None:
+    while not prod.buffers["s"].lapsed(unheard):
         await prod.publish([S(i)])
         i += 1
         await asyncio.sleep(0.002)
@@ -160,7 +160,7 @@ async def test_a_consumer_never_heard_from_stops_pinning_after_the_grace(
     await b.publish(stable(1, 10))
     assert b.buffers["s"].trimmed_up_to == 0  # c1 holds everything in its grace period
     async with asyncio.timeout(GUARD):
-        n = await run_out_the_grace(b, 11)
+        n = await run_out_the_grace(b, 11, "c1")
     assert any("c1 never heard from in 0.02 s" in r.getMessage() for r in caplog.records)
     # Nobody holds trimming now: every stable tuple goes as it comes.
     await b.publish([S(n), T(n + 1)])
@@ -182,15 +182,18 @@ async def test_a_consumer_never_heard_from_stops_pinning_after_the_grace(
 
 async def test_a_consumer_heard_from_keeps_pinning_after_the_grace(net: Net) -> None:
     b = await replica(net, "b", consumer_grace=GRACE)
+    b.buffers["s"].set_consumers(["c1", "c2"])  # c2 never turns up
     await b.publish(stable(1, 10))
     conn = await raw_subscribe(net, b, "c1", Subscribe("s", "c1", 4, 0))  # heard from
     async with asyncio.timeout(GUARD):
         assert await conn.receive() == Batch("s", tuple(stable(5, 10)))
     await conn.close()  # and then gone (dead, or cut off)
     async with asyncio.timeout(GUARD):
-        await run_out_the_grace(b, 11)
-    # It held 4 when last heard from: a recovering replica resumes from here.
+        await run_out_the_grace(b, 11, "c2")
+    # c1 held 4 when last heard from: a recovering replica resumes from here.
     assert b.buffers["s"].trimmed_up_to == 4
-    assert b.pub.stats()["s"]["consumers"] == {"c1": {"acked": 4, "holds": True,
-                                                      "lapsed": False}}
+    assert b.pub.stats()["s"]["consumers"] == {
+        "c1": {"acked": 4, "holds": True, "lapsed": False},
+        "c2": {"acked": None, "holds": False, "lapsed": True},
+    }
     await b.stop()
