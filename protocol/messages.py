@@ -19,7 +19,7 @@ Wire codes are part of the protocol: never renumber one, only add new ones.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 from typing import TypeAlias
 
@@ -107,10 +107,19 @@ class Unsubscribe:
 
 @dataclass(frozen=True, slots=True)
 class HeartbeatRequest:
-    """A liveness and state probe; the answer echoes ``seq``."""
+    """A liveness and state probe; the answer echoes ``seq``.
+
+    ``acks`` maps each stream the sender reads from the receiver's node to the last stable
+    id the sender holds of it (what its link would :class:`Ack`, 0 for nothing yet). A
+    heartbeat reaches every replica of the upstream node, the ones the sender does not read
+    from too, so that every replica's output buffer trims by what this consumer holds
+    (an :class:`Ack` reaches only the producer the link reads). Ids are >= 0. Decoded
+    messages carry a plain ``dict`` here: treat it as read-only.
+    """
 
     sender: str
     seq: int
+    acks: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,8 @@ dicts would halve decode speed):
 * a tuple is ``[kind, id, time, tmax, [values...]]`` and a Batch ``[stream, [tuple, ...]]``;
 * a HeartbeatResponse is ``[replica, seq, state, [[stream, state], ...]]``, states as their
   integer values;
+* a HeartbeatRequest is ``[sender, seq, [[stream, acked id], ...]]`` (protocol version 2:
+  version 1 had no acks), each stream at most once, ids >= 0;
 * every other message is its ``str`` and ``int`` fields, in order.
 
 Invariants:
@@ -188,6 +190,23 @@ def _encode_heartbeat_response(msg: HeartbeatResponse) -> bytes:
     return _dumps("HeartbeatResponse", (msg.replica, msg.seq, msg.state.value, streams))
 
 
+def _encode_heartbeat_request(msg: HeartbeatRequest) -> bytes:
+    name = "cannot encode HeartbeatRequest"
+    _check_local(name, "sender", msg.sender, str)
+    _check_local(name, "seq", msg.seq, int)
+    if not isinstance(msg.acks, Mapping):
+        raise LocalProtocolError(f"{name}: field 'acks' must be a mapping, got {show(msg.acks)}")
+    acks = []
+    for stream, tuple_id in msg.acks.items():
+        if type(stream) is not str or type(tuple_id) is not int or tuple_id < 0:
+            raise LocalProtocolError(
+                f"{name}: field 'acks' must map stream names to tuple ids >= 0, "
+                f"got {show(stream)}: {show(tuple_id)}"
+            )
+        acks.append((stream, tuple_id))
+    return _dumps("HeartbeatRequest", (msg.sender, msg.seq, acks))
+
+
 def _check_local(name: str, field: str, x: object, typ: type) -> None:
     if type(x) is not typ:
         raise LocalProtocolError(f"{name}: field {field!r} must be {_WHAT[typ]}, got {show(x)}")
@@ -201,7 +220,6 @@ _SIMPLE: dict[type[Message], _Spec] = {
     for cls in (
         Subscribe,
         Unsubscribe,
-        HeartbeatRequest,
         Ack,
         ReconcileRequest,
         ReconcileGrant,
@@ -227,6 +245,7 @@ _ENCODERS: dict[type, tuple[MessageType, Callable[[Any], bytes]]] = {
 }
 _ENCODERS[Batch] = (MessageType.BATCH, _encode_batch)
 _ENCODERS[HeartbeatResponse] = (MessageType.HEARTBEAT_RESPONSE, _encode_heartbeat_response)
+_ENCODERS[HeartbeatRequest] = (MessageType.HEARTBEAT_REQUEST, _encode_heartbeat_request)
 
 
 # ---------------------------------------------------------------- decoding (remote side)
@@ -318,6 +337,36 @@ def _decode_heartbeat_response(p: Any, raw: _Raw) -> HeartbeatResponse:
     return HeartbeatResponse(replica, seq, own, streams)
 
 
+def _decode_heartbeat_request(p: Any, raw: _Raw) -> HeartbeatRequest:
+    name = "HeartbeatRequest"
+    if type(p) is not list or len(p) != 3:
+        raise RemoteProtocolError(
+            f"{name}: payload must be a list of 3 fields [sender, seq, acks], got {show(p)}"
+        )
+    sender, seq, entries = p
+    _check_remote(name, "sender", sender, str)
+    _check_remote(name, "seq", seq, int)
+    if type(entries) is not list:
+        raise RemoteProtocolError(f"{name}: field 'acks' must be a list, got {show(entries)}")
+    acks: dict[str, int] = {}
+    for n, entry in enumerate(entries):
+        where = f"{name} ack {n}"
+        if type(entry) is not list or len(entry) != 2 or type(entry[0]) is not str:
+            raise RemoteProtocolError(
+                f"{where}: must be a list [stream name, tuple id], got {show(entry)}"
+            )
+        stream, tuple_id = entry
+        if stream in acks:
+            raise RemoteProtocolError(f"{where}: stream {show(stream)} appears twice")
+        if type(tuple_id) is not int or tuple_id < 0:
+            raise RemoteProtocolError(
+                f"{where}: the tuple id of stream {show(stream)} must be an integer >= 0, "
+                f"got {show(tuple_id)}"
+            )
+        acks[stream] = tuple_id
+    return HeartbeatRequest(sender, seq, acks)
+
+
 def _remote_state(where: str, what: str, code: Any) -> ConsistencyState:
     if type(code) is int and code in _STATE_OF:
         return _STATE_OF[code]
@@ -353,6 +402,7 @@ for _cls, _spec in _SIMPLE.items():
     _DECODERS[MESSAGE_TYPES[_cls]] = _simple_decoder(_cls, _spec)
 _DECODERS[MessageType.BATCH] = _decode_batch
 _DECODERS[MessageType.HEARTBEAT_RESPONSE] = _decode_heartbeat_response
+_DECODERS[MessageType.HEARTBEAT_REQUEST] = _decode_heartbeat_request
 
 
 def decode_payload(code: int, raw: bytes | bytearray) -> Message:

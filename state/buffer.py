@@ -27,11 +27,30 @@ Definitions and invariants (``s`` = last stable id, ``t`` = last tentative id):
   tentative one: an ack of tentative id 4 that is still in flight when 4 is corrected
   would otherwise let the stable 4 be trimmed before that consumer got it. So a known
   consumer's replay never hits the trim point.
-* On each ack (and change of consumers), trimming drops a prefix, up to and including the
-  last STABLE data tuple whose id is <= the smallest ack of all known consumers; the
-  control tuples right after that tuple stay (its consumers may not have received them).
-  Tentative tuples are never trimmed. A consumer that never acked, or no consumer at all,
-  trims nothing. ``trimmed_up_to`` is the id of the last data tuple trimmed (0: none).
+* A consumer is *heard from* once it acked (an Ack, the acks a heartbeat carries, or the
+  ``s`` of its Subscribe, which says as much: the publisher passes all three to ``ack``);
+  its acks reach every replica of this node, not only the one it reads from, so every
+  replica's buffer trims (node/streams/monitor.py). The consumers that *hold trimming*
+  are those heard from, and those never heard from until their owner's grace period
+  ended (:meth:`OutputBuffer.release_unheard`). On each ack (and change of consumers),
+  trimming drops a prefix, up to and including the last STABLE data tuple whose id is <=
+  the smallest ack of the consumers that hold trimming, or every stable tuple if none
+  does; the control tuples right after that tuple stay (its consumers may not have
+  received them). Tentative tuples are never trimmed. A consumer in its grace period that
+  never acked, or no consumer at all, trims nothing. ``trimmed_up_to`` is the id of the
+  last data tuple trimmed (0: none).
+* The grace rule (a consumer never heard from must not pin a buffer forever, a dead one
+  must). ``release_unheard`` (the owner calls it once its grace period ended) makes every
+  consumer not heard from yet stop holding trimming: *released*. While no consumer holds
+  trimming, every append trims too. A released consumer holds trimming again from its
+  first ack; it stays *lapsed* until an ack of it reaches the trim point or it is served
+  once: a lapsed consumer that subscribes from below the trim point is served from the
+  trim point (:meth:`OutputBuffer.replay_lapsed`: ``UNDO(s)`` first if it holds
+  tentatives, then everything after the last trimmed tuple); it missed the stable ids
+  ``s+1 .. trimmed_up_to``, which the publisher logs, naming it. A consumer that was heard
+  from and then went silent (dead, cut off) keeps its last ack and holds trimming there
+  for ever: a recovering replica resumes from these buffers (paper section 3.4; DESIGN.md
+  4). Any other replay from below the trim point raises :class:`ReplayError`.
 * ``replay(s, t)`` returns what makes a subscriber holding the in-force stream through
   data tuple ``max(s, t)`` hold this buffer's in-force stream:
   1. no tentatives held (``t <= s``): everything after data tuple ``s``;
@@ -135,10 +154,12 @@ class OutputBuffer:
 
     __slots__ = (
         "_acks",
+        "_free",
         "_head",
         "_items",
         "_last_id",
         "_last_stable_id",
+        "_released",
         "_tent",
         "_trimmed_up_to",
         "stream",
@@ -154,8 +175,12 @@ class OutputBuffer:
         self._last_id = 0
         self._last_stable_id = 0
         self._trimmed_up_to = 0
-        # Consumer name -> highest id it acknowledged (None: not yet).
+        # Consumer name -> highest id it acknowledged (None: not heard from yet).
         self._acks: dict[str, int | None] = {}
+        # Consumers released by the grace rule and lapsed since (module docstring).
+        self._released: set[str] = set()
+        # No consumer holds trimming, but there are consumers: appends trim too.
+        self._free = False
 
     # ------------------------------------------------------------------ producing
     def append(self, tuples: Iterable[Tuple]) -> None:
@@ -210,6 +235,8 @@ class OutputBuffer:
             self._no_stable_after(batch, kinds, 0, self._items[self._tent][1])
         self._last_id = batch[last][1]
         self._items.extend(batch)
+        if self._free:
+            self._trim()
 
     def _no_stable_after(self, batch: list[Tuple], kinds: list[Kind], k: int, tid: int) -> None:
         try:
@@ -301,16 +328,20 @@ class OutputBuffer:
             )
 
     def set_consumers(self, names: Iterable[str]) -> None:
-        """The consumers whose acks trim the buffer. Acks of consumers that stay are kept; a
-        new consumer holds trimming back until it acks."""
+        """The consumers whose acks trim the buffer. Acks (and releases) of consumers that
+        stay are kept; a new consumer holds trimming back until it acks (or until the next
+        ``release_unheard``)."""
         self._acks = {name: self._acks.get(name) for name in names}
+        self._released &= self._acks.keys()
+        self._update_free()
         self._trim()
 
     def ack(self, consumer: str, tuple_id: int) -> None:
         """``consumer`` holds the stable stream through id ``tuple_id``: its last stable id,
         the one it would SUBSCRIBE with. Acks only move forward (a late, older ack is
         ignored). An ack beyond this buffer's last stable id trims up to that id only, and
-        the rest waits for a later ack."""
+        the rest waits for a later ack. A released consumer holds trimming again from here
+        (module docstring, the grace rule)."""
         try:
             prev = self._acks[consumer]
         except KeyError:
@@ -319,9 +350,47 @@ class OutputBuffer:
                 f"stream {self.stream!r}: ack from unknown consumer {consumer!r} "
                 f"(known consumers: {known})"
             ) from None
-        if prev is None or tuple_id > prev:
-            self._acks[consumer] = tuple_id
+        acked = tuple_id if prev is None or tuple_id > prev else prev
+        self._acks[consumer] = acked
+        if consumer in self._released:
+            if acked >= self._trimmed_up_to:
+                self._released.discard(consumer)  # caught up: nothing of it was trimmed
+            self._update_free()
         self._trim()
+
+    def release_unheard(self) -> list[str]:
+        """The owner's grace period ended: every consumer not heard from yet stops holding
+        trimming (until its first ack) and is lapsed. Returns their names."""
+        names = [c for c, a in self._acks.items() if a is None and c not in self._released]
+        self._released.update(names)
+        self._update_free()
+        self._trim()
+        return names
+
+    def lapsed(self, consumer: str) -> bool:
+        """Whether ``consumer`` was released by the grace rule and has not caught up since:
+        a replay from below the trim point is served to it from there (``replay_lapsed``)."""
+        return consumer in self._released
+
+    def replay_lapsed(self, consumer: str, last_stable_id: int,
+                      last_tentative_id: int) -> list[Tuple]:
+        """What a lapsed ``consumer`` holding ``(s, t)``, ``s`` below the trim point, gets:
+        ``UNDO(s)`` if it holds tentatives (``t > s``), then everything after the last
+        trimmed data tuple. It missed the stable ids ``s+1 .. trimmed_up_to``; it counts as
+        holding the stream through ``trimmed_up_to`` from here (an ack of it), so it is
+        lapsed no more. Raises :class:`ReplayError` for any other consumer."""
+        s, t = last_stable_id, last_tentative_id
+        if consumer not in self._released or s >= self._trimmed_up_to:
+            raise ReplayError(
+                f"stream {self.stream!r}: {consumer!r} asked for a replay from id {s} as a "
+                f"lapsed consumer, but it is not one below the trim point (trimmed up to id "
+                f"{self._trimmed_up_to}; lapsed consumers: "
+                f"{', '.join(map(repr, sorted(self._released))) or 'none'})"
+            )
+        out = [undo(s)] if t > s else []
+        out.extend(self._items[self._head :])
+        self.ack(consumer, self._trimmed_up_to)  # lapsed no more (ack reaches the trim point)
+        return out
 
     # ------------------------------------------------------------------ inspection
     def __len__(self) -> int:
@@ -360,6 +429,15 @@ class OutputBuffer:
     def consumers(self) -> tuple[str, ...]:
         return tuple(self._acks)
 
+    def consumer_status(self) -> dict[str, dict[str, int | bool | None]]:
+        """Per consumer: its highest ack (None: not heard from), whether it holds trimming,
+        whether it is lapsed (plain data, for /status)."""
+        return {
+            c: {"acked": a, "holds": a is not None or c not in self._released,
+                "lapsed": c in self._released}
+            for c, a in self._acks.items()
+        }
+
     # ------------------------------------------------------------------ internals
     def _cut(self, u: int) -> int:
         """Index right after the last held data tuple with id <= u (``_head`` if none).
@@ -381,13 +459,22 @@ class OutputBuffer:
                 lo = j + 1  # key is <= u from mid through j
         return lo
 
+    def _update_free(self) -> None:
+        released = self._released
+        self._free = bool(self._acks) and all(
+            a is None and c in released for c, a in self._acks.items()
+        )
+
     def _trim(self) -> None:
-        acked = self._acks.values()
-        if not acked:
+        acks = self._acks
+        if not acks:
             return
         low = self._last_stable_id  # tentative tuples are never trimmed
-        for a in acked:
+        released = self._released
+        for c, a in acks.items():
             if a is None:
+                if c in released:
+                    continue  # the grace rule: it no longer holds trimming
                 return
             low = min(low, a)
         if low <= self._trimmed_up_to:

@@ -13,6 +13,8 @@ The format (``examples/README.md`` has the long version)::
     name = "basic"
     token = "change-me"        # shared secret for mutating control-plane requests, non-empty
     control_host = "127.0.0.1" # optional
+    consumer_grace = 30.0      # optional, seconds (> 0): how long a consumer never heard
+                               # from holds output buffers' trimming (state/buffer.py)
 
     [defaults]                 # optional; every key optional, these are the defaults
     x = 3.0                    # the delay bound X, seconds (> 0)
@@ -89,6 +91,7 @@ from node.config.check import (
     order_nodes,
 )
 from node.config.model import (
+    DEFAULT_CONSUMER_GRACE,
     AttributeGen,
     ClientConfig,
     ClusterConfig,
@@ -149,6 +152,7 @@ def parse_config(raw: Mapping[str, Any], path: Path) -> ClusterConfig:
     name = cluster.string("name", nonempty=True)
     token = cluster.string("token", nonempty=True)
     control_host = cluster.string("control_host", DEFAULT_HOST, nonempty=True)
+    consumer_grace = cluster.seconds("consumer_grace", DEFAULT_CONSUMER_GRACE)
     cluster.finish()
     base = _settings(defaults, DEFAULT_SETTINGS)
     defaults.finish()
@@ -183,6 +187,7 @@ def parse_config(raw: Mapping[str, Any], path: Path) -> ClusterConfig:
         clients=clients,
         streams=streams,
         raw=raw,
+        consumer_grace=consumer_grace,
     )
 
 

@@ -20,6 +20,7 @@ from operators.spec import NetworkSpec
 from protocol.tuples import Schema
 
 __all__ = [
+    "DEFAULT_CONSUMER_GRACE",
     "AttributeGen",
     "ClientConfig",
     "ClusterConfig",
@@ -28,6 +29,12 @@ __all__ = [
     "ReplicaConfig",
     "SourceConfig",
 ]
+
+
+#: ``[cluster] consumer_grace`` when the file says nothing: 30 s (microseconds). A consumer
+#: never heard from holds an output buffer's trimming this long after the first tuple
+#: (state/buffer.py's grace rule): long enough for a cluster's clients to start.
+DEFAULT_CONSUMER_GRACE = 30_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +127,8 @@ class ClusterConfig:
     clients: Mapping[str, ClientConfig]
     streams: Mapping[str, Schema]  # every global stream and its schema
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    # How long a consumer never heard from holds output buffers' trimming (state/buffer.py).
+    consumer_grace: int = DEFAULT_CONSUMER_GRACE
 
     def replica(self, name: str) -> ReplicaConfig:
         for node in self.nodes.values():

@@ -47,7 +47,7 @@ class Source:
         self.transport = transport
         buf = OutputBuffer(name)
         buf.set_consumers(config.consumers_of(name))
-        self.publisher = Publisher(name, {name: buf}, log=log)
+        self.publisher = Publisher(name, {name: buf}, consumer_grace=config.consumer_grace, log=log)
         self.log_writer = TupleLogWriter(
             run_dir.source_log(name), self.src.schema, types=arrow_types(self.src), flush_every=10**9
         )

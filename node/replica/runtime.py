@@ -133,7 +133,8 @@ class Replica:
             buf.set_consumers(config.consumers_of(stream))
             buffers[stream] = buf
         self.buffers = buffers
-        self.publisher = Publisher(name, buffers, responder=self._respond, log=log)
+        self.publisher = Publisher(name, buffers, responder=self._respond,
+                                   consumer_grace=config.consumer_grace, log=log)
         #: While recovering: what it is waiting for (status), else None.
         self.recovering: str | None = None
         self.recovery: dict[str, Any] | None = None  # the last recovery, for status

@@ -183,6 +183,13 @@ class InputLink:
         return self.producer is not None
 
     @property
+    def ack_id(self) -> int:
+        """What this link acknowledges (level-1): its last stable id processed (one less
+        under the overlap mutation, so that every producer still holds what it asks again)."""
+        s = self.last_stable_id
+        return s - 1 if self._overlap and s > 0 else s
+
+    @property
     def reconnects(self) -> int:
         """Connections after the first one (each one a resubscription)."""
         return max(0, self.connects - 1)
@@ -451,7 +458,7 @@ class InputLink:
         try:
             while True:
                 await asyncio.sleep(self._ack_interval)
-                s = self.last_stable_id
+                s = self.ack_id
                 if s > self._acked:
                     await conn.send(Ack(self.stream, self.subscriber, s))
                     self._acked = s

@@ -9,7 +9,11 @@ Theory of operation
 -------------------
 Per upstream replica, one *probe* connection to its data port carries ``HeartbeatRequest``
 every ``interval`` (the :class:`~node.streams.upstream.HeartbeatTracker`'s grid) and brings back
-``HeartbeatResponse`` with the state of each of its output streams. After every answer and
+``HeartbeatResponse`` with the state of each of its output streams. Each request carries
+the owner's acks of the streams it reads from that replica's node (``link.ack_id`` of
+each link: what the link would Ack): the heartbeats reach every upstream replica, the ones
+no link reads from too, so that their output buffers trim by what this consumer holds
+(an Ack reaches only the producer a link reads; state/buffer.py). After every answer and
 every round, :meth:`UpstreamMonitor.evaluate` runs :func:`~node.streams.upstream.choose_upstream`
 for each monitored link and moves the link when the choice differs from the producer in
 use: ``Resume.IDS`` is a plain resubscription, ``Resume.TMAX`` also arms the link's tmax
@@ -118,6 +122,11 @@ class UpstreamMonitor:
         self._address = {r.name: r.address for rs in self.replicas.values() for r in rs}
         names = sorted({r.name for rs in self.replicas.values() for r in rs})
         self._probes = {r.name: _Probe(r) for rs in self.replicas.values() for r in rs}
+        # Upstream replica -> the monitored streams it produces (what its heartbeats ack).
+        self._acked_at: dict[str, list[str]] = {}
+        for s, rs in self.replicas.items():
+            for r in rs:
+                self._acked_at.setdefault(r.name, []).append(s)
         self.tracker = HeartbeatTracker(names, interval, misses, start=_now()) if names else None
         self.interval = interval
         self._log = log
@@ -233,6 +242,11 @@ class UpstreamMonitor:
         }
 
     # ------------------------------------------------------------------ heartbeats
+    def acks_for(self, replica: str) -> dict[str, int]:
+        """The acks a heartbeat to ``replica`` carries: each monitored stream it produces
+        -> the link's ack id (0 while the link holds nothing: the consumer is heard from)."""
+        return {s: self.links[s].ack_id for s in self._acked_at.get(replica, ())}
+
     async def run(self) -> None:
         if self.tracker is None:
             return
@@ -255,7 +269,7 @@ class UpstreamMonitor:
                 if conn is not None:
                     # A failed send: the probe's reader notices and reconnects.
                     with contextlib.suppress(OSError):
-                        await conn.send(HeartbeatRequest(self.owner, seq))
+                        await conn.send(HeartbeatRequest(self.owner, seq, self.acks_for(name)))
             self.evaluate()
 
     async def _keep_connected(self, probe: _Probe, tracker: HeartbeatTracker) -> None:

@@ -30,7 +30,16 @@ Invariants:
   cannot serve, an unexpected message, silence for ``hello_timeout`` after connecting) is
   logged with the peer's name and closes that connection only (STYLE.md 9).
 * Acks go to ``buffer.ack`` for subscribers that are consumers of the buffer (which its
-  owner sets with ``set_consumers``); acks of others trim nothing and are ignored.
+  owner sets with ``set_consumers``); acks of others trim nothing and are ignored. A
+  consumer's Subscribe counts as its ack of ``last_stable_id`` (it holds that much), and
+  so do the acks a ``HeartbeatRequest`` carries (node/streams/monitor.py sends them to
+  every replica of this node, so that a buffer no consumer reads trims too). A heartbeat
+  acking a stream this publisher does not serve, or one the sender is not a consumer of,
+  is refused like any bad input, and none of its acks is applied.
+* The grace rule (state/buffer.py): ``consumer_grace`` µs after the first publish, every
+  consumer not heard from yet (no Subscribe, Ack or heartbeat) stops holding its buffers'
+  trimming, with a warning naming it. If it subscribes later from below the trim point,
+  it is served from there, and a warning names it and the stable ids it missed.
 * While ``refusing`` is set (a replica recovering, node/replica/recovery.py) every Subscribe is
   refused with that reason and the connection closed; the responder may then return None
   to a heartbeat (no answer: the replica counts as down).
@@ -47,6 +56,8 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from node.clock import now_us
+from node.config.model import DEFAULT_CONSUMER_GRACE
 from node.errors import NodeError
 from node.net.transport import Connection
 from protocol.errors import RemoteProtocolError
@@ -129,12 +140,17 @@ class Publisher:
         max_batch: int = 100,
         hello_timeout: float = 5.0,
         responder: Callable[[Message], Message | None] | None = None,
+        consumer_grace: int = DEFAULT_CONSUMER_GRACE,
         log: logging.Logger,
     ) -> None:
         if high_water < 1 or max_batch < 1:
             raise NodeError(
                 f"publisher {owner!r}: high_water and max_batch must be at least 1, got "
                 f"{high_water} and {max_batch}"
+            )
+        if consumer_grace < 0:
+            raise NodeError(
+                f"publisher {owner!r}: consumer_grace must be >= 0 µs, got {consumer_grace}"
             )
         self.owner = owner
         self._buffers = buffers
@@ -150,6 +166,10 @@ class Publisher:
         self._room = asyncio.Event()
         self._room_waiters = 0
         self._accepted = 0  # connections accepted so far (each session's seq)
+        # The grace rule: its length (None once applied), and its end (None until the first
+        # publish starts it). The clock is read per publish only until then.
+        self._grace: int | None = consumer_grace
+        self._grace_ends: int | None = None
 
     # ------------------------------------------------------------------ producing
     def publish(self, stream: str, tuples: Iterable[Tuple]) -> None:
@@ -164,6 +184,8 @@ class Publisher:
         if not batch:
             return
         buffer.append(batch)  # raises on a broken invariant: then nobody gets the batch
+        if self._grace is not None:
+            self._grace_tick()
         subs = self._live.get(stream)
         if subs:
             for sub in subs.values():
@@ -174,6 +196,29 @@ class Publisher:
                     if sub.ahead.passing:
                         sub.ahead = None
                 sub.session.wakeup.set()
+
+    def _grace_tick(self) -> None:
+        """Start the grace period at the first publish; once it is over, release every
+        consumer not heard from yet (state/buffer.py's grace rule), once."""
+        now = now_us()
+        if self._grace_ends is None:
+            self._grace_ends = now + (self._grace or 0)
+        if now < self._grace_ends:
+            return
+        for stream, buffer in self._buffers.items():
+            released = buffer.release_unheard()
+            if released:
+                self._log.warning(
+                    "%s: %s never heard from in %g s: no longer holding the trimming of "
+                    "%r's buffer (trimmed up to id %d now); served from the trim point if "
+                    "it subscribes later",
+                    self.owner,
+                    ", ".join(released),
+                    (self._grace or 0) / 1e6,
+                    stream,
+                    buffer.trimmed_up_to,
+                )
+        self._grace = None
 
     async def wait_for_room(self) -> None:
         """Return once every live subscription has fewer than ``high_water`` tuples
@@ -210,6 +255,7 @@ class Publisher:
                 "last_id": buffer.last_id,
                 "last_stable_id": buffer.last_stable_id,
                 "trimmed_up_to": buffer.trimmed_up_to,
+                "consumers": buffer.consumer_status(),
                 "subscribers": {
                     name: {"peer": sub.session.conn.peer, "pending": sub.backlog, "sent": sub.sent}
                     for name, sub in subs.items()
@@ -297,6 +343,10 @@ class Publisher:
                 self._unlink(sub)
             return None
         if self._responder is not None and isinstance(msg, HeartbeatRequest | ReconcileRequest):
+            if isinstance(msg, HeartbeatRequest) and msg.acks:
+                problem = self._heartbeat_acks(msg)
+                if problem is not None:
+                    return problem
             reply = self._responder(msg)
             if reply is not None:  # None: the owner stays silent (it is still recovering)
                 session.replies.append(reply)
@@ -309,11 +359,31 @@ class Publisher:
             )
         return f"sent an unexpected {type(msg).__name__} (expected Subscribe, Unsubscribe or Ack)"
 
+    def _heartbeat_acks(self, msg: HeartbeatRequest) -> str | None:
+        """Apply the acks ``msg`` carries, each like an Ack of its sender, or none of them
+        (and say why) if one names a stream not served here or one the sender does not
+        consume."""
+        for stream in msg.acks:
+            buffer = self._buffers.get(stream)
+            if buffer is None:
+                return (f"sent a heartbeat acking unknown stream {stream!r} "
+                        f"({self._streams()})")
+            if msg.sender not in buffer.consumers:
+                consumers = ", ".join(map(repr, buffer.consumers)) or "none"
+                return (f"sent a heartbeat acking stream {stream!r} as {msg.sender!r}, which "
+                        f"is not one of its consumers ({consumers})")
+        for stream, tuple_id in msg.acks.items():
+            self._buffers[stream].ack(msg.sender, tuple_id)
+        return None
+
     def _subscribe(self, session: _Session, msg: Subscribe) -> str | None:
         stream, name = msg.stream, msg.subscriber
         buffer = self._buffers.get(stream)
         if buffer is None:
             return f"subscribed {name!r} to unknown stream {stream!r} ({self._streams()})"
+        consumer = name in buffer.consumers
+        if consumer:
+            buffer.ack(name, msg.last_stable_id)  # it holds that much: heard from
         if self.refusing is not None:
             return f"subscribed {name!r} to {stream!r}, refused: this replica is {self.refusing}"
         held = self._live.get(stream, {}).get(name)
@@ -332,7 +402,19 @@ class Publisher:
             if ahead.passing:
                 ahead = None
         except ReplayError as exc:
-            return f"subscribed {name!r} from tuples already trimmed: {exc}"
+            if not (consumer and buffer.lapsed(name)):
+                return f"subscribed {name!r} from tuples already trimmed: {exc}"
+            # Never heard from within the grace period (state/buffer.py): served from the
+            # trim point; what it missed is gone, and said so.
+            trimmed = buffer.trimmed_up_to
+            catchup = buffer.replay_lapsed(name, msg.last_stable_id, msg.last_tentative_id)
+            self._log.warning(
+                "%s: %s subscribed to %r from stable id %d, but it was not heard from within "
+                "the grace period and the buffer was trimmed up to id %d: serving it from "
+                "there; it missed stable ids %d..%d",
+                self.owner, name, stream, msg.last_stable_id, trimmed,
+                msg.last_stable_id + 1, trimmed,
+            )
         # From here to the registration there is no await: nothing published can slip
         # between the replay and the live feed.
         old = self._live.setdefault(stream, {}).get(name)

@@ -49,6 +49,8 @@ __all__ = [
 
 #: Every int orjson carries: signed 64-bit up to unsigned 64-bit.
 ints = st.integers(min_value=-(2**63), max_value=2**64 - 1)
+#: Acked tuple ids: never negative.
+ack_ids = st.integers(min_value=0, max_value=2**64 - 1)
 #: Stream / replica names, including the empty string and non-ASCII (never lone surrogates).
 names = st.text(max_size=12)
 #: Attribute values: JSON scalars, floats finite.
@@ -73,7 +75,9 @@ MESSAGE_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     Batch: st.builds(Batch, names, st.lists(tuples, max_size=20).map(tuple)),
     Subscribe: st.builds(Subscribe, names, names, ints, ints),
     Unsubscribe: st.builds(Unsubscribe, names, names),
-    HeartbeatRequest: st.builds(HeartbeatRequest, names, ints),
+    HeartbeatRequest: st.builds(
+        HeartbeatRequest, names, ints, st.dictionaries(names, ack_ids, max_size=5)
+    ),
     HeartbeatResponse: st.builds(
         HeartbeatResponse, names, ints, states, st.dictionaries(names, states, max_size=5)
     ),

@@ -15,6 +15,7 @@ import pytest
 
 from protocol import (
     DEFAULT_MAX_FRAME_SIZE,
+    VERSION,
     Ack,
     Batch,
     ConsistencyState,
@@ -34,7 +35,7 @@ from protocol import (
 )
 
 
-def frame(code: int, payload: Any, *, version: int = 1) -> bytes:
+def frame(code: int, payload: Any, *, version: int = VERSION) -> bytes:
     body = payload if isinstance(payload, bytes) else orjson.dumps(payload)
     return struct.pack(">IBB", len(body) + 2, version, code) + body
 
@@ -92,7 +93,20 @@ def test_length_too_short_for_version_and_type(length: int) -> None:
 
 def test_unknown_version() -> None:
     msg = refused(frame(MessageType.ACK, ["s", "c", 1], version=7))
-    assert msg == "unknown protocol version 7 (this side speaks 1)"
+    assert msg == f"unknown protocol version 7 (this side speaks {VERSION})"
+
+
+def test_a_peer_of_the_version_before_the_heartbeat_acks_is_refused_by_version() -> None:
+    old = frame(MessageType.HEARTBEAT_REQUEST, ["c1", 1], version=1)
+    assert refused(old) == f"unknown protocol version 1 (this side speaks {VERSION})"
+
+
+def test_heartbeat_acks_round_trip_in_order() -> None:
+    msg = HeartbeatRequest("c1", 7, {"n1.out": 41, "n1.aux": 0})
+    data = encode(msg)
+    assert orjson.loads(data[6:]) == ["c1", 7, [["n1.out", 41], ["n1.aux", 0]]]
+    assert decode_frame(data) == msg
+    assert decode_frame(encode(HeartbeatRequest("c1", 8))) == HeartbeatRequest("c1", 8, {})
 
 
 @pytest.mark.parametrize("code", [0, 10, 42, 255])
@@ -246,8 +260,49 @@ def test_error_messages_stay_short_however_large_the_garbage() -> None:
         (MessageType.UNSUBSCRIBE, {"stream": "s"}, "Unsubscribe: payload must be a list of 2"),
         (
             MessageType.HEARTBEAT_REQUEST,
-            [None, 1],
+            [None, 1, []],
             "HeartbeatRequest: field 'sender' must be a string, got None",
+        ),
+        (
+            MessageType.HEARTBEAT_REQUEST,
+            ["c1", 1],  # version 1's layout, under version 2's byte
+            "HeartbeatRequest: payload must be a list of 3 fields [sender, seq, acks], "
+            "got ['c1', 1]",
+        ),
+        (
+            MessageType.HEARTBEAT_REQUEST,
+            ["c1", 1, {"s": 3}],
+            "HeartbeatRequest: field 'acks' must be a list, got {'s': 3}",
+        ),
+        (
+            MessageType.HEARTBEAT_REQUEST,
+            ["c1", 1, [["s", 3], ["t"]]],
+            "HeartbeatRequest ack 1: must be a list [stream name, tuple id], got ['t']",
+        ),
+        (
+            MessageType.HEARTBEAT_REQUEST,
+            ["c1", 1, [[3, "s"]]],
+            "HeartbeatRequest ack 0: must be a list [stream name, tuple id], got [3, 's']",
+        ),
+        (
+            MessageType.HEARTBEAT_REQUEST,
+            ["c1", 1, [["s", 3], ["s", 4]]],
+            "HeartbeatRequest ack 1: stream 's' appears twice",
+        ),
+        (
+            MessageType.HEARTBEAT_REQUEST,
+            ["c1", 1, [["s", -1]]],
+            "HeartbeatRequest ack 0: the tuple id of stream 's' must be an integer >= 0, got -1",
+        ),
+        (
+            MessageType.HEARTBEAT_REQUEST,
+            ["c1", 1, [["s", True]]],
+            "HeartbeatRequest ack 0: the tuple id of stream 's' must be an integer >= 0, got True",
+        ),
+        (
+            MessageType.HEARTBEAT_REQUEST,
+            ["c1", 1, [["s", 2.0]]],
+            "HeartbeatRequest ack 0: the tuple id of stream 's' must be an integer >= 0, got 2.0",
         ),
         (MessageType.ACK, ["s", "c", 2.0], "Ack: field 'tuple_id' must be an integer, got 2.0"),
         (
@@ -361,6 +416,23 @@ def t(*values: Any, kind: Any = Kind.STABLE, id: Any = 1) -> Tuple:
         (
             HeartbeatRequest("a", "1"),
             "cannot encode HeartbeatRequest: field 'seq' must be an integer, got '1'",
+        ),
+        (
+            HeartbeatRequest("a", 1, [("s", 1)]),  # type: ignore[arg-type]
+            "cannot encode HeartbeatRequest: field 'acks' must be a mapping",
+        ),
+        (
+            HeartbeatRequest("a", 1, {"s": -1}),
+            "cannot encode HeartbeatRequest: field 'acks' must map stream names to tuple ids "
+            ">= 0, got 's': -1",
+        ),
+        (
+            HeartbeatRequest("a", 1, {"s": False}),
+            "field 'acks' must map stream names to tuple ids >= 0, got 's': False",
+        ),
+        (
+            HeartbeatRequest("a", 1, {1: 2}),  # type: ignore[dict-item]
+            "field 'acks' must map stream names to tuple ids >= 0, got 1: 2",
         ),
         (
             ReconcileRefuse("r", 1, None),

@@ -82,7 +82,9 @@ def random_message(rng: random.Random) -> Message:
         ),
         lambda: Subscribe(name, "c", rng.randint(0, 99), rng.randint(0, 99)),
         lambda: Unsubscribe(name, "c"),
-        lambda: HeartbeatRequest(name, rng.randint(0, 2**40)),
+        lambda: HeartbeatRequest(
+            name, rng.randint(0, 2**40), {f"o{i}": rng.randint(0, 99) for i in range(rng.randint(0, 3))}
+        ),
         lambda: HeartbeatResponse(
             name,
             rng.randint(0, 99),

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from protocol import (
     MESSAGE_CLASSES,
     MESSAGE_TYPES,
+    VERSION,
     Batch,
     ConsistencyState,
     FrameDecoder,
@@ -45,7 +46,7 @@ def test_round_trip(cls: type[Any], data: st.DataObject) -> None:
     frame = encode(msg)
     # The header says what the codec documents: length of the rest, version, type.
     assert int.from_bytes(frame[:4], "big") == len(frame) - 4
-    assert frame[4] == 1
+    assert frame[4] == VERSION
     assert frame[5] == MESSAGE_TYPES[cls]
     decoded = decode_frame(frame)
     assert type(decoded) is cls

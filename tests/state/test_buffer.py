@@ -302,3 +302,103 @@ def test_a_buffer_started_with_the_partners_tail_serves_a_consumer_behind_it() -
         OutputBuffer("out1").start_after(5, [S(3), S(4)], trimmed_up_to=2)
     with pytest.raises(StateError, match="with tentative tuples"):
         OutputBuffer("out1").start_after(5, [S(3), T(5)], trimmed_up_to=2)
+
+
+# ------------------------------------------------------------------ the grace rule
+
+
+def test_a_consumer_in_its_grace_period_holds_trimming_then_is_released() -> None:
+    b = buf(S(1), B(10), S(2), S(3), consumers=("a", "late"))
+    b.ack("a", 3)
+    assert b.trimmed_up_to == 0  # "late" was never heard from: it holds, for now
+    assert b.release_unheard() == ["late"]
+    assert b.trimmed_up_to == 3 and list(b) == []
+    assert b.lapsed("late") and not b.lapsed("a")
+    assert b.release_unheard() == []  # released once
+    assert b.consumer_status() == {
+        "a": {"acked": 3, "holds": True, "lapsed": False},
+        "late": {"acked": None, "holds": False, "lapsed": True},
+    }
+
+
+def test_a_consumer_heard_from_keeps_pinning_when_it_goes_silent() -> None:
+    # Heard from, then dead or cut off: its last ack holds trimming for ever (a recovering
+    # replica resumes from here), the grace rule releases only those never heard from.
+    b = buf(S(1), S(2), S(3), consumers=("a", "dead"))
+    b.ack("dead", 1)
+    b.ack("a", 3)
+    assert b.release_unheard() == []
+    b.append([S(4), S(5)])
+    b.ack("a", 5)
+    assert b.trimmed_up_to == 1 and b.replay(1, 0) == [S(2), S(3), S(4), S(5)]
+
+
+def test_with_no_consumer_holding_every_append_trims_its_stable_tuples() -> None:
+    b = buf(S(1), S(2), consumers=("c1",))
+    b.append([S(3)])
+    assert len(b) == 3  # in its grace period c1 holds everything
+    b.release_unheard()
+    assert b.trimmed_up_to == 2 + 1 and len(b) == 0
+    b.append([S(4), B(40), S(5), B(50), T(6), T(7)])
+    assert b.trimmed_up_to == 5 and list(b) == [B(50), T(6), T(7)]  # tentatives stay
+    for i in range(8, 5000):
+        b.append([U(5), S(i - 2), B(10 * i)] if i == 8 else [S(i), B(10 * i)])
+    assert len(b) <= 2  # bounded: the last boundary (and what follows it)
+
+
+def test_a_released_consumer_holds_trimming_again_from_its_first_ack() -> None:
+    b = buf(S(1), S(2), S(3), consumers=("a", "late"))
+    b.ack("a", 2)
+    b.release_unheard()
+    assert b.trimmed_up_to == 2
+    b.ack("late", 0)  # its first heartbeat: it holds nothing yet, and now pins
+    b.append([S(4), S(5)])
+    b.ack("a", 5)
+    assert b.trimmed_up_to == 2 and b.lapsed("late")
+    b.ack("late", 4)  # past the trim point: an ordinary consumer again
+    assert not b.lapsed("late") and b.trimmed_up_to == 4 and list(b) == [S(5)]
+
+
+def test_a_lapsed_consumer_is_served_from_the_trim_point() -> None:
+    b = buf(S(1), B(10), S(2), B(20), S(3), consumers=("a", "late"))
+    b.ack("a", 2)
+    b.release_unheard()
+    with pytest.raises(ReplayError, match="trimmed up to id 2"):
+        b.replay(0, 0)
+    # It missed stable ids 1..2; it gets what follows them, controls included.
+    assert b.replay_lapsed("late", 0, 0) == [B(20), S(3)]
+    assert not b.lapsed("late") and b.consumer_status()["late"]["acked"] == 2
+    with pytest.raises(ReplayError, match="not one below the trim point"):
+        b.replay_lapsed("late", 0, 0)  # served once: an ordinary consumer now
+
+
+def test_a_lapsed_consumer_holding_tentatives_has_them_undone_first() -> None:
+    b = buf(S(1), S(2), S(3), S(4), consumers=("a", "late"))
+    b.ack("a", 3)
+    b.release_unheard()
+    # It held stable 1 and tentatives 2..5 from elsewhere: all of those go, then 4.
+    assert b.replay_lapsed("late", 1, 5) == [U(1), S(4)]
+
+
+def test_only_a_lapsed_consumer_below_the_trim_point_is_served_from_it() -> None:
+    b = buf(S(1), S(2), S(3), consumers=("a", "b", "late"))
+    b.ack("a", 2)
+    b.ack("b", 0)
+    assert b.release_unheard() == ["late"]
+    with pytest.raises(ReplayError, match="lapsed consumers: 'late'"):
+        b.replay_lapsed("b", 0, 0)  # b was heard from: no grace rule for it
+    b.ack("b", 2)
+    assert b.trimmed_up_to == 2
+    with pytest.raises(ReplayError, match="not one below the trim point"):
+        b.replay_lapsed("late", 2, 0)  # at the trim point: an ordinary replay serves it
+    assert b.replay(2, 0) == [S(3)]
+
+
+def test_dropping_a_released_consumer_forgets_its_release() -> None:
+    b = buf(S(1), consumers=("a", "late"))
+    b.release_unheard()
+    b.set_consumers(["a"])
+    assert b.consumer_status() == {"a": {"acked": None, "holds": False, "lapsed": True}}
+    b.set_consumers(["a", "new"])  # a new consumer holds until the next release
+    b.append([S(2)])
+    assert b.trimmed_up_to == 1 and len(b) == 1

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from node.config.load import DEFAULT_SETTINGS, load_config, parse_config
+from node.config.model import DEFAULT_CONSUMER_GRACE
 from node.errors import ConfigError
 from operators import QueryNetwork
 from tests.paths import ROOT
@@ -266,6 +267,11 @@ BROKEN: dict[str, tuple[tuple[tuple[str, str], ...], str, list[str]]] = {
         (("[sources.s1]", "[defaults]\nheartbeat_interval = 0.2\n\n[sources.s1]"),),
         "defaults.heartbeat_interval",
         ["expected a duration in seconds > 0 and <= 0.1", "found 0.2"],
+    ),
+    "consumer grace of zero": (
+        (('token = "secret"', 'token = "secret"\nconsumer_grace = 0'),),
+        "cluster.consumer_grace",
+        ["expected a duration in seconds > 0", "found 0"],
     ),
     "bad strategy": (
         (("[sources.s1]", '[defaults]\nstabilization = "wait"\n\n[sources.s1]'),),
@@ -561,6 +567,12 @@ def test_parquet_file_source(tmp_path: Path) -> None:
     text = mutate(BASE, ("rate = 100.0\n", parquet))
     cfg = load_config(write(tmp_path, text))
     assert cfg.sources["s1"].file == (tmp_path / "d.parquet").resolve()
+
+
+def test_consumer_grace_is_a_cluster_setting_in_seconds(tmp_path: Path) -> None:
+    assert load_config(write(tmp_path, BASE)).consumer_grace == DEFAULT_CONSUMER_GRACE
+    text = mutate(BASE, ('token = "secret"', 'token = "secret"\nconsumer_grace = 2.5'))
+    assert load_config(write(tmp_path, text)).consumer_grace == 2_500_000
 
 
 def test_parse_config_keeps_raw_and_names_the_given_path() -> None:

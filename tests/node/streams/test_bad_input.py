@@ -10,7 +10,7 @@ import struct
 
 import pytest
 
-from protocol.codec import encode
+from protocol.codec import VERSION, encode
 from protocol.messages import Batch, MessageType, Subscribe
 from tests.node.net.test_transport import (
     GUARD,
@@ -35,14 +35,14 @@ CASES: dict[str, tuple[bytes, bool, str]] = {
         False,
         "unknown protocol version 9",
     ),
-    "unknown type": (struct.pack(">IBB", 4, 1, 200) + b"[]", False, "unknown message type 200"),
+    "unknown type": (struct.pack(">IBB", 4, VERSION, 200) + b"[]", False, "unknown message type 200"),
     "bad payload": (
-        struct.pack(">IBB", 7, 1, MessageType.SUBSCRIBE) + b"{oops",
+        struct.pack(">IBB", 7, VERSION, MessageType.SUBSCRIBE) + b"{oops",
         False,
         "sent bad data",
     ),
     "oversized frame": (
-        struct.pack(">IBB", MAX_FRAME + 1, 1, MessageType.BATCH),
+        struct.pack(">IBB", MAX_FRAME + 1, VERSION, MessageType.BATCH),
         False,
         f"exceeds the limit of {MAX_FRAME}",
     ),
