@@ -1,7 +1,8 @@
 """The processes of a cluster other than replicas, and what every process shares.
 
 * ``source.py``, ``generators.py``: sources (seeded synthetic or file values, logged before
-  they are sent, boundaries, end of stream);
+  they are sent, boundaries, end of stream); ``pacing.py``: the pure schedule of a source
+  (which tuples are due when, with which ids and times);
 * ``client.py``: clients (subscribe like a node, log every tuple with its arrival time);
 * ``control.py``: the aiohttp control plane every replica serves;
 * ``rundir.py``: the run directory and its log formats;

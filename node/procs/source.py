@@ -5,8 +5,12 @@ flushed *before* it is published, so that whatever a replica may have received i
 and a reconnecting consumer can be replayed what it missed (from the output buffer, which
 keeps everything until every consumer acknowledged it).
 
-Tuple times are wall-clock microseconds, never decreasing; ids count from 1. A BOUNDARY
-goes out every ``boundary_interval``. When the source is done (its ``limit`` reached, its
+Tuple times are wall-clock microseconds, never decreasing; ids count from 1. Which tuples
+are due when is the pure schedule of ``node/procs/pacing.py``: a batch holds at most
+``pacing.CAP`` tuples, and the stream ends only when its rows run out or its ``limit`` is
+reached, never because a batch came out short: a source that fell behind (paused,
+held back by a slow consumer) produces everything due in capped batches and goes on. A
+BOUNDARY goes out every ``boundary_interval``. When the source is done (its ``limit`` reached, its
 file exhausted, or :meth:`Source.end_stream`, which SIGUSR1 calls) it publishes the
 end-of-stream boundary (:data:`END_OF_STREAM`), which lets every window downstream close,
 and keeps serving replays until the process is stopped (SIGTERM; a source stopped before
@@ -16,7 +20,6 @@ its end publishes it on the way out).
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 from typing import Any
 
@@ -24,9 +27,10 @@ from node.clock import now_us
 from node.config.model import ClusterConfig
 from node.net.transport import Transport
 from node.procs.generators import arrow_types, make_generator
+from node.procs.pacing import EndReason, RatePace, Schedule
 from node.procs.rundir import RunDir
 from node.streams.publisher import Publisher
-from protocol.tuples import Kind, Tuple, boundary, make_tuple
+from protocol.tuples import boundary
 from state.buffer import OutputBuffer
 from state.tuplelog import TupleLogWriter
 
@@ -54,8 +58,7 @@ class Source:
         self.run_dir = run_dir
         self.produced = 0
         self.ended = False
-        self._last_time = 0
-        self._values = make_generator(self.src)
+        self._schedule: Schedule | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
         server = await self.transport.serve(self.src.host, self.src.port, self.publisher.handle)
@@ -71,7 +74,7 @@ class Source:
                 gen.cancel()
                 watch.cancel()
             if not self.ended:
-                self._end()
+                self._end(EndReason.REQUEST)
         finally:
             self.log_writer.close()
             await server.close()
@@ -80,50 +83,39 @@ class Source:
     async def _generate(self, stop: asyncio.Event) -> None:
         src, name = self.src, self.src.name
         start = now_us()
+        sched = self._schedule = Schedule(make_generator(src), RatePace(start, src.rate),
+                                          produced=self.produced, limit=src.limit)
         next_boundary = start + src.boundary_interval
-        while not self.ended:
+        while True:
             now = now_us()
-            due = int((now - start) * src.rate / 1e6) - self.produced
-            if src.limit is not None:
-                due = min(due, src.limit - self.produced)
-            batch = self._make(min(due, 10_000), now)
+            batch = sched.take(now)  # at most CAP: after a stall, what is due comes in turns
             if batch:
                 # On disk before on the wire: what a replica may hold, the log holds.
                 self.log_writer.append(batch)
                 self.log_writer.flush()
                 self.publisher.publish(name, batch)
-            if now >= next_boundary:
-                self.publisher.publish(name, [boundary(max(now, self._last_time))])
-                next_boundary = now + src.boundary_interval
-            if (src.limit is not None and self.produced >= src.limit) or len(batch) < due:
-                self._end()  # limit reached or the file ran out
+                self.produced = sched.produced
+            if sched.ended is not None:  # the rows ran out or the limit is reached
+                self._end(sched.ended)
                 break
+            if now >= next_boundary:
+                self.publisher.publish(name, [boundary(sched.horizon(now))])
+                next_boundary = now + src.boundary_interval
             await self.publisher.wait_for_room()
             # At a low rate, wake when the next tuple is due, not every tick: the same
             # output, far fewer wake-ups (what keeps the simulation fast).
             await asyncio.sleep(max(TICK, 1 / src.rate))
 
-    def _make(self, n: int, now: int) -> list[Tuple]:
-        """Up to ``n`` new tuples stamped ``now`` (fewer only when a file runs out)."""
-        if n <= 0:
-            return []
-        t = max(now, self._last_time)
-        self._last_time = t
-        out: list[Tuple] = []
-        for values in itertools.islice(self._values, n):
-            self.produced += 1
-            out.append(make_tuple(Kind.STABLE, self.produced, t, t, values))
-        return out
-
     def end_stream(self) -> None:
         """Publish the end of stream now (SIGUSR1); go on serving replays until stopped."""
         if not self.ended:
-            self._end()
+            self._end(EndReason.REQUEST)
 
-    def _end(self) -> None:
+    def _end(self, reason: EndReason) -> None:
         self.ended = True
         self.publisher.publish(self.src.name, [boundary(END_OF_STREAM)])
-        log.info("source %s: end of stream after %d tuples", self.src.name, self.produced)
+        log.info("source %s: end of stream after %d tuples (%s)", self.src.name, self.produced,
+                 reason.value)
 
     def status(self) -> dict[str, Any]:
         return {

@@ -1,0 +1,122 @@
+"""A source process's loop (node/procs/source.py) on virtual time: pacing after a stall,
+boundaries, the end of its stream, and what it logged (node/procs/rundir.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+from node.clock import now_us, use_clock
+from node.config.load import parse_config
+from node.config.model import ClusterConfig
+from node.net.memory import MemoryTransport
+from node.procs.rundir import RunDir, read_source_log
+from node.procs.source import Source
+from node.virtual_time import VirtualTimeLoop
+from protocol.tuples import Kind, Tuple
+
+EPOCH = 1_700_000_000_000_000
+
+
+def cluster(tmp_path: Path, source: str = "rate = 1000.0") -> ClusterConfig:
+    import tomllib
+
+    text = f"""
+[cluster]
+name = "t"
+token = "secret"
+[sources.s1]
+schema = ["k", "v"]
+port = 19001
+boundary_interval = 0.1
+{source}
+[nodes.n1]
+inputs = ["s1"]
+  [[nodes.n1.operators]]
+  name = "u"
+  type = "sunion"
+  inputs = ["s1"]
+  [[nodes.n1.operators]]
+  name = "out"
+  type = "soutput"
+  inputs = ["u"]
+  [[nodes.n1.replicas]]
+  name = "n1a"
+  data_port = 19101
+  control_port = 19201
+"""
+    return parse_config(tomllib.loads(text), tmp_path / "cluster.toml")
+
+
+class Published:
+    """What a source published, by wrapping its publisher's publish."""
+
+    def __init__(self, source: Source) -> None:
+        self.tuples: list[tuple[int, Tuple]] = []  # (when, tuple)
+        inner = source.publisher.publish
+
+        def publish(stream: str, batch: Any) -> None:
+            batch = list(batch)
+            self.tuples.extend((now_us(), t) for t in batch)
+            inner(stream, batch)
+
+        source.publisher.publish = publish  # type: ignore[method-assign]
+
+    def data(self) -> list[Tuple]:
+        return [t for _, t in self.tuples if t.kind is Kind.STABLE]
+
+    def boundaries(self) -> list[tuple[int, Tuple]]:
+        return [(w, t) for w, t in self.tuples if t.kind is Kind.BOUNDARY]
+
+
+def run_virtual(main: Callable[[VirtualTimeLoop, list[int]], Coroutine[Any, Any, Any]]) -> Any:
+    """Run ``main(loop, skew)`` on virtual time; the process clock is the loop's plus
+    ``skew[0]`` µs (raising it is wall time passing while the process did not run)."""
+    loop = VirtualTimeLoop()
+    skew = [0]
+    use_clock(lambda: EPOCH + int(loop.time() * 1_000_000) + skew[0])
+    try:
+        return loop.run_until_complete(main(loop, skew))
+    finally:
+        left = asyncio.all_tasks(loop)  # a failed test leaves its source running
+        for task in left:
+            task.cancel()
+
+        async def drain() -> None:
+            await asyncio.gather(*left, return_exceptions=True)
+
+        loop.run_until_complete(drain())
+        use_clock(None)
+        loop.close()
+
+
+def start(config: ClusterConfig, rd: RunDir) -> tuple[Source, asyncio.Event, asyncio.Task[None]]:
+    source = Source(config, "s1", rd, MemoryTransport().for_process("s1"))
+    stop = asyncio.Event()
+    return source, stop, asyncio.get_running_loop().create_task(source.run(stop))
+
+
+def test_a_source_that_falls_behind_catches_up_and_goes_on(tmp_path: Path) -> None:
+    """Defect 1 of issue 13: a stall longer than 10,000 / rate seconds (here 13 s at 1000
+    tuples/s) used to end the stream for good right after it."""
+    config = cluster(tmp_path)
+    rd = RunDir(tmp_path / "run").ensure()
+
+    async def main(loop: VirtualTimeLoop, skew: list[int]) -> tuple[Source, list[Tuple]]:
+        source, stop, task = start(config, rd)
+        seen = Published(source)
+        await asyncio.sleep(1.0)
+        skew[0] += 13_000_000  # 13 s pass while the process is stopped
+        await asyncio.sleep(2.0)
+        assert not source.ended, "the stall ended the stream"
+        stop.set()
+        await task
+        return source, seen.data()
+
+    source, data = run_virtual(main)
+    # 16 s of wall time at 1000/s: everything due was produced, gapless, in order.
+    assert 15_900 <= source.produced <= 16_100
+    assert [t.id for t in data] == list(range(1, source.produced + 1))
+    assert read_source_log(rd, "s1") == data
