@@ -10,9 +10,10 @@ are due when is the pure schedule of ``node/procs/pacing.py``: a batch holds at 
 ``pacing.CAP`` tuples, and the stream ends only when its rows run out or its ``limit`` is
 reached, never because a batch came out short: a source that fell behind (paused,
 held back by a slow consumer) produces everything due in capped batches and goes on. A
-BOUNDARY goes out every ``boundary_interval``. When the source is done (its ``limit`` reached, its
-file exhausted, or :meth:`Source.end_stream`, which SIGUSR1 calls) it publishes the
-end-of-stream boundary (:data:`END_OF_STREAM`), which lets every window downstream close,
+BOUNDARY goes out every ``boundary_interval`` whatever the rate (the loop sleeps until the
+earlier of the next tuple due and the next boundary due). When the source is done (its
+``limit`` reached, its file exhausted, or :meth:`Source.end_stream`, which SIGUSR1 calls) it
+publishes the end-of-stream boundary (:data:`END_OF_STREAM`), which lets every window downstream close,
 and keeps serving replays until the process is stopped (SIGTERM; a source stopped before
 its end publishes it on the way out).
 """
@@ -86,7 +87,7 @@ class Source:
         sched = self._schedule = Schedule(make_generator(src), RatePace(start, src.rate),
                                           produced=self.produced, limit=src.limit)
         next_boundary = start + src.boundary_interval
-        while True:
+        while not self.ended:  # end_stream() (SIGUSR1) ends it too
             now = now_us()
             batch = sched.take(now)  # at most CAP: after a stall, what is due comes in turns
             if batch:
@@ -102,9 +103,13 @@ class Source:
                 self.publisher.publish(name, [boundary(sched.horizon(now))])
                 next_boundary = now + src.boundary_interval
             await self.publisher.wait_for_room()
-            # At a low rate, wake when the next tuple is due, not every tick: the same
-            # output, far fewer wake-ups (what keeps the simulation fast).
-            await asyncio.sleep(max(TICK, 1 / src.rate))
+            # Wake when the next tuple or the next boundary is due, whichever comes first:
+            # boundaries keep their interval at any rate, and a low rate costs few wake-ups
+            # (what keeps the simulation fast). Behind (a tuple overdue): at once.
+            due = sched.next_due()
+            wake = next_boundary if due is None else min(due, next_boundary)
+            delay = (wake - now_us()) / 1e6
+            await asyncio.sleep(max(TICK, delay) if delay > 0 else 0)
 
     def end_stream(self) -> None:
         """Publish the end of stream now (SIGUSR1); go on serving replays until stopped."""

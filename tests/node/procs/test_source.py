@@ -13,7 +13,7 @@ from node.config.load import parse_config
 from node.config.model import ClusterConfig
 from node.net.memory import MemoryTransport
 from node.procs.rundir import RunDir, read_source_log
-from node.procs.source import Source
+from node.procs.source import END_OF_STREAM, Source
 from node.virtual_time import VirtualTimeLoop
 from protocol.tuples import Kind, Tuple
 
@@ -120,3 +120,51 @@ def test_a_source_that_falls_behind_catches_up_and_goes_on(tmp_path: Path) -> No
     assert 15_900 <= source.produced <= 16_100
     assert [t.id for t in data] == list(range(1, source.produced + 1))
     assert read_source_log(rd, "s1") == data
+
+
+def test_boundaries_go_out_every_interval_whatever_the_rate(tmp_path: Path) -> None:
+    """Defect 5 of issue 13: at 2 tuples/s the loop slept until the next tuple was due, so
+    boundaries went out every 0.5 s instead of every boundary_interval (0.1 s)."""
+    config = cluster(tmp_path, "rate = 2.0")
+    rd = RunDir(tmp_path / "run").ensure()
+
+    async def main(loop: VirtualTimeLoop, skew: list[int]) -> Published:
+        source, stop, task = start(config, rd)
+        seen = Published(source)
+        await asyncio.sleep(10.0)
+        stop.set()
+        await task
+        return seen
+
+    seen = run_virtual(main)
+    live = [(w, b) for w, b in seen.boundaries() if b.time < 2**62]  # not the end of stream
+    assert 95 <= len(live) <= 101, len(live)  # 10 s / 0.1 s
+    assert 19 <= len(seen.data()) <= 21
+    times = [b.time for _, b in live]
+    assert times == sorted(times)
+    # Each boundary keeps its promise: no tuple published after it is older.
+    order = seen.tuples
+    for i, (_, t) in enumerate(order):
+        if t.kind is Kind.BOUNDARY:
+            assert all(u.time >= t.time for _, u in order[i + 1:] if u.kind is Kind.STABLE)
+
+
+def test_end_stream_publishes_the_end_and_nothing_after_it(tmp_path: Path) -> None:
+    config = cluster(tmp_path)
+    rd = RunDir(tmp_path / "run").ensure()
+
+    async def main(loop: VirtualTimeLoop, skew: list[int]) -> tuple[Source, Published]:
+        source, stop, task = start(config, rd)
+        seen = Published(source)
+        await asyncio.sleep(1.0)
+        source.end_stream()  # SIGUSR1
+        await asyncio.sleep(1.0)
+        stop.set()
+        await task
+        return source, seen
+
+    source, seen = run_virtual(main)
+    last = seen.tuples[-1][1]
+    assert source.ended and last.kind is Kind.BOUNDARY and last.time == END_OF_STREAM
+    assert [t for _, t in seen.tuples].count(last) == 1
+    assert read_source_log(rd, "s1") == seen.data()
