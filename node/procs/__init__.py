@@ -18,13 +18,15 @@ from node.procs.rundir import (
     RunDir,
     read_client_parquet,
     read_jsonl_tuples,
+    read_source_end,
     read_source_log,
     write_client_parquet,
+    write_source_end,
 )
 from node.procs.source import END_OF_STREAM, Source
 
 __all__ = [
     "END_OF_STREAM", "Client", "ControlPlane", "JsonlTupleWriter", "RunDir", "Source",
     "arrow_types", "make_generator", "read_client_parquet", "read_jsonl_tuples",
-    "read_source_log", "write_client_parquet",
+    "read_source_end", "read_source_log", "write_client_parquet", "write_source_end",
 ]

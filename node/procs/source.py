@@ -13,25 +13,39 @@ held back by a slow consumer) produces everything due in capped batches and goes
 BOUNDARY goes out every ``boundary_interval`` whatever the rate (the loop sleeps until the
 earlier of the next tuple due and the next boundary due). When the source is done (its
 ``limit`` reached, its file exhausted, or :meth:`Source.end_stream`, which SIGUSR1 calls) it
-publishes the end-of-stream boundary (:data:`END_OF_STREAM`), which lets every window downstream close,
-and keeps serving replays until the process is stopped (SIGTERM; a source stopped before
-its end publishes it on the way out).
+first writes its end record (``RUN_DIR/sources/<name>.end.json``: when, why, its last id),
+then publishes the end-of-stream boundary (:data:`END_OF_STREAM`), which lets every window
+downstream close, and keeps serving replays until the process is stopped (SIGTERM; a source
+stopped before its end ends it on the way out, reason "request").
+
+A source is the durable origin of its stream. Restarted on the same run directory (``dpc
+node CLUSTER NAME --run-dir RUN``, or a new ``Source`` in the simulation) it resumes from
+what it persisted: its ids go on after the last logged id, its values go on along the same
+deterministic sequence (the generator skips what was logged: an id is never re-emitted
+with other content), tuple times never decrease, the whole log is loaded into its output
+buffer so that every consumer is replayed what it did not acknowledge, and it logs into a
+new file per incarnation (``rundir.py``). A restarted source whose end record exists
+produces nothing: it republishes the end of stream and serves replays. A subscriber that
+claims stable ids beyond anything the source produced (its log was lost) is refused with
+an error naming it, never served boundaries without data.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from typing import Any
 
 from node.clock import now_us
 from node.config.model import ClusterConfig
+from node.errors import NodeError
 from node.net.transport import Transport
 from node.procs.generators import arrow_types, make_generator
 from node.procs.pacing import EndReason, RatePace, Schedule
-from node.procs.rundir import RunDir
+from node.procs.rundir import RunDir, read_source_end, read_source_log, write_source_end
 from node.streams.publisher import Publisher
-from protocol.tuples import boundary
+from protocol.tuples import Tuple, boundary
 from state.buffer import OutputBuffer
 from state.tuplelog import TupleLogWriter
 
@@ -46,20 +60,37 @@ TICK = 0.002
 
 
 class Source:
+    """One source process: its schedule, its log, its publisher (module docstring)."""
+
     def __init__(self, config: ClusterConfig, name: str, run_dir: RunDir, transport: Transport) -> None:
         self.config = config
         self.src = config.sources[name]
         self.transport = transport
+        self.run_dir = run_dir
+        # What earlier incarnations logged: ids, times and values go on after it, and it
+        # is served to consumers that did not acknowledge it (contract point 3).
+        incarnation = len(run_dir.source_logs(name))
+        logged = read_source_log(run_dir, name) if incarnation else []
+        _check_gapless(run_dir, name, logged)
+        self.produced = len(logged)
+        self._last_time = logged[-1].time if logged else 0
         buf = OutputBuffer(name)
         buf.set_consumers(config.consumers_of(name))
-        self.publisher = Publisher(name, {name: buf}, log=log)
-        self.log_writer = TupleLogWriter(
-            run_dir.source_log(name), self.src.schema, types=arrow_types(self.src), flush_every=10**9
-        )
-        self.run_dir = run_dir
-        self.produced = 0
-        self.ended = False
-        self._schedule: Schedule | None = None
+        buf.append(logged)
+        # A source is the origin of its stream: a consumer that holds ids it never produced
+        # is refused (its log was lost), never served boundaries without data.
+        self.publisher = Publisher(name, {name: buf}, log=log, serve_ahead=False)
+        end = read_source_end(run_dir, name)
+        #: Ended in an earlier incarnation: produce nothing, republish the end, serve replays.
+        self.ended_before = end is not None
+        self.ended = self.ended_before
+        self.log_writer: TupleLogWriter | None = None
+        if not self.ended:
+            self.log_writer = TupleLogWriter(run_dir.source_log_of(name, incarnation), self.src.schema,
+                                             types=arrow_types(self.src), flush_every=10**9)
+        if incarnation:
+            log.info("source %s restarted (incarnation %d): %d tuples logged%s", name, incarnation,
+                     self.produced, f", ended ({end['reason']})" if end else "; going on")
 
     async def run(self, stop: asyncio.Event) -> None:
         server = await self.transport.serve(self.src.host, self.src.port, self.publisher.handle)
@@ -68,32 +99,40 @@ class Source:
         self.run_dir.mark_ready(self.src.name)
         try:
             async with asyncio.TaskGroup() as tg:
-                gen = tg.create_task(self._generate(stop), name="generator")
+                if self.ended_before:
+                    self.publisher.publish(self.src.name, [boundary(END_OF_STREAM)])
+                else:
+                    gen = tg.create_task(self._generate(stop), name="generator")
                 # A bug in the publisher's handler ends the source (transport.py's rule).
                 watch = tg.create_task(server.failed(), name="server")
                 await stop.wait()
-                gen.cancel()
+                if not self.ended_before:
+                    gen.cancel()
                 watch.cancel()
             if not self.ended:
-                self._end(EndReason.REQUEST)
+                self._end(EndReason.REQUEST)  # stopped before its end (SIGTERM)
         finally:
-            self.log_writer.close()
+            if self.log_writer is not None:
+                self.log_writer.close()
             await server.close()
             log.info("source %s stopped after %d tuples", self.src.name, self.produced)
 
     async def _generate(self, stop: asyncio.Event) -> None:
-        src, name = self.src, self.src.name
+        src, name, writer = self.src, self.src.name, self.log_writer
+        if writer is None:
+            raise NodeError(f"source {name!r}: nothing to generate after the end of its stream")
         start = now_us()
-        sched = self._schedule = Schedule(make_generator(src), RatePace(start, src.rate),
-                                          produced=self.produced, limit=src.limit)
+        rows = itertools.islice(make_generator(src), self.produced, None)  # ids go on
+        sched = Schedule(rows, RatePace(start, src.rate), produced=self.produced,
+                         limit=src.limit, last_time=self._last_time)
         next_boundary = start + src.boundary_interval
         while not self.ended:  # end_stream() (SIGUSR1) ends it too
             now = now_us()
             batch = sched.take(now)  # at most CAP: after a stall, what is due comes in turns
             if batch:
                 # On disk before on the wire: what a replica may hold, the log holds.
-                self.log_writer.append(batch)
-                self.log_writer.flush()
+                writer.append(batch)
+                writer.flush()
                 self.publisher.publish(name, batch)
                 self.produced = sched.produced
             if sched.ended is not None:  # the rows ran out or the limit is reached
@@ -117,12 +156,16 @@ class Source:
             self._end(EndReason.REQUEST)
 
     def _end(self, reason: EndReason) -> None:
+        """The end record first (contract point 1), then the end of stream."""
         self.ended = True
+        write_source_end(self.run_dir, self.src.name, t=now_us(), reason=reason.value,
+                         last_id=self.produced)
         self.publisher.publish(self.src.name, [boundary(END_OF_STREAM)])
         log.info("source %s: end of stream after %d tuples (%s)", self.src.name, self.produced,
                  reason.value)
 
     def status(self) -> dict[str, Any]:
+        """Plain data for a status report."""
         return {
             "name": self.src.name,
             "kind": "source",
@@ -133,3 +176,12 @@ class Source:
         }
 
 
+
+
+def _check_gapless(run_dir: RunDir, name: str, logged: list[Tuple]) -> None:
+    """A source resumes only from a whole log: ids 1, 2, ... with no gap."""
+    for i, t in enumerate(logged, start=1):
+        if t.id != i:
+            files = ", ".join(str(p) for p in run_dir.source_logs(name))
+            raise NodeError(f"source {name!r}: its log ({files}) has id {t.id} where id {i} "
+                            "belongs: cannot resume from a log with a gap")

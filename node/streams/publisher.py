@@ -31,6 +31,9 @@ Invariants:
   logged with the peer's name and closes that connection only (STYLE.md 9).
 * Acks go to ``buffer.ack`` for subscribers that are consumers of the buffer (which its
   owner sets with ``set_consumers``); acks of others trim nothing and are ignored.
+* A subscriber ahead of a buffer (it claims stable ids the buffer has not produced) is
+  served through an ``AheadView`` (it failed over from a partner replica), unless
+  ``serve_ahead`` is off: a source, the origin of its stream, refuses it with an error.
 * While ``refusing`` is set (a replica recovering, node/replica/recovery.py) every Subscribe is
   refused with that reason and the connection closed; the responder may then return None
   to a heartbeat (no answer: the replica counts as down).
@@ -129,6 +132,7 @@ class Publisher:
         max_batch: int = 100,
         hello_timeout: float = 5.0,
         responder: Callable[[Message], Message | None] | None = None,
+        serve_ahead: bool = True,
         log: logging.Logger,
     ) -> None:
         if high_water < 1 or max_batch < 1:
@@ -142,6 +146,7 @@ class Publisher:
         self._max_batch = max_batch
         self._hello_timeout = hello_timeout
         self._responder = responder
+        self._serve_ahead = serve_ahead
         self._log = log
         #: Why every Subscribe is refused now (a recovering replica), or None.
         self.refusing: str | None = None
@@ -325,7 +330,10 @@ class Publisher:
         ahead: AheadView | None = None
         try:
             catchup = buffer.replay(msg.last_stable_id, msg.last_tentative_id)
-        except ReplayAheadError:
+        except ReplayAheadError as exc:
+            if not self._serve_ahead:  # a source: nobody can hold what it never produced
+                return (f"subscribed {name!r} to {stream!r} claiming stable id "
+                        f"{msg.last_stable_id}, beyond anything produced here ({exc}): refused")
             # It took stable tuples from a partner that this replica (in UP_FAILURE) has not
             # produced yet: serve it what comes after them, not nothing (state/buffer.py).
             catchup, ahead = buffer.replay_ahead(msg.last_stable_id, msg.last_tentative_id)

@@ -7,19 +7,25 @@ itself (a schedule), not a wait for a result. Every process started is stopped b
 
 from __future__ import annotations
 
+import io
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from node.config.load import load_config
+from node.config.model import ClusterConfig
 from node.net.ports import free_port
-from node.procs.rundir import RunDir, read_source_log
-from tests.integration.test_cluster import wait_for
+from node.procs.rundir import RunDir, read_source_end, read_source_log
+from ops_scripts.check.compose import run_check
+from ops_scripts.cluster.launch import Launched, stop_cluster
+from ops_scripts.cluster.status import fetch_status
+from tests.integration import test_cluster
+from tests.integration.test_cluster import small, wait_for
 from tests.paths import ROOT
 
 
@@ -55,6 +61,10 @@ def logged(rd: RunDir, source: str) -> int:
     if not rd.source_log(source).exists():
         return 0
     return len(read_source_log(rd, source))
+
+
+#: Starts a whole cluster of real processes and stops them after the test.
+cluster = test_cluster.cluster
 
 
 # ------------------------------------------------------------------ defect 1: a stall
@@ -103,5 +113,36 @@ inputs = ["s1"]
     assert s1.poll() is None
     text = rd.process_log("s1").read_text()
     assert "end of stream" not in text, text[-2000:]
+    assert not rd.source_end("s1").exists()
     ids = [t.id for t in read_source_log(rd, "s1")]
     assert ids == list(range(1, len(ids) + 1))
+
+
+# ------------------------------------------------------------------ defect 2: kill -9, restart
+def test_a_killed_source_restarted_resumes_its_stream(
+        cluster: Callable[[Path], tuple[ClusterConfig, RunDir, list[Launched]]],
+        tmp_path: Path) -> None:
+    """``kill -9`` of s3 mid-run, then ``dpc node CLUSTER s3 --run-dir RUN``: the source
+    used to count ids from 1 again and truncate its log, and the replicas, holding higher
+    ids, were served boundaries without data: windows closed STABLE without s3."""
+    config, rd, procs = cluster(small("basic.toml", tmp_path, limit=10**9))
+    wait_for(lambda: logged(rd, "s3") > 3000, 60, "s3 to produce")
+    (s3,) = [p for p in procs if p.name == "s3"]
+    s3.proc.send_signal(signal.SIGKILL)
+    s3.proc.wait(timeout=10)
+    before = read_source_log(rd, "s3")  # what any consumer may hold of s3
+    assert not rd.source_end("s3").exists()  # a kill ends nothing
+    s3.proc = node_process(config.path, "s3", rd)  # stopped with the rest, by its pid
+    wait_for(lambda: logged(rd, "s3") > len(before) + 3000, 60, "the restarted s3 to go on")
+    wait_for(lambda: all((fetch_status(config, r) or {}).get("state") == "STABLE"
+                         for r in ("n1a", "n1b")), 60, "both replicas STABLE")
+    assert stop_cluster(procs, rd, drain=True, out=io.StringIO())
+    log = read_source_log(rd, "s3")
+    assert [t.id for t in log] == list(range(1, len(log) + 1))  # gapless from 1
+    assert log[: len(before)] == before  # no id re-emitted with other content
+    assert [p.name for p in rd.source_logs("s3")] == ["s3.arrow", "s3.1.arrow"]
+    end = read_source_end(rd, "s3")
+    assert end is not None and end["reason"] == "request" and end["last_id"] == len(log)
+    out = io.StringIO()
+    code = run_check(rd.path, out=out)
+    assert code == 0, out.getvalue()  # every replica's and the client's stable output is whole

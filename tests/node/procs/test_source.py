@@ -4,17 +4,24 @@ boundaries, the end of its stream, and what it logged (node/procs/rundir.py)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
+import logging
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from node.clock import now_us, use_clock
 from node.config.load import parse_config
 from node.config.model import ClusterConfig
 from node.net.memory import MemoryTransport
-from node.procs.rundir import RunDir, read_source_log
+from node.procs.generators import make_generator
+from node.procs.rundir import RunDir, read_source_end, read_source_log
 from node.procs.source import END_OF_STREAM, Source
 from node.virtual_time import VirtualTimeLoop
+from protocol.messages import Batch, Subscribe
 from protocol.tuples import Kind, Tuple
 
 EPOCH = 1_700_000_000_000_000
@@ -92,8 +99,9 @@ def run_virtual(main: Callable[[VirtualTimeLoop, list[int]], Coroutine[Any, Any,
         loop.close()
 
 
-def start(config: ClusterConfig, rd: RunDir) -> tuple[Source, asyncio.Event, asyncio.Task[None]]:
-    source = Source(config, "s1", rd, MemoryTransport().for_process("s1"))
+def start(config: ClusterConfig, rd: RunDir, net: MemoryTransport | None = None,
+          ) -> tuple[Source, asyncio.Event, asyncio.Task[None]]:
+    source = Source(config, "s1", rd, (net or MemoryTransport()).for_process("s1"))
     stop = asyncio.Event()
     return source, stop, asyncio.get_running_loop().create_task(source.run(stop))
 
@@ -168,3 +176,100 @@ def test_end_stream_publishes_the_end_and_nothing_after_it(tmp_path: Path) -> No
     assert source.ended and last.kind is Kind.BOUNDARY and last.time == END_OF_STREAM
     assert [t for _, t in seen.tuples].count(last) == 1
     assert read_source_log(rd, "s1") == seen.data()
+
+
+async def kill(task: asyncio.Task[None]) -> None:
+    """What a kill -9 leaves: no end of stream, no end record (the simulation's kill)."""
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def received(net: MemoryTransport, s: int, seconds: float) -> list[Tuple] | None:
+    """What replica n1a receives of s1 in ``seconds``, subscribing with stable id ``s``;
+    None if the source closed the connection."""
+    while True:  # until the source serves (virtual time)
+        try:
+            conn = await net.for_process("n1a").connect("127.0.0.1", 19001)
+            break
+        except ConnectionRefusedError:
+            await asyncio.sleep(0.01)
+    await conn.send(Subscribe("s1", "n1a", s, s))
+    out: list[Tuple] = []
+    try:
+        async with asyncio.timeout(seconds):
+            while (msg := await conn.receive()) is not None:
+                assert isinstance(msg, Batch)
+                out.extend(msg.tuples)
+            return None
+    except TimeoutError:
+        return out
+    finally:
+        await conn.close()
+
+
+def test_a_restarted_source_resumes_ids_values_times_and_its_log(tmp_path: Path) -> None:
+    """Defect 2 of issue 13 (contract points 1-3): after a kill, a new Source on the same
+    run directory goes on where the log ends, serves replays of everything logged, and
+    after its end record produces nothing more."""
+    config = cluster(tmp_path)
+    rd = RunDir(tmp_path / "run").ensure()
+
+    async def main(loop: VirtualTimeLoop, skew: list[int]) -> tuple[int, list[Tuple], Source]:
+        net = MemoryTransport()
+        first, _, task = start(config, rd, net)
+        await asyncio.sleep(1.0)
+        await kill(task)
+        killed_at = first.produced
+        second, stop, task = start(config, rd, net)
+        assert second.produced == killed_at  # resumed before producing anything
+        replay = await received(net, 100, 0.5)  # a consumer that held ids 1..100
+        await asyncio.sleep(0.5)
+        stop.set()  # SIGTERM before its end: end record "request"
+        await task
+        third, stop, task = start(config, rd, net)
+        assert third.ended and third.produced == second.produced
+        after_end = await received(net, 0, 0.5)
+        stop.set()
+        await task
+        assert after_end is not None and after_end[-1].time == END_OF_STREAM
+        assert [t for t in after_end if t.kind is Kind.STABLE] == read_source_log(rd, "s1")
+        assert replay is not None
+        return killed_at, replay, second
+
+    killed_at, replay, _ = run_virtual(main)
+    log = read_source_log(rd, "s1")
+    assert 900 <= killed_at <= 1100 and len(log) > killed_at + 900
+    assert [t.id for t in log] == list(range(1, len(log) + 1))  # gapless, no id twice
+    src = config.sources["s1"]
+    assert [t.values for t in log] == list(itertools.islice(make_generator(src), len(log)))
+    times = [t.time for t in log]
+    assert times == sorted(times)
+    assert [p.name for p in rd.source_logs("s1")] == ["s1.arrow", "s1.1.arrow"]  # none for the third
+    assert read_source_end(rd, "s1") == {"t": read_source_end(rd, "s1")["t"],  # type: ignore[index]
+                                         "reason": "request", "last_id": len(log)}
+    data = [t for t in replay if t.kind is Kind.STABLE]
+    assert [t.id for t in data][: killed_at - 100] == list(range(101, killed_at + 1))
+    assert data == log[100 : 100 + len(data)]
+
+
+def test_a_subscriber_ahead_of_the_source_is_refused_loudly(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A consumer that holds ids the source never produced (the source's log was lost):
+    refused with an error naming it, not served boundaries without data."""
+    config = cluster(tmp_path)
+    rd = RunDir(tmp_path / "run").ensure()
+
+    async def main(loop: VirtualTimeLoop, skew: list[int]) -> list[Tuple] | None:
+        net = MemoryTransport()
+        _, stop, task = start(config, rd, net)
+        await asyncio.sleep(0.2)
+        got = await received(net, 10**6, 1.0)
+        stop.set()
+        await task
+        return got
+
+    with caplog.at_level(logging.ERROR, logger="dpc.source"):
+        assert run_virtual(main) is None  # the connection was closed on it
+    assert "subscribed 'n1a' to 's1' claiming stable id 1000000" in caplog.text
+    assert "refused" in caplog.text
