@@ -15,6 +15,7 @@ Layout of ``RUN_DIR``::
     sources/<source>.arrow          every tuple a source produced (Arrow IPC stream file);
     sources/<source>.<k>.arrow        ... and after its k-th restart (k = 1, 2, ...)
     sources/<source>.end.json       the source's end record: it ended its stream, when and why
+    sources/<source>.pace.json      an event-time source's clock (node/procs/pacing.py EventClock)
     clients/<client>.jsonl          every tuple a client received, with its arrival time
     clients/<client>.parquet        the same, written at the client's shutdown
     replicas/<replica>/<stream>.jsonl   every tuple a replica emitted on an output stream
@@ -36,6 +37,9 @@ Formats and invariants:
   ``{"t": <µs>, "reason": "limit" | "file" | "request", "last_id": <int>}`` ("request":
   SIGUSR1, ``Source.end_stream()``, or the process stopped before its end by SIGTERM).
   No file: the source never ended. A restarted source that finds it produces nothing more.
+* ``sources/<source>.pace.json``: an event-time source's mapping of data time onto the
+  run's clock, ``{"t_start": <µs>, "event_first": <µs>, "speedup": <float>}``, written
+  (atomically) before its first tuple, so that a restarted source resumes the same mapping.
 * ``*.jsonl`` (clients and replicas): one JSON object per tuple, one per line, in the order
   received (or emitted)::
 
@@ -143,6 +147,10 @@ class RunDir:
         while (p := self.source_log_of(source, len(out))).exists():
             out.append(p)
         return out
+
+    def source_pace(self, source: str) -> Path:
+        """An event-time source's clock (the module docstring)."""
+        return self.sources / f"{_safe_name('source', source)}.pace.json"
 
     def source_end(self, source: str) -> Path:
         """The source's end record (the module docstring); no file: it never ended."""

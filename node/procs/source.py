@@ -37,12 +37,14 @@ import itertools
 import logging
 from typing import Any
 
+import orjson
+
 from node.clock import now_us
 from node.config.model import ClusterConfig
 from node.errors import NodeError
 from node.net.transport import Transport
-from node.procs.generators import arrow_types, make_generator
-from node.procs.pacing import EndReason, RatePace, Schedule
+from node.procs.generators import arrow_types, make_rows
+from node.procs.pacing import EndReason, EventClock, RatePace, Schedule
 from node.procs.rundir import RunDir, read_source_end, read_source_log, write_source_end
 from node.streams.publisher import Publisher
 from protocol.tuples import Tuple, boundary
@@ -122,9 +124,10 @@ class Source:
         if writer is None:
             raise NodeError(f"source {name!r}: nothing to generate after the end of its stream")
         start = now_us()
-        rows = itertools.islice(make_generator(src), self.produced, None)  # ids go on
-        sched = Schedule(rows, RatePace(start, src.rate), produced=self.produced,
-                         limit=src.limit, last_time=self._last_time)
+        rows = itertools.islice(make_rows(src), self.produced, None)  # ids go on
+        pace = RatePace(start, src.rate) if src.time_column is None else self._event_clock(start)
+        sched = Schedule(rows, pace, produced=self.produced, limit=src.limit,
+                         last_time=self._last_time)
         next_boundary = start + src.boundary_interval
         while not self.ended:  # end_stream() (SIGUSR1) ends it too
             now = now_us()
@@ -149,6 +152,28 @@ class Source:
             wake = next_boundary if due is None else min(due, next_boundary)
             delay = (wake - now_us()) / 1e6
             await asyncio.sleep(max(TICK, delay) if delay > 0 else 0)
+
+    def _event_clock(self, now: int) -> EventClock:
+        """An event-time source's clock: the one it persisted (a restart resumes the same
+        mapping), else a new one from ``now``, persisted before the first tuple."""
+        path = self.run_dir.source_pace(self.src.name)
+        try:
+            saved = orjson.loads(path.read_bytes())
+            return EventClock(int(saved["t_start"]), int(saved["event_first"]),
+                              float(saved["speedup"]))
+        except FileNotFoundError:
+            pass
+        except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+            raise NodeError(f"source {self.src.name!r}: its clock {path} is unreadable: {e!r}") from None
+        first = next(make_rows(self.src), (None, ()))[0]
+        speedup = self.src.speedup or 1.0
+        clock = EventClock.starting(now, now if first is None else first, speedup, self.src.align)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(orjson.dumps(clock.to_dict()))
+        tmp.replace(path)
+        log.info("source %s: event time %d µs is run time %d µs, %g data s per s", self.src.name,
+                 clock.event_first, clock.t_start, clock.speedup)
+        return clock
 
     def end_stream(self) -> None:
         """Publish the end of stream now (SIGUSR1); go on serving replays until stopped."""

@@ -7,6 +7,7 @@ itself (a schedule), not a wait for a result. Every process started is stopped b
 
 from __future__ import annotations
 
+import csv
 import io
 import signal
 import subprocess
@@ -17,16 +18,21 @@ from pathlib import Path
 
 import pytest
 
+from node.config.datafile import parse_event_time
 from node.config.load import load_config
 from node.config.model import ClusterConfig
 from node.net.ports import free_port
-from node.procs.rundir import RunDir, read_source_end, read_source_log
+from node.procs.rundir import RunDir, read_jsonl_tuples, read_source_end, read_source_log
 from ops_scripts.check.compose import run_check
 from ops_scripts.cluster.launch import Launched, stop_cluster
 from ops_scripts.cluster.status import fetch_status
+from ops_scripts.harness.runner import play_scenario
+from ops_scripts.harness.scenario import load_scenario
+from protocol.tuples import Kind
+from protocol.undo_rule import apply_undos
 from tests.integration import test_cluster
 from tests.integration.test_cluster import small, wait_for
-from tests.paths import ROOT
+from tests.paths import EXAMPLES, ROOT
 
 
 def node_process(config: Path, name: str, rd: RunDir) -> subprocess.Popen[bytes]:
@@ -146,3 +152,39 @@ def test_a_killed_source_restarted_resumes_its_stream(
     out = io.StringIO()
     code = run_check(rd.path, out=out)
     assert code == 0, out.getvalue()  # every replica's and the client's stable output is whole
+
+
+# ------------------------------------------------------------------ real data, event time
+def test_the_weather_outage_scenario_is_valid_and_its_days_are_the_data(tmp_path: Path) -> None:
+    """examples/weather.toml over vega-datasets' hourly temperatures of Seattle and San
+    Francisco, with sf cut from both replicas for 3 s: tentative results during the cut,
+    dpc check valid, and every complete day of the final stream is the data's own day."""
+    out = io.StringIO()
+    outcome = play_scenario(load_scenario(EXAMPLES / "scenarios" / "weather-outage.toml"),
+                            tmp_path / "run", out)
+    assert outcome.code == 0 and not outcome.problems, out.getvalue()
+    rd = RunDir(tmp_path / "run")
+    received = [t for _, t in read_jsonl_tuples(rd.client_log("c1"))]
+    assert any(t.kind is Kind.TENTATIVE for t in received)  # the outage showed
+    final = [t for t in apply_undos(received) if t.kind is Kind.STABLE]
+    config = load_config(rd.config)
+    days: dict[str, dict[int, list[float]]] = {}
+    for name, src in config.sources.items():
+        city = src.constants["city"]
+        days[city] = {}
+        assert src.file is not None
+        with src.file.open() as f:
+            for row in csv.DictReader(f):
+                day = parse_event_time(row["date"]) // 86_400_000_000
+                days[city].setdefault(day, []).append(float(row["temp"]))
+        assert read_source_end(rd, name) is not None
+    keys = [(t.values[0], t.values[1]) for t in final]
+    assert len(keys) == len(set(keys)) and {c for c, _ in keys} == set(days)  # a row per city-day
+    whole = [t for t in final if t.values[2] == len(days[t.values[0]][t.values[1]])]
+    assert len(whole) >= len(final) - 4  # all but a partial last day per city (and the first)
+    assert len(whole) > 20
+    for t in whole:
+        city, day, _readings, mean, low, high = t.values
+        temps = days[city][day]
+        assert (low, high) == (min(temps), max(temps))
+        assert mean == pytest.approx(sum(temps) / len(temps))

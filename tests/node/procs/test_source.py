@@ -11,6 +11,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from node.clock import now_us, use_clock
@@ -273,3 +274,52 @@ def test_a_subscriber_ahead_of_the_source_is_refused_loudly(
         assert run_virtual(main) is None  # the connection was closed on it
     assert "subscribed 'n1a' to 's1' claiming stable id 1000000" in caplog.text
     assert "refused" in caplog.text
+
+
+def test_an_event_time_source_replays_its_file_on_the_run_clock_across_a_restart(
+        tmp_path: Path) -> None:
+    """Tuple time = event time rebased onto the run's clock; a restarted source resumes the
+    same mapping (its persisted clock); boundaries never run ahead of the clock or of a
+    tuple to come; the file's end is the end of the stream (record "file")."""
+    hours = [f"2010/01/{1 + h // 24:02d} {h % 24:02d}:00,{h}" for h in range(100)]
+    (tmp_path / "data.csv").write_text("date,v\n" + "\n".join(hours) + "\n")
+    config = cluster(tmp_path, 'generator = "file"\nfile = "data.csv"\ntime_column = "date"\n'
+                               'speedup = 36000.0\nalign = 86400\nconstants = { k = "x" }')
+    rd = RunDir(tmp_path / "run").ensure()
+
+    async def main(loop: VirtualTimeLoop, skew: list[int]) -> tuple[int, list[tuple[int, Tuple]]]:
+        net = MemoryTransport()
+        first, _, task = start(config, rd, net)
+        seen = Published(first)
+        await asyncio.sleep(4.0)
+        await kill(task)
+        killed_at = first.produced
+        await asyncio.sleep(1.0)  # down for 10 data hours (0.1 s each)
+        second, stop, task = start(config, rd, net)
+        tuples = seen.tuples
+        seen = Published(second)
+        await asyncio.sleep(8.0)  # the file ends after 10 s of the run's clock
+        assert second.ended
+        stop.set()
+        await task
+        return killed_at, tuples + seen.tuples
+
+    killed_at, published = run_virtual(main)
+    log = read_source_log(rd, "s1")
+    assert [t.id for t in log] == list(range(1, 101))
+    clock = orjson.loads(rd.source_pace("s1").read_bytes())
+    assert clock["t_start"] % 100_000 == 0  # a data day (86400 s / 36000) is 2.4 s: 100 ms grid
+    hour = 3_600_000_000
+    for t in log:
+        assert t.values == ("x", t.id - 1)  # the file's v; date is not in the schema
+        event = 1_262_304_000_000_000 + (t.id - 1) * hour
+        assert t.time == clock["t_start"] + (event - clock["event_first"]) // 36000
+    end = read_source_end(rd, "s1")
+    assert end is not None and end["reason"] == "file" and end["last_id"] == 100
+    for i, (when, b) in enumerate(published):
+        if b.kind is Kind.BOUNDARY and b.time < END_OF_STREAM:
+            assert b.time <= when  # never ahead of the run's clock
+            assert all(u.time >= b.time for _, u in published[i + 1:] if u.kind is Kind.STABLE)
+    # the restart's catch-up: tuples due while it was down came at once, with their own times
+    late = [(w, t) for w, t in published if t.kind is Kind.STABLE and w > t.time]
+    assert late and all(t.id > killed_at for _, t in late) and killed_at > 10
