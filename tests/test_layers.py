@@ -20,7 +20,8 @@ ORDER = ["protocol", "state", "operators", "node", "ops_scripts"]
 IO_MODULES = {"asyncio", "socket", "time", "aiohttp", "uvloop", "threading", "selectors", "datetime"}
 CORE = {"protocol", "state", "operators"}
 #: The sans-IO modules of node/ (STYLE.md 1), and what of node/ they may import besides.
-PURE_NODE = {"node.replica.consistency", "node.replica.vocabulary", "node.streams.upstream"}
+PURE_NODE = {"node.replica.consistency", "node.replica.vocabulary", "node.streams.upstream",
+             "node.procs.pacing"}
 PURE_NODE_MAY_IMPORT = {"node.errors"}
 
 

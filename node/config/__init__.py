@@ -8,7 +8,9 @@ everything downstream gets a :class:`ClusterConfig` whose times are integer micr
 * ``model.py``: the data model (frozen dataclasses);
 * ``load.py``: TOML to model, defaults;
 * ``check.py``: cross-checks (names, ports, streams, client subscriptions);
-* ``read.py``: typed readers of TOML tables, with the file and key in every error.
+* ``read.py``: typed readers of TOML tables, with the file and key in every error;
+* ``datafile.py``: a file source's data file (``package:`` files, column types, event
+  times and their order), read at load and by the source's generator.
 """
 
 from node.config.load import DEFAULT_HOST, DEFAULT_SETTINGS, load_config, parse_config

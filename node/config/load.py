@@ -41,7 +41,13 @@ The format (``examples/README.md`` has the long version)::
     key = { kind = "key", n = 10, dist = "zipf", s = 1.2 }  # dist "uniform" | "zipf"
     value = { kind = "int", min = 0, max = 100 }            # also "float", and "seq"
     # generator = "file" takes file = "data.csv" instead of attributes: a .csv or .parquet
-    # file, relative to the config file, that has a column for each schema attribute.
+    # file, relative to the config file (or "package:NAME/PATH": a file shipped in an
+    # installed Python package), that has a column for each schema attribute.
+    # constants = { city = "Seattle" }   # optional: attributes with a fixed value
+    # time_column = "date"       # file sources: each row's event time (integer µs, an Arrow
+    #                            # timestamp, ISO 8601 or "YYYY/MM/DD HH:MM:SS"), in order;
+    # speedup = 540000.0         # then exactly one of speedup (data s per wall s) and rate
+    # align = 86400.0            # optional, data seconds: multiples stay multiples (days)
 
     [nodes.n1]
     inputs = ["s1"]            # source names or "<node>.<soutput operator>" streams
@@ -69,13 +75,14 @@ the nearest microsecond); every ``soutput`` of a node is an output, stream
 to their schemas; SUnion ``bucket``, ``wait`` (alpha*X), ``mode`` (up_failure) and
 ``recovery`` (reconciliation) are filled from the node's settings unless the operator sets
 them; ``nodes`` is in topological order; ``streams`` holds every stream's schema; a synthetic
-source's ``attributes`` has one entry per schema attribute; a file source's ``file`` is an
-absolute path; ``raw`` is the parsed TOML.
+source's ``attributes`` has one entry per schema attribute that is not a constant; a file
+source's ``file`` is an absolute path, and with a ``time_column`` its event times were read
+and found in order, and both ``rate`` and ``speedup`` are set (the one not given derived
+from the file's row count and span); ``raw`` is the parsed TOML.
 """
 
 from __future__ import annotations
 
-import csv
 import math
 import tomllib
 from collections.abc import Mapping
@@ -90,6 +97,7 @@ from node.config.check import (
     check_ports,
     order_nodes,
 )
+from node.config.datafile import read_header, resolve_data_file, scan_event_times
 from node.config.model import (
     DEFAULT_CONSUMER_GRACE,
     AttributeGen,
@@ -100,7 +108,7 @@ from node.config.model import (
     ReplicaConfig,
     SourceConfig,
 )
-from node.config.read import MISSING, NAME_RE, Table, config_error
+from node.config.read import MISSING, NAME_RE, US, Table, config_error
 from node.errors import ConfigError
 from operators import OPERATORS  # the package import registers every operator type
 from operators.errors import SpecError
@@ -216,32 +224,87 @@ def _source(t: Table, name: str, default_boundary: int) -> SourceConfig:
     schema = t.names("schema")
     host = t.string("host", DEFAULT_HOST, nonempty=True)
     port = t.integer("port", lo=1, hi=65535)
-    rate = float(t.number("rate", MISSING, lambda v: v > 0, "a number of tuples per second > 0"))
     boundary_interval = t.seconds("boundary_interval", default_boundary)
     generator = t.string("generator", "synthetic", choices=("synthetic", "file"))
     seed = t.integer("seed", 0)
     limit = t.integer("limit", 0, lo=1) if t.has("limit") else None
-    t.allow("limit", "attributes", "file")
+    t.allow("limit", "attributes", "file", "rate", "speedup", "time_column", "align", "constants")
+    constants = _constants(t, schema)
+    time_column = t.string("time_column", nonempty=True) if t.has("time_column") else None
     attributes: dict[str, AttributeGen] = {}
     file: Path | None = None
     if generator == "synthetic":
-        if t.has("file"):
-            raise t.fail("file", 'no file for generator = "synthetic"', t.raw["file"])
+        for key in ("file", "time_column"):
+            if t.has(key):
+                raise t.fail(key, f'no {key} for generator = "synthetic"', t.raw[key])
         given = t.table("attributes")
         for attr, a in given.entries(names=False):
-            if attr not in schema:
-                raise given.fail(attr, f"an attribute of the schema ({', '.join(schema)})", attr)
+            if attr not in schema or attr in constants:
+                raise given.fail(attr, f"an attribute of the schema ({', '.join(schema)}) "
+                                 "that is not a constant", attr)
             attributes[attr] = _attribute(a)
         given.finish()
-        attributes = {a: attributes.get(a, AttributeGen("int", min=0, max=100)) for a in schema}
+        attributes = {a: attributes.get(a, AttributeGen("int", min=0, max=100))
+                      for a in schema if a not in constants}
     else:
         if t.has("attributes"):
             raise t.fail("attributes", 'no attributes for generator = "file"', t.raw["attributes"])
-        file = _data_file(t, schema)
+        file = _data_file(t, schema, constants, time_column)
+    rate, speedup, align = _pace(t, file, time_column)
     t.finish()
     return SourceConfig(
-        name, schema, host, port, rate, boundary_interval, generator, seed, attributes, file, limit
+        name, schema, host, port, rate, boundary_interval, generator, seed, attributes, file, limit,
+        time_column=time_column, speedup=speedup, align=align, constants=constants,
     )
+
+
+def _constants(t: Table, schema: Schema) -> dict[str, Any]:
+    """``constants = {attr = value}``: attributes of the schema with a fixed value."""
+    given = t.table("constants")
+    out: dict[str, Any] = {}
+    for attr in given.raw:
+        v = given.raw[attr]
+        given.allow(attr)
+        if attr not in schema:
+            raise given.fail(attr, f"an attribute of the schema ({', '.join(schema)})", attr)
+        if not isinstance(v, str | int | float | bool):
+            raise given.fail(attr, "a string, a number or a boolean", v)
+        out[attr] = v
+    given.finish()
+    return out
+
+
+def _pace(t: Table, file: Path | None, time_column: str | None,
+          ) -> tuple[float, float | None, int | None]:
+    """``rate``, ``speedup`` and ``align`` (µs of data time): a source without a time
+    column has a rate and nothing else; one with a time column has exactly one of rate and
+    speedup, the other derived from the file's rows and span (module docstring)."""
+    rate_expected = "a number of tuples per second > 0"
+    if time_column is None or file is None:
+        for key in ("speedup", "align"):
+            if t.has(key):
+                raise t.fail(key, f"no {key} without a time_column (it paces event time)",
+                             t.raw[key])
+        return float(t.number("rate", MISSING, lambda v: v > 0, rate_expected)), None, None
+    align = t.seconds("align", 0) if t.has("align") else None
+    if t.has("rate") == t.has("speedup"):
+        found = "both" if t.has("rate") else "neither"
+        raise t.fail_text("rate", "exactly one of rate (tuples/s on average) and speedup "
+                          "(data seconds per wall second) for a source with a time_column", found)
+    try:
+        span = scan_event_times(file, time_column)
+    except ConfigError as e:
+        raise t.fail_text("time_column", f"a column of event times in order ({e})",
+                          repr(time_column)) from None
+    seconds = (span.last - span.first) / US
+    if t.has("speedup"):
+        speedup = float(t.number("speedup", MISSING, lambda v: v > 0, "data seconds per wall second > 0"))
+        return (span.rows * speedup / seconds if seconds > 0 else float(span.rows)), speedup, align
+    rate = float(t.number("rate", MISSING, lambda v: v > 0, rate_expected))
+    if seconds <= 0:
+        raise t.fail_text("rate", "speedup instead: rate is spread over the file's span of event "
+                          "time", f"a file whose {span.rows} row(s) span no time")
+    return rate, rate * seconds / span.rows, align
 
 
 def _attribute(t: Table) -> AttributeGen:
@@ -264,23 +327,24 @@ def _attribute(t: Table) -> AttributeGen:
     return gen
 
 
-def _data_file(t: Table, schema: Schema) -> Path:
+def _data_file(t: Table, schema: Schema, constants: Mapping[str, Any], time_column: str | None,
+               ) -> Path:
     given = t.string("file", nonempty=True)
-    path = (t.file.parent / given).resolve()
-    expected = f"a .csv or .parquet file with the columns {', '.join(schema)}"
+    needed = [a for a in schema if a not in constants]
+    if time_column is not None and time_column not in needed:
+        needed.append(time_column)
+    expected = f"a .csv or .parquet file with the columns {', '.join(needed)}"
+    try:
+        path = resolve_data_file(given, t.file.parent)
+    except ConfigError as e:
+        raise t.fail_text("file", expected, str(e)) from None
     if path.suffix not in (".csv", ".parquet"):
         raise t.fail("file", expected, given)
     try:
-        if path.suffix == ".csv":
-            with path.open(newline="", encoding="utf-8") as f:
-                columns = next(csv.reader(f), [])
-        else:
-            import pyarrow.parquet as pq  # heavy: only when a config uses Parquet
-
-            columns = list(pq.read_schema(path).names)
-    except (OSError, ValueError) as e:
+        columns = read_header(path)
+    except ConfigError as e:
         raise t.fail_text("file", expected, f"{given!r}, which cannot be read ({e})") from None
-    missing = [a for a in schema if a not in columns]
+    missing = [a for a in needed if a not in columns]
     if missing:
         raise t.fail_text("file", expected, f"{given!r} without the column(s) {', '.join(missing)}")
     return path

@@ -97,17 +97,27 @@ class AttributeGen:
 
 @dataclass(frozen=True, slots=True)
 class SourceConfig:
+    """One source. Without ``time_column`` its tuples are paced by ``rate`` on the wall
+    clock; with one (a file source), each tuple's time is its event time rebased onto the
+    run's clock, ``t = t_start + (event - event_first) / speedup`` (node/procs/pacing.py),
+    and ``rate`` is then the average it comes to (given, or derived from the file's rows
+    and span; ``speedup`` likewise)."""
+
     name: str  # also the name of its stream
     schema: Schema
     host: str
     port: int
-    rate: float  # tuples per second
+    rate: float  # tuples per second (on average, for an event-time source)
     boundary_interval: int
     generator: str  # "synthetic" | "file"
     seed: int = 0
     attributes: Mapping[str, AttributeGen] = field(default_factory=dict)  # synthetic
     file: Path | None = None  # CSV or Parquet with the schema's columns (generator "file")
     limit: int | None = None  # stop after this many tuples (None: run until stopped)
+    time_column: str | None = None  # the file column that holds each row's event time
+    speedup: float | None = None  # data seconds per wall second (event-time sources)
+    align: int | None = None  # µs of data time whose multiples map to multiples on the run's clock
+    constants: Mapping[str, Any] = field(default_factory=dict)  # attribute -> its fixed value
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,8 @@
 """The processes of a cluster other than replicas, and what every process shares.
 
 * ``source.py``, ``generators.py``: sources (seeded synthetic or file values, logged before
-  they are sent, boundaries, end of stream);
+  they are sent, boundaries, end of stream); ``pacing.py``: the pure schedule of a source
+  (which tuples are due when, with which ids and times);
 * ``client.py``: clients (subscribe like a node, log every tuple with its arrival time);
 * ``control.py``: the aiohttp control plane every replica serves;
 * ``rundir.py``: the run directory and its log formats;
@@ -17,13 +18,15 @@ from node.procs.rundir import (
     RunDir,
     read_client_parquet,
     read_jsonl_tuples,
+    read_source_end,
     read_source_log,
     write_client_parquet,
+    write_source_end,
 )
 from node.procs.source import END_OF_STREAM, Source
 
 __all__ = [
     "END_OF_STREAM", "Client", "ControlPlane", "JsonlTupleWriter", "RunDir", "Source",
     "arrow_types", "make_generator", "read_client_parquet", "read_jsonl_tuples",
-    "read_source_log", "write_client_parquet",
+    "read_source_end", "read_source_log", "write_client_parquet", "write_source_end",
 ]

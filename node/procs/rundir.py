@@ -12,7 +12,10 @@ Layout of ``RUN_DIR``::
     status/<process>.pid            the pid of the process's current incarnation (:meth:`RunDir.write_pid`)
     history.jsonl                   faults, heals, state changes (ops_scripts/check/history.py)
     scenario.toml                   the scenario ``dpc run`` played (ops_scripts/harness/scenario.py)
-    sources/<source>.arrow          every tuple a source produced (Arrow IPC stream file)
+    sources/<source>.arrow          every tuple a source produced (Arrow IPC stream file);
+    sources/<source>.<k>.arrow        ... and after its k-th restart (k = 1, 2, ...)
+    sources/<source>.end.json       the source's end record: it ended its stream, when and why
+    sources/<source>.pace.json      an event-time source's clock (node/procs/pacing.py EventClock)
     clients/<client>.jsonl          every tuple a client received, with its arrival time
     clients/<client>.parquet        the same, written at the client's shutdown
     replicas/<replica>/<stream>.jsonl   every tuple a replica emitted on an output stream
@@ -23,8 +26,20 @@ Formats and invariants:
 * ``sources/<source>.arrow`` is written with :class:`state.tuplelog.TupleLogWriter` (columns
   ``kind, id, time, tmax`` then the stream's attributes). It holds the source's data tuples,
   and a source flushes a batch to it *before* it sends that batch: every tuple any consumer
-  can ever see is in the log (a crash loses at most tuples nobody received). Read it with
-  :func:`read_source_log`, which keeps every complete batch of a log whose writer was killed.
+  can ever see is in the log (a crash loses at most tuples nobody received). A restarted
+  source (node/procs/source.py) never rewrites a log: its k-th restart writes
+  ``sources/<source>.<k>.arrow`` (:meth:`RunDir.source_log_of`), its ids going on after the
+  last logged one. Read the whole log, every incarnation in order, with
+  :func:`read_source_log`, which keeps every complete batch of a log whose writer was killed
+  (and which a source name cannot confuse: names have no dots).
+* ``sources/<source>.end.json`` (:func:`write_source_end`, :func:`read_source_end`),
+  written atomically just before the source publishes its end of stream:
+  ``{"t": <µs>, "reason": "limit" | "file" | "request", "last_id": <int>}`` ("request":
+  SIGUSR1, ``Source.end_stream()``, or the process stopped before its end by SIGTERM).
+  No file: the source never ended. A restarted source that finds it produces nothing more.
+* ``sources/<source>.pace.json``: an event-time source's mapping of data time onto the
+  run's clock, ``{"t_start": <µs>, "event_first": <µs>, "speedup": <float>}``, written
+  (atomically) before its first tuple, so that a restarted source resumes the same mapping.
 * ``*.jsonl`` (clients and replicas): one JSON object per tuple, one per line, in the order
   received (or emitted)::
 
@@ -68,13 +83,19 @@ from protocol.tuples import Kind, Tuple, make_tuple
 from state.tuplelog import read_tuple_log
 
 __all__ = [
+    "END_REASONS",
     "JsonlTupleWriter",
     "RunDir",
     "read_client_parquet",
     "read_jsonl_tuples",
+    "read_source_end",
     "read_source_log",
     "write_client_parquet",
+    "write_source_end",
 ]
+
+#: The reasons a source ends its stream (``node/procs/pacing.py``'s EndReason values).
+END_REASONS = ("limit", "file", "request")
 
 _KIND_NAMES: tuple[str, ...] = tuple(k.name for k in Kind)
 _KIND_BY_NAME: dict[str, Kind] = {k.name: k for k in Kind}
@@ -112,7 +133,28 @@ class RunDir:
         return self.logs / f"{_safe_name('process', process)}.log"
 
     def source_log(self, source: str) -> Path:
-        return self.sources / f"{_safe_name('source', source)}.arrow"
+        """The log of the source's first incarnation (:meth:`source_logs`: all of them)."""
+        return self.source_log_of(source, 0)
+
+    def source_log_of(self, source: str, incarnation: int) -> Path:
+        """The log of one incarnation of a source: 0 the first, k after its k-th restart."""
+        name = _safe_name("source", source)
+        return self.sources / (f"{name}.arrow" if incarnation == 0 else f"{name}.{incarnation}.arrow")
+
+    def source_logs(self, source: str) -> list[Path]:
+        """The logs of every incarnation of a source so far, in order (none: it never ran)."""
+        out: list[Path] = []
+        while (p := self.source_log_of(source, len(out))).exists():
+            out.append(p)
+        return out
+
+    def source_pace(self, source: str) -> Path:
+        """An event-time source's clock (the module docstring)."""
+        return self.sources / f"{_safe_name('source', source)}.pace.json"
+
+    def source_end(self, source: str) -> Path:
+        """The source's end record (the module docstring); no file: it never ended."""
+        return self.sources / f"{_safe_name('source', source)}.end.json"
 
     def client_log(self, client: str) -> Path:
         return self.clients / f"{_safe_name('client', client)}.jsonl"
@@ -412,11 +454,50 @@ def read_client_parquet(path: str | os.PathLike[str]) -> list[tuple[int, Tuple]]
 
 
 def read_source_log(run_dir: RunDir | str | os.PathLike[str], source: str) -> list[Tuple]:
-    """Every tuple source ``source`` logged, oldest first (tolerates a killed writer: a
-    truncated last batch is dropped). Raises :class:`RunLogError` if the log is missing."""
+    """Every tuple source ``source`` logged, oldest first, every incarnation in order
+    (tolerates a killed writer: a truncated last batch of an incarnation is dropped). Raises
+    :class:`RunLogError` if the log is missing."""
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
-    path = rd.source_log(source)
-    if not path.exists():
-        raise RunLogError(f"source log {path}: missing (source {source!r} logged nothing)")
-    _schema, tuples = read_tuple_log(path)
-    return tuples
+    paths = rd.source_logs(source)
+    if not paths:
+        raise RunLogError(f"source log {rd.source_log(source)}: missing (source {source!r} "
+                          "logged nothing)")
+    out: list[Tuple] = []
+    for path in paths:
+        _schema, tuples = read_tuple_log(path)
+        out.extend(tuples)
+    return out
+
+
+def write_source_end(run_dir: RunDir, source: str, *, t: int, reason: str, last_id: int) -> None:
+    """Record that ``source`` ended its stream (atomically: written aside, then renamed)."""
+    if reason not in END_REASONS:
+        raise RunLogError(f"source {source!r}: end reason {reason!r} is not one of {END_REASONS}")
+    path = run_dir.source_end(source)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(orjson.dumps({"t": t, "reason": reason, "last_id": last_id}))
+        os.replace(tmp, path)
+    except OSError as e:
+        raise RunLogError(f"source end record {path}: cannot write: {e}") from None
+
+
+def read_source_end(run_dir: RunDir | str | os.PathLike[str], source: str) -> dict[str, Any] | None:
+    """``source``'s end record (``{"t", "reason", "last_id"}``), or None if it never ended;
+    :class:`RunLogError` naming the file if it is not one."""
+    rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    path = rd.source_end(source)
+    try:
+        record = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, orjson.JSONDecodeError) as e:
+        raise RunLogError(f"source end record {path}: unreadable: {e}") from None
+    ints = ("t", "last_id")
+    if (not isinstance(record, dict) or set(record) != {"t", "reason", "last_id"}
+            or record["reason"] not in END_REASONS
+            or not all(isinstance(record[k], int) and not isinstance(record[k], bool) for k in ints)):
+        raise RunLogError(f"source end record {path}: expected {{\"t\": <int>, \"reason\": "
+                          f"one of {', '.join(END_REASONS)}, \"last_id\": <int>}}, found {record!r}")
+    return record

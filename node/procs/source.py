@@ -5,12 +5,29 @@ flushed *before* it is published, so that whatever a replica may have received i
 and a reconnecting consumer can be replayed what it missed (from the output buffer, which
 keeps everything until every consumer acknowledged it).
 
-Tuple times are wall-clock microseconds, never decreasing; ids count from 1. A BOUNDARY
-goes out every ``boundary_interval``. When the source is done (its ``limit`` reached, its
-file exhausted, or :meth:`Source.end_stream`, which SIGUSR1 calls) it publishes the
-end-of-stream boundary (:data:`END_OF_STREAM`), which lets every window downstream close,
-and keeps serving replays until the process is stopped (SIGTERM; a source stopped before
-its end publishes it on the way out).
+Tuple times are wall-clock microseconds, never decreasing; ids count from 1. Which tuples
+are due when is the pure schedule of ``node/procs/pacing.py``: a batch holds at most
+``pacing.CAP`` tuples, and the stream ends only when its rows run out or its ``limit`` is
+reached, never because a batch came out short: a source that fell behind (paused,
+held back by a slow consumer) produces everything due in capped batches and goes on. A
+BOUNDARY goes out every ``boundary_interval`` whatever the rate (the loop sleeps until the
+earlier of the next tuple due and the next boundary due). When the source is done (its
+``limit`` reached, its file exhausted, or :meth:`Source.end_stream`, which SIGUSR1 calls) it
+first writes its end record (``RUN_DIR/sources/<name>.end.json``: when, why, its last id),
+then publishes the end-of-stream boundary (:data:`END_OF_STREAM`), which lets every window
+downstream close, and keeps serving replays until the process is stopped (SIGTERM; a source
+stopped before its end ends it on the way out, reason "request").
+
+A source is the durable origin of its stream. Restarted on the same run directory (``dpc
+node CLUSTER NAME --run-dir RUN``, or a new ``Source`` in the simulation) it resumes from
+what it persisted: its ids go on after the last logged id, its values go on along the same
+deterministic sequence (the generator skips what was logged: an id is never re-emitted
+with other content), tuple times never decrease, the whole log is loaded into its output
+buffer so that every consumer is replayed what it did not acknowledge, and it logs into a
+new file per incarnation (``rundir.py``). A restarted source whose end record exists
+produces nothing: it republishes the end of stream and serves replays. A subscriber that
+claims stable ids beyond anything the source produced (its log was lost) is refused with
+an error naming it, never served boundaries without data.
 """
 
 from __future__ import annotations
@@ -20,13 +37,17 @@ import itertools
 import logging
 from typing import Any
 
+import orjson
+
 from node.clock import now_us
 from node.config.model import ClusterConfig
+from node.errors import NodeError
 from node.net.transport import Transport
-from node.procs.generators import arrow_types, make_generator
-from node.procs.rundir import RunDir
+from node.procs.generators import arrow_types, make_rows
+from node.procs.pacing import EndReason, EventClock, RatePace, Schedule
+from node.procs.rundir import RunDir, read_source_end, read_source_log, write_source_end
 from node.streams.publisher import Publisher
-from protocol.tuples import Kind, Tuple, boundary, make_tuple
+from protocol.tuples import Tuple, boundary
 from state.buffer import OutputBuffer
 from state.tuplelog import TupleLogWriter
 
@@ -41,21 +62,38 @@ TICK = 0.002
 
 
 class Source:
+    """One source process: its schedule, its log, its publisher (module docstring)."""
+
     def __init__(self, config: ClusterConfig, name: str, run_dir: RunDir, transport: Transport) -> None:
         self.config = config
         self.src = config.sources[name]
         self.transport = transport
+        self.run_dir = run_dir
+        # What earlier incarnations logged: ids, times and values go on after it, and it
+        # is served to consumers that did not acknowledge it (contract point 3).
+        incarnation = len(run_dir.source_logs(name))
+        logged = read_source_log(run_dir, name) if incarnation else []
+        _check_gapless(run_dir, name, logged)
+        self.produced = len(logged)
+        self._last_time = logged[-1].time if logged else 0
         buf = OutputBuffer(name)
         buf.set_consumers(config.consumers_of(name))
-        self.publisher = Publisher(name, {name: buf}, consumer_grace=config.consumer_grace, log=log)
-        self.log_writer = TupleLogWriter(
-            run_dir.source_log(name), self.src.schema, types=arrow_types(self.src), flush_every=10**9
-        )
-        self.run_dir = run_dir
-        self.produced = 0
-        self.ended = False
-        self._last_time = 0
-        self._values = make_generator(self.src)
+        buf.append(logged)
+        # A source is the origin of its stream: a consumer that holds ids it never produced
+        # is refused (its log was lost), never served boundaries without data.
+        self.publisher = Publisher(name, {name: buf}, consumer_grace=config.consumer_grace, log=log,
+                                   serve_ahead=False)
+        end = read_source_end(run_dir, name)
+        #: Ended in an earlier incarnation: produce nothing, republish the end, serve replays.
+        self.ended_before = end is not None
+        self.ended = self.ended_before
+        self.log_writer: TupleLogWriter | None = None
+        if not self.ended:
+            self.log_writer = TupleLogWriter(run_dir.source_log_of(name, incarnation), self.src.schema,
+                                             types=arrow_types(self.src), flush_every=10**9)
+        if incarnation:
+            log.info("source %s restarted (incarnation %d): %d tuples logged%s", name, incarnation,
+                     self.produced, f", ended ({end['reason']})" if end else "; going on")
 
     async def run(self, stop: asyncio.Event) -> None:
         server = await self.transport.serve(self.src.host, self.src.port, self.publisher.handle)
@@ -64,68 +102,96 @@ class Source:
         self.run_dir.mark_ready(self.src.name)
         try:
             async with asyncio.TaskGroup() as tg:
-                gen = tg.create_task(self._generate(stop), name="generator")
+                if self.ended_before:
+                    self.publisher.publish(self.src.name, [boundary(END_OF_STREAM)])
+                else:
+                    gen = tg.create_task(self._generate(stop), name="generator")
                 # A bug in the publisher's handler ends the source (transport.py's rule).
                 watch = tg.create_task(server.failed(), name="server")
                 await stop.wait()
-                gen.cancel()
+                if not self.ended_before:
+                    gen.cancel()
                 watch.cancel()
             if not self.ended:
-                self._end()
+                self._end(EndReason.REQUEST)  # stopped before its end (SIGTERM)
         finally:
-            self.log_writer.close()
+            if self.log_writer is not None:
+                self.log_writer.close()
             await server.close()
             log.info("source %s stopped after %d tuples", self.src.name, self.produced)
 
     async def _generate(self, stop: asyncio.Event) -> None:
-        src, name = self.src, self.src.name
+        src, name, writer = self.src, self.src.name, self.log_writer
+        if writer is None:
+            raise NodeError(f"source {name!r}: nothing to generate after the end of its stream")
         start = now_us()
+        rows = itertools.islice(make_rows(src), self.produced, None)  # ids go on
+        pace = RatePace(start, src.rate) if src.time_column is None else self._event_clock(start)
+        sched = Schedule(rows, pace, produced=self.produced, limit=src.limit,
+                         last_time=self._last_time)
         next_boundary = start + src.boundary_interval
-        while not self.ended:
+        while not self.ended:  # end_stream() (SIGUSR1) ends it too
             now = now_us()
-            due = int((now - start) * src.rate / 1e6) - self.produced
-            if src.limit is not None:
-                due = min(due, src.limit - self.produced)
-            batch = self._make(min(due, 10_000), now)
+            batch = sched.take(now)  # at most CAP: after a stall, what is due comes in turns
             if batch:
                 # On disk before on the wire: what a replica may hold, the log holds.
-                self.log_writer.append(batch)
-                self.log_writer.flush()
+                writer.append(batch)
+                writer.flush()
                 self.publisher.publish(name, batch)
-            if now >= next_boundary:
-                self.publisher.publish(name, [boundary(max(now, self._last_time))])
-                next_boundary = now + src.boundary_interval
-            if (src.limit is not None and self.produced >= src.limit) or len(batch) < due:
-                self._end()  # limit reached or the file ran out
+                self.produced = sched.produced
+            if sched.ended is not None:  # the rows ran out or the limit is reached
+                self._end(sched.ended)
                 break
+            if now >= next_boundary:
+                self.publisher.publish(name, [boundary(sched.horizon(now))])
+                next_boundary = now + src.boundary_interval
             await self.publisher.wait_for_room()
-            # At a low rate, wake when the next tuple is due, not every tick: the same
-            # output, far fewer wake-ups (what keeps the simulation fast).
-            await asyncio.sleep(max(TICK, 1 / src.rate))
+            # Wake when the next tuple or the next boundary is due, whichever comes first:
+            # boundaries keep their interval at any rate, and a low rate costs few wake-ups
+            # (what keeps the simulation fast). Behind (a tuple overdue): at once.
+            due = sched.next_due()
+            wake = next_boundary if due is None else min(due, next_boundary)
+            delay = (wake - now_us()) / 1e6
+            await asyncio.sleep(max(TICK, delay) if delay > 0 else 0)
 
-    def _make(self, n: int, now: int) -> list[Tuple]:
-        """Up to ``n`` new tuples stamped ``now`` (fewer only when a file runs out)."""
-        if n <= 0:
-            return []
-        t = max(now, self._last_time)
-        self._last_time = t
-        out: list[Tuple] = []
-        for values in itertools.islice(self._values, n):
-            self.produced += 1
-            out.append(make_tuple(Kind.STABLE, self.produced, t, t, values))
-        return out
+    def _event_clock(self, now: int) -> EventClock:
+        """An event-time source's clock: the one it persisted (a restart resumes the same
+        mapping), else a new one from ``now``, persisted before the first tuple."""
+        path = self.run_dir.source_pace(self.src.name)
+        try:
+            saved = orjson.loads(path.read_bytes())
+            return EventClock(int(saved["t_start"]), int(saved["event_first"]),
+                              float(saved["speedup"]))
+        except FileNotFoundError:
+            pass
+        except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+            raise NodeError(f"source {self.src.name!r}: its clock {path} is unreadable: {e!r}") from None
+        first = next(make_rows(self.src), (None, ()))[0]
+        speedup = self.src.speedup or 1.0
+        clock = EventClock.starting(now, now if first is None else first, speedup, self.src.align)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(orjson.dumps(clock.to_dict()))
+        tmp.replace(path)
+        log.info("source %s: event time %d µs is run time %d µs, %g data s per s", self.src.name,
+                 clock.event_first, clock.t_start, clock.speedup)
+        return clock
 
     def end_stream(self) -> None:
         """Publish the end of stream now (SIGUSR1); go on serving replays until stopped."""
         if not self.ended:
-            self._end()
+            self._end(EndReason.REQUEST)
 
-    def _end(self) -> None:
+    def _end(self, reason: EndReason) -> None:
+        """The end record first (contract point 1), then the end of stream."""
         self.ended = True
+        write_source_end(self.run_dir, self.src.name, t=now_us(), reason=reason.value,
+                         last_id=self.produced)
         self.publisher.publish(self.src.name, [boundary(END_OF_STREAM)])
-        log.info("source %s: end of stream after %d tuples", self.src.name, self.produced)
+        log.info("source %s: end of stream after %d tuples (%s)", self.src.name, self.produced,
+                 reason.value)
 
     def status(self) -> dict[str, Any]:
+        """Plain data for a status report."""
         return {
             "name": self.src.name,
             "kind": "source",
@@ -136,3 +202,12 @@ class Source:
         }
 
 
+
+
+def _check_gapless(run_dir: RunDir, name: str, logged: list[Tuple]) -> None:
+    """A source resumes only from a whole log: ids 1, 2, ... with no gap."""
+    for i, t in enumerate(logged, start=1):
+        if t.id != i:
+            files = ", ".join(str(p) for p in run_dir.source_logs(name))
+            raise NodeError(f"source {name!r}: its log ({files}) has id {t.id} where id {i} "
+                            "belongs: cannot resume from a log with a gap")

@@ -40,6 +40,9 @@ Invariants:
   consumer not heard from yet (no Subscribe, Ack or heartbeat) stops holding its buffers'
   trimming, with a warning naming it. If it subscribes later from below the trim point,
   it is served from there, and a warning names it and the stable ids it missed.
+* A subscriber ahead of a buffer (it claims stable ids the buffer has not produced) is
+  served through an ``AheadView`` (it failed over from a partner replica), unless
+  ``serve_ahead`` is off: a source, the origin of its stream, refuses it with an error.
 * While ``refusing`` is set (a replica recovering, node/replica/recovery.py) every Subscribe is
   refused with that reason and the connection closed; the responder may then return None
   to a heartbeat (no answer: the replica counts as down).
@@ -141,6 +144,7 @@ class Publisher:
         hello_timeout: float = 5.0,
         responder: Callable[[Message], Message | None] | None = None,
         consumer_grace: int = DEFAULT_CONSUMER_GRACE,
+        serve_ahead: bool = True,
         log: logging.Logger,
     ) -> None:
         if high_water < 1 or max_batch < 1:
@@ -158,6 +162,7 @@ class Publisher:
         self._max_batch = max_batch
         self._hello_timeout = hello_timeout
         self._responder = responder
+        self._serve_ahead = serve_ahead
         self._log = log
         #: Why every Subscribe is refused now (a recovering replica), or None.
         self.refusing: str | None = None
@@ -395,7 +400,10 @@ class Publisher:
         ahead: AheadView | None = None
         try:
             catchup = buffer.replay(msg.last_stable_id, msg.last_tentative_id)
-        except ReplayAheadError:
+        except ReplayAheadError as exc:
+            if not self._serve_ahead:  # a source: nobody can hold what it never produced
+                return (f"subscribed {name!r} to {stream!r} claiming stable id "
+                        f"{msg.last_stable_id}, beyond anything produced here ({exc}): refused")
             # It took stable tuples from a partner that this replica (in UP_FAILURE) has not
             # produced yet: serve it what comes after them, not nothing (state/buffer.py).
             catchup, ahead = buffer.replay_ahead(msg.last_stable_id, msg.last_tentative_id)

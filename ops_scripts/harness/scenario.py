@@ -61,6 +61,7 @@ from typing import Any, Literal
 
 import tomli_w
 
+from node.config.datafile import PACKAGE_PREFIX
 from node.config.load import parse_config
 from node.config.model import ClusterConfig, NodeSettings
 from node.config.read import Table
@@ -182,7 +183,8 @@ def _absolute_files(raw: Mapping[str, Any], anchor: Path) -> dict[str, Any]:
     sources = out.get("sources")
     if isinstance(sources, dict):
         for src in sources.values():
-            if isinstance(src, dict) and isinstance(src.get("file"), str):
+            if (isinstance(src, dict) and isinstance(src.get("file"), str)
+                    and not src["file"].startswith(PACKAGE_PREFIX)):  # package files stay named
                 src["file"] = str((anchor / src["file"]).resolve())
     return out
 

@@ -87,7 +87,7 @@ def cluster(tmp_path: Path) -> Iterator[Callable[[Path], tuple[ClusterConfig, Ru
         stop_cluster(procs, rd, drain=False)
 
 
-@pytest.mark.parametrize("example", ["basic.toml", "chain4.toml"])
+@pytest.mark.parametrize("example", ["basic.toml", "chain4.toml", "weather.toml"])
 def test_example_runs_and_passes_check(example: str, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     r = dpc("launch", str(small(example, tmp_path)), "--duration", "2", "--run-dir", str(run_dir))

@@ -131,15 +131,28 @@ def test_examples_use_disjoint_ports_in_range() -> None:
     """Every example cluster loads, and they can run side by side (examples/README.md)."""
     ports: list[set[int]] = []
     examples = sorted(EXAMPLES.glob("*.toml"))
-    assert {"basic.toml", "chain4.toml", "sim.toml", "three.toml"} <= {p.name for p in examples}
+    assert {"basic.toml", "chain4.toml", "sim.toml", "three.toml", "weather.toml"} <= {p.name for p in examples}
     for path in examples:
         cfg = load_config(path)
         mine = {s.port for s in cfg.sources.values()}
         for n in cfg.nodes.values():
             mine |= {p for r in n.replicas for p in (r.data_port, r.control_port)}
-        assert all(17000 <= p <= 20999 for p in mine), path.name
+        assert all(17000 <= p <= 21999 for p in mine), path.name
         assert not any(mine & other for other in ports), path.name
         ports.append(mine)
+
+
+def test_weather_example_loads_real_data_on_event_time() -> None:
+    cfg = load_config(EXAMPLES / "weather.toml")
+    assert list(cfg.sources) == ["seattle", "sf"]
+    for s in cfg.sources.values():
+        assert s.file is not None and s.file.name.endswith("-temps.csv") and s.file.is_file()
+        assert (s.time_column, s.speedup, s.align) == ("date", 540000.0, 86_400_000_000)
+        assert 149 < s.rate < 151  # 8,759 hourly rows over a year at 540,000 data s per s
+    assert cfg.sources["sf"].constants == {"city": "San Francisco"}
+    # one data day on the run's clock is one window of the aggregate
+    (agg,) = [o for o in cfg.nodes["n1"].network.operators if o.type == "aggregate"]
+    assert agg.params["window"] == 86_400_000_000 / 540000.0
 
 
 def test_readme_error_example_is_what_the_loader_says(tmp_path: Path) -> None:
@@ -584,3 +597,73 @@ def test_parse_config_keeps_raw_and_names_the_given_path() -> None:
     raw["clients"]["c1"]["stream"] = "nope"
     with pytest.raises(ConfigError, match=r"^virtual\.toml: clients\.c1\.stream: "):
         parse_config(raw, Path("virtual.toml"))
+
+
+# ------------------------------------------------------------------------------ event time
+EVENT_SOURCE = 'generator = "file"\nfile = "data.csv"\ntime_column = "t"\n'
+
+
+def event_config(tmp_path: Path, keys: str, rows: str | None = None) -> Path:
+    hours = [f"2010/01/01 {h:02d}:00,{h},{2 * h}" for h in range(10)]
+    (tmp_path / "data.csv").write_text(rows or "t,k,v\n" + "\n".join(hours) + "\n")
+    return write(tmp_path, mutate(BASE, ("rate = 100.0\n", keys)))
+
+
+def test_an_event_time_source_derives_rate_or_speedup_from_its_file(tmp_path: Path) -> None:
+    cfg = load_config(event_config(tmp_path, EVENT_SOURCE + "speedup = 3600.0\nalign = 7200\n"))
+    s1 = cfg.sources["s1"]
+    assert (s1.time_column, s1.speedup, s1.align) == ("t", 3600.0, 7_200_000_000)
+    assert s1.rate == 10 / 9  # 10 rows over 9 data hours, an hour per second
+    cfg = load_config(event_config(tmp_path, EVENT_SOURCE + "rate = 5.0\n"))
+    assert (cfg.sources["s1"].rate, cfg.sources["s1"].speedup) == (5.0, 5.0 * 9 * 3600 / 10)
+    # the time column need not be an attribute; constants need no column
+    keys = EVENT_SOURCE + 'speedup = 1.0\nconstants = { v = "fixed" }\n'
+    cfg = load_config(event_config(tmp_path, keys, "t,k\n2010/01/01,1\n2010/01/02,2\n"))
+    assert cfg.sources["s1"].constants == {"v": "fixed"}
+
+
+EVENT_BROKEN = {
+    "both rate and speedup": (EVENT_SOURCE + "rate = 1.0\nspeedup = 2.0\n", "sources.s1.rate",
+                              ["exactly one of rate", "and speedup", "found both"]),
+    "neither": (EVENT_SOURCE, "sources.s1.rate", ["exactly one of rate", "found neither"]),
+    "speedup without a time column": ('rate = 1.0\nspeedup = 2.0\n', "sources.s1.speedup",
+                                      ["no speedup without a time_column"]),
+    "align without a time column": ('rate = 1.0\nalign = 2.0\n', "sources.s1.align",
+                                    ["no align without a time_column"]),
+    "time column of a synthetic source": ('rate = 1.0\ntime_column = "t"\n',
+                                          "sources.s1.time_column",
+                                          ['no time_column for generator = "synthetic"']),
+    "time column not in the file": (EVENT_SOURCE.replace('"t"', '"when"') + "speedup = 1.0\n",
+                                    "sources.s1.file", ["without the column(s) when"]),
+    "constant not in the schema": ('rate = 1.0\nconstants = { z = 1 }\n', "sources.s1.constants.z",
+                                   ["expected an attribute of the schema (k, v)"]),
+    "constant not a scalar": ('rate = 1.0\nconstants = { k = [1] }\n', "sources.s1.constants.k",
+                              ["expected a string, a number or a boolean"]),
+    "constant also drawn": ('rate = 1.0\nconstants = { k = 1 }\n[sources.s1.attributes]\n'
+                            'k = { kind = "seq" }\n', "sources.s1.attributes.k",
+                            ["that is not a constant"]),
+    "package not installed": ('rate = 1.0\ngenerator = "file"\nfile = "package:no_such_pkg/d.csv"\n',
+                              "sources.s1.file", ["no installed Python package 'no_such_pkg'"]),
+}
+
+
+@pytest.mark.parametrize(("keys", "key", "fragments"), EVENT_BROKEN.values(), ids=EVENT_BROKEN.keys())
+def test_bad_event_time_keys_name_file_and_key(tmp_path: Path, keys: str, key: str,
+                                               fragments: list[str]) -> None:
+    path = event_config(tmp_path, keys)
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    msg = str(e.value)
+    assert msg.startswith(f"{path}: {key}: "), msg
+    for fragment in fragments:
+        assert fragment in msg, msg
+
+
+def test_rows_out_of_event_time_order_are_refused_at_load_naming_the_row(tmp_path: Path) -> None:
+    rows = "t,k,v\n2010/01/01 05:00,1,1\n2010/01/01 04:00,2,2\n"
+    with pytest.raises(ConfigError, match=r"sources\.s1\.time_column: .*data\.csv: column 't', "
+                                          r"row 2 \(line 3\): rows out of event time order"):
+        load_config(event_config(tmp_path, EVENT_SOURCE + "speedup = 1.0\n", rows))
+    same = "t,k,v\n2010/01/01,1,1\n2010/01/01,2,2\n"
+    with pytest.raises(ConfigError, match=r"sources\.s1\.rate: expected speedup instead.*span no time"):
+        load_config(event_config(tmp_path, EVENT_SOURCE + "rate = 1.0\n", same))

@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from node.config.model import AttributeGen, SourceConfig
-from node.errors import NodeError
-from node.procs.generators import arrow_types, make_generator
+from node.errors import ConfigError
+from node.procs.generators import arrow_types, make_generator, make_rows
 
 
 def source(**kw: object) -> SourceConfig:
@@ -35,10 +35,13 @@ def test_synthetic_values_follow_their_generators_and_the_seed() -> None:
     assert arrow_types(src) == [pa.int64(), pa.int64(), pa.int64()]
 
 
-def test_csv_file_replay_types_cells_and_ends(tmp_path: Path) -> None:
+def test_csv_file_replay_types_cells_per_column_and_ends(tmp_path: Path) -> None:
     f = tmp_path / "in.csv"
     f.write_text("k,v,x,extra\n1,2.5,abc,z\n2,3,def,z\n")
-    assert list(make_generator(source(generator="file", file=f))) == [(1, 2.5, "abc"), (2, 3, "def")]
+    src = source(generator="file", file=f)
+    assert list(make_generator(src)) == [(1, 2.5, "abc"), (2, 3.0, "def")]
+    assert isinstance(list(make_generator(src))[1][1], float)  # "3" in a float column
+    assert arrow_types(src) == [pa.int64(), pa.float64(), pa.string()]  # every incarnation alike
 
 
 def test_parquet_file_replay(tmp_path: Path) -> None:
@@ -50,5 +53,22 @@ def test_parquet_file_replay(tmp_path: Path) -> None:
 def test_csv_missing_column_is_named(tmp_path: Path) -> None:
     f = tmp_path / "in.csv"
     f.write_text("k,v\n1,2\n")
-    with pytest.raises(NodeError, match="no column"):
+    with pytest.raises(ConfigError, match="no column"):
         list(make_generator(source(generator="file", file=f)))
+
+
+def test_constants_and_event_times(tmp_path: Path) -> None:
+    f = tmp_path / "in.csv"
+    f.write_text("when,v\n2010/01/01,1.5\n2010/01/02,2\n")
+    src = source(schema=("city", "when", "v"), generator="file", file=f, time_column="when",
+                 constants={"city": "Oslo"})
+    day = 86_400_000_000
+    assert list(make_rows(src)) == [(14_610 * day, ("Oslo", 14_610 * day, 1.5)),
+                                    (14_611 * day, ("Oslo", 14_611 * day, 2.0))]
+    assert arrow_types(src) == [pa.string(), pa.int64(), pa.float64()]
+    hidden = source(schema=("v",), generator="file", file=f, time_column="when")
+    assert [r[1] for r in make_rows(hidden)] == [(1.5,), (2.0,)]  # the time column stays out
+    synthetic = source(schema=("k", "c"), attributes={"k": AttributeGen(kind="seq")},
+                       constants={"c": True})
+    assert list(itertools.islice(make_rows(synthetic), 2)) == [(None, (1, True)), (None, (2, True))]
+    assert arrow_types(synthetic) == [pa.int64(), pa.bool_()]

@@ -21,8 +21,10 @@ from node.procs.rundir import (
     RunDir,
     read_client_parquet,
     read_jsonl_tuples,
+    read_source_end,
     read_source_log,
     write_client_parquet,
+    write_source_end,
 )
 from protocol.tuples import Kind, Tuple, boundary, make_tuple, rec_done, undo
 from state.tuplelog import TupleLogWriter
@@ -217,3 +219,36 @@ def test_reading_a_missing_jsonl_names_it(tmp_path: Path) -> None:
     with pytest.raises(RunLogError, match=r"gone\.jsonl"):
         read_jsonl_tuples(tmp_path / "gone.jsonl")
     assert not os.path.exists(tmp_path / "gone.jsonl")
+
+
+def test_a_source_log_is_every_incarnation_in_order(tmp_path: Path) -> None:
+    """Contract point 2: one file per incarnation, read back as one log."""
+    rd = RunDir(tmp_path).ensure()
+    data = [make_tuple(Kind.STABLE, i, 100 * i, 100 * i, (i,)) for i in range(1, 31)]
+    assert rd.source_logs("s1") == []
+    for k, part in enumerate((data[:10], data[10:25], [], data[25:])):
+        with TupleLogWriter(rd.source_log_of("s1", k), ("v",)) as w:
+            w.append(part)
+    assert rd.source_log_of("s1", 0) == rd.source_log("s1") == rd.sources / "s1.arrow"
+    assert [p.name for p in rd.source_logs("s1")] == ["s1.arrow", "s1.1.arrow", "s1.2.arrow",
+                                                      "s1.3.arrow"]
+    assert read_source_log(rd, "s1") == data
+    rd.source_log_of("s1", 1).write_bytes(rd.source_log_of("s1", 1).read_bytes()[:-30])  # killed
+    assert [t.id for t in read_source_log(rd, "s1")] == [*range(1, 11), *range(26, 31)]
+
+
+def test_the_end_record_round_trips_and_refuses_garbage(tmp_path: Path) -> None:
+    rd = RunDir(tmp_path).ensure()
+    assert read_source_end(rd, "s1") is None  # never ended
+    write_source_end(rd, "s1", t=123, reason="limit", last_id=7)
+    assert read_source_end(tmp_path, "s1") == {"t": 123, "reason": "limit", "last_id": 7}
+    assert rd.source_end("s1") == rd.sources / "s1.end.json"
+    assert not list(rd.sources.glob("*.tmp"))
+    with pytest.raises(RunLogError, match="end reason 'bored'"):
+        write_source_end(rd, "s1", t=1, reason="bored", last_id=1)
+    rd.source_end("s1").write_text('{"t": 1, "reason": "file"}')
+    with pytest.raises(RunLogError, match=r"s1\.end\.json: expected"):
+        read_source_end(rd, "s1")
+    rd.source_end("s1").write_text("{")
+    with pytest.raises(RunLogError, match="unreadable"):
+        read_source_end(rd, "s1")
