@@ -5,7 +5,9 @@ flushed *before* it is published, so that whatever a replica may have received i
 and a reconnecting consumer can be replayed what it missed (from the output buffer, which
 keeps everything until every consumer acknowledged it).
 
-Tuple times are wall-clock microseconds, never decreasing; ids count from 1. Which tuples
+Tuple times are microseconds of the run's clock, never decreasing: the time a tuple is
+produced, or for a file source with a ``time_column`` its event time rebased onto the run's
+clock (its clock persisted in ``RUN_DIR/sources/<name>.pace.json``); ids count from 1. Which tuples
 are due when is the pure schedule of ``node/procs/pacing.py``: a batch holds at most
 ``pacing.CAP`` tuples, and the stream ends only when its rows run out or its ``limit`` is
 reached, never because a batch came out short: a source that fell behind (paused,
