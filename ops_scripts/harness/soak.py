@@ -274,7 +274,7 @@ def run_soak(opts: SoakOptions, out: TextIO | None = None) -> int:
     rd = RunDir(run_dir)
     rates = sorted({s.rate for s in config.sources.values()})
     print(f"dpc soak: cluster {config.name!r} for {opts.minutes:g} min (warm-up "
-          f"{opts.warmup_minutes:g} min), sources at {', '.join(f'{r:g}' for r in rates)} "
+          f"{opts.warmup_minutes:.3g} min), sources at {', '.join(f'{r:g}' for r in rates)} "
           f"tuples/s, {len(scenario.faults)} faults (one every {opts.fault_every:g} s, seed "
           f"{opts.seed}), a sample every {opts.sample:g} s; run dir {rd.path}",
           file=out, flush=True)

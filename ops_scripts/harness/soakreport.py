@@ -136,9 +136,9 @@ def print_report(rd: RunDir, warmup: float, out: TextIO, *, faults_injected: int
              "growth", "threshold", "verdict"), *map(_row, judged)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     print(f"\ndpc soak: {len(samples)} samples over {_clock(end)}, {faults_injected} faults "
-          f"injected; growth of each series after its warm-up ({warmup / 60:g} min):",
+          f"injected; growth of each series after its warm-up ({warmup / 60:.3g} min):",
           file=out)
-    print(f"  the rule: {RULE.replace('WARMUP', f'{warmup / 60:g} min')}", file=out)
+    print(f"  the rule: {RULE.replace('WARMUP', f'{warmup / 60:.3g} min')}", file=out)
     for r in rows:
         print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip(),
               file=out)

@@ -65,6 +65,11 @@ def test_a_two_minute_soak_reports_flat_memory(tmp_path: Path) -> None:
     assert count_events(events, "fault") == 3 and count_events(events, "heal") == 3
     kinds = [e["event"] for e in events]
     assert kinds[0] == "start" and kinds.index("ready") < kinds.index("fault")
+    # A killed replica (seed 1's schedule kills n1a at 30 s) is sampled again once restarted,
+    # under its new pid.
+    for name in {e["fault"]["process"] for e in events
+                 if e["event"] == "fault" and e["fault"]["fault"] == "kill"}:
+        assert len({s["rss"][name]["pid"] for s in samples if name in s["rss"]}) == 2, name
     assert run_check(run) in (0, 1)
     report = json.loads((run / "check.json").read_text())
     assert report["verdicts"] and all(v["status"] != "unknown" for v in report["verdicts"])
