@@ -11,6 +11,7 @@ fault          cut / heal / stall at one replica (``POST /fault``)              
 inject         one fault or heal in a running cluster (by a run dir's pid files)      inject.py
 run            play a scenario's fault schedule on a real cluster, then check it      runner.py
 torture        seeded random schedules on real clusters, every run checked           torture.py
+soak           a long run under load and faults: memory and buffer growth per minute  soak.py
 check          verify a run's logs against a reference evaluation                     check.py
 bench          core and throughput benchmarks                                         bench*.py
 =============  =====================================================================  =============
@@ -97,6 +98,24 @@ def _parser() -> argparse.ArgumentParser:
     torture.add_argument("--faults", type=int, default=4, help="random faults per run (default 4)")
     torture.add_argument("--duration", type=float, default=8.0,
                          help="seconds within which the faults start (default 8)")
+
+    soak = sub.add_parser(
+        "soak", help="a long run under load with a fault every minute: does memory or a "
+                     "buffer grow steadily?")
+    soak.add_argument("config", type=Path, metavar="CLUSTER.toml")
+    soak.add_argument("--minutes", type=float, default=30.0, help="how long (default 30)")
+    soak.add_argument("--warmup", type=float, default=None, metavar="MINUTES",
+                      help="minutes of each series not judged (default: min(5, M/3))")
+    soak.add_argument("--fault-every", type=float, default=60.0, metavar="S",
+                      help="one random fault every S seconds, healed before the next "
+                           "(default 60)")
+    soak.add_argument("--sample", type=float, default=10.0, metavar="S",
+                      help="seconds between samples of RSS and buffers (default 10)")
+    soak.add_argument("--rate", type=float, default=None,
+                      help="every source's rate, tuples/s (default: the config's)")
+    soak.add_argument("--seed", type=int, default=1, help="the faults' seed (default 1)")
+    soak.add_argument("--run-dir", type=Path, default=None,
+                      help="where the run goes (default: runs/soak-NAME-TIME)")
 
     # `dpc simulate` (the deterministic simulation) registers here.
 
@@ -220,6 +239,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 seed=args.seed, runs=args.runs,
                 clusters=tuple(args.cluster) if args.cluster else DEFAULT_CLUSTERS,
                 run_dir=args.run_dir, faults=args.faults, duration=args.duration))
+        if args.command == "soak":
+            from ops_scripts.harness.soak import SoakOptions, run_soak
+
+            return run_soak(SoakOptions(
+                cluster=args.config, minutes=args.minutes, warmup=args.warmup,
+                fault_every=args.fault_every, sample=args.sample, rate=args.rate,
+                seed=args.seed, run_dir=args.run_dir))
         if args.command == "run":
             from ops_scripts.harness.runner import run_scenario
 

@@ -13,6 +13,8 @@ checkers of :mod:`ops_scripts.check` judge it.
   torture``; ``simulate.py``: ``dpc simulate`` (the cluster in one process, virtual time);
   ``supervisor.py``: ``dpc launch`` (a cluster run by hand: start-up recorded, crashed
   processes restarted and recorded).
+* ``soak.py``: ``dpc soak`` (memory and buffers over a long run); ``growth.py`` (pure):
+  its rule, when a series grows steadily; ``soakreport.py``: its table and plot.
 """
 
 from ops_scripts.errors import InjectError, ScenarioError, ScheduleError
@@ -21,12 +23,13 @@ from ops_scripts.harness.runner import RunOutcome, play_scenario, run_scenario
 from ops_scripts.harness.scenario import Scenario, dump_scenario, load_scenario
 from ops_scripts.harness.schedule import Fault, parse_faults, random_faults
 from ops_scripts.harness.simulate import SimOptions, SimResult, simulate_many, simulate_one
+from ops_scripts.harness.soak import SoakOptions, run_soak
 from ops_scripts.harness.timeline import Timeline
 from ops_scripts.harness.torture import TortureOptions, run_torture
 
 __all__ = [
     "Fault", "InjectError", "Nemesis", "RunOutcome", "Scenario", "ScenarioError",
-    "ScheduleError", "SimOptions", "SimResult", "Timeline", "TortureOptions", "dump_scenario",
-    "load_scenario", "parse_faults", "play_scenario", "random_faults", "run_scenario",
-    "run_torture", "simulate_many", "simulate_one",
+    "ScheduleError", "SimOptions", "SimResult", "SoakOptions", "Timeline", "TortureOptions",
+    "dump_scenario", "load_scenario", "parse_faults", "play_scenario", "random_faults",
+    "run_scenario", "run_soak", "run_torture", "simulate_many", "simulate_one",
 ]
