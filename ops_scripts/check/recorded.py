@@ -37,7 +37,7 @@ from ops_scripts.errors import HistoryError
 from protocol.errors import DPCError
 from protocol.tuples import Tuple
 
-__all__ = ["History", "load_events", "load_history", "source_end_path"]
+__all__ = ["History", "load_events", "load_history"]
 
 
 @dataclass
@@ -120,16 +120,10 @@ def load_history(rd: RunDir, config: ClusterConfig) -> History:
     return h
 
 
-def source_end_path(rd: RunDir, source: str) -> Path:
-    """Where a source's end record lives (contract point 1 of issue 13: ``RunDir.source_end``
-    in the source's branch; one home once both are merged)."""
-    return rd.source_log(source).with_name(f"{source}.end.json")
-
-
 def _read_source_end(h: History, rd: RunDir, src: SourceConfig) -> None:
     """The source's end record (none: it never ended) and, when it says its file ran out,
     the file's row count, by the generator the source reads it with."""
-    path = source_end_path(rd, src.name)
+    path = rd.source_end(src.name)
     if not path.exists():
         return
     try:

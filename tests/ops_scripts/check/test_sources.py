@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from node.config.model import SourceConfig
-from ops_scripts.check.recorded import load_history, source_end_path
+from ops_scripts.check.recorded import load_history
 from ops_scripts.check.sources import check_source_log
 from protocol.tuples import Kind, Tuple, make_tuple
 from tests.ops_scripts.check.world import EC, run, write_run
@@ -108,9 +108,9 @@ def test_dpc_check_reads_the_end_records_and_judges_each_source(tmp_path: Path) 
     assert code == 0, text
     by = {v["subject"]: v for v in report["verdicts"] if v["property"] == EC}
     assert {by[f"source {s}"]["status"] for s in ("s1", "s2", "s3")} == {"valid"}
-    source_end_path(rd, "s1").write_text(json.dumps(end(last_id=200)))
-    source_end_path(rd, "s2").write_text(json.dumps(end(last_id=150)))
-    source_end_path(rd, "s3").write_text("{torn")
+    rd.source_end("s1").write_text(json.dumps(end(last_id=200)))
+    rd.source_end("s2").write_text(json.dumps(end(last_id=150)))
+    rd.source_end("s3").write_text("{torn")
     h = load_history(rd, config)
     assert h.source_ends["s1"] == end(last_id=200) and "s3" in h.end_problems
     code, text, report = run(rd)
@@ -131,7 +131,7 @@ def test_dpc_check_counts_the_rows_of_a_file_source_that_ran_out(tmp_path: Path)
     text = rd.config.read_text().replace(
         "[sources.s1]", f'[sources.s1]\ngenerator = "file"\nfile = "{data}"')
     rd.config.write_text(re.sub(r"  \[sources\.s1\.attributes\]\n(  .*\n)+", "", text))
-    source_end_path(rd, "s1").write_text(json.dumps(end("file", last_id=200)))
+    rd.source_end("s1").write_text(json.dumps(end("file", last_id=200)))
     code, _, report = run(rd)
     (v,) = [v for v in report["verdicts"] if v["subject"] == "source s1"]
     assert code == 1 and v["status"] == "invalid"
