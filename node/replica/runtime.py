@@ -309,8 +309,8 @@ class Replica:
 
     def _respond(self, msg: Message) -> Message | None:
         """The data port's answers: heartbeats (each output stream's state: the node's, but
-        UP_FAILURE where an input it depends on has no upstream replica alive; none while
-        recovering), and partners' permission requests (the consistency manager
+        UP_FAILURE where an input it depends on has no upstream replica alive and STABLE;
+        none while recovering), and partners' permission requests (the consistency manager
         decides)."""
         if isinstance(msg, HeartbeatRequest):
             if self.recovering:
@@ -318,11 +318,14 @@ class Replica:
             state = ConsistencyState[self.state]
             streams = dict.fromkeys(self.node.outputs, state)
             if state is ConsistencyState.STABLE:
-                # An input with no upstream replica left is a failure (paper section 2),
-                # although the machine learns of it only from SUnion's first tentative
-                # release, which never comes while nothing arrives at all (a lone input):
-                # the outputs it feeds say UP_FAILURE, so that downstream moves to a replica
-                # that still has input.
+                # An input with no upstream replica left, or none that offers it STABLE, is
+                # a failure (paper section 2), although the machine learns of it only from
+                # SUnion's first tentative release, which never comes while nothing arrives
+                # at all (a lone input, or every upstream replica failing with no data):
+                # the outputs it feeds say UP_FAILURE, so that downstream does not move to
+                # this replica from one that still has input (simulate seed 922: a client
+                # left the replica serving tentative results for one whose upstream
+                # replicas were all in UP_FAILURE with no input, and waited there).
                 for stream in self.monitor.cut_off():
                     streams.update(dict.fromkeys(self.fed_by.get(stream, ()),
                                                  ConsistencyState.UP_FAILURE))

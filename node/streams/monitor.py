@@ -61,7 +61,7 @@ from node.net.transport import Connection, Transport
 from node.streams.link import InputLink
 from node.streams.upstream import Choice, HeartbeatTracker, ReplicaView, Resume, choose_upstream
 from protocol.errors import RemoteProtocolError
-from protocol.messages import HeartbeatRequest, HeartbeatResponse
+from protocol.messages import ConsistencyState, HeartbeatRequest, HeartbeatResponse
 
 __all__ = ["UpstreamMonitor", "UpstreamReplica", "upstream_links"]
 
@@ -148,12 +148,21 @@ class UpstreamMonitor:
         return None if addr is None else self._by_address.get(addr)
 
     def cut_off(self) -> list[str]:
-        """The monitored input streams none of whose upstream replicas is alive (declared
-        failed by the tracker): inputs that became unavailable."""
+        """The monitored input streams that no upstream replica offers as STABLE: every one
+        is dead (declared failed by the tracker) or says the stream is failing (UP_FAILURE,
+        STABILIZATION). Such an input brings tentative data or none; a live replica whose
+        state is not known yet counts as STABLE (start-up is not a failure)."""
         t = self.tracker
         if t is None:
             return []
-        return [s for s, rs in self.replicas.items() if not any(t.alive(r.name) for r in rs)]
+        out = []
+        for s, rs in self.replicas.items():
+            view = t.view(s)
+            if not any(view[r.name].alive and view[r.name].state in (ConsistencyState.STABLE,
+                                                                     None)
+                       for r in rs if r.name in view):
+                out.append(s)
+        return out
 
     def _choice(self, stream: str, exclude: str | None = None) -> Choice | None:
         if self.tracker is None:

@@ -107,10 +107,12 @@ def torture_schedule(config: ClusterConfig, rng: random.Random, *, duration: flo
 
 
 def _cluster_tables(base: Scenario, fast_source: str) -> dict[str, Any]:
-    """The run's cluster: every source at ``SOURCE_RATE``, ``fast_source`` at ``FAST_RATE``."""
+    """The run's cluster: every source at ``SOURCE_RATE``, ``fast_source`` at ``FAST_RATE``;
+    a source on event time keeps the data's own pace (its ``speedup``)."""
     tables = copy.deepcopy(dict(base.cluster))
     for name, src in tables.get("sources", {}).items():
-        src["rate"] = FAST_RATE if name == fast_source else SOURCE_RATE
+        if "speedup" not in src:
+            src["rate"] = FAST_RATE if name == fast_source else SOURCE_RATE
     return tables
 
 

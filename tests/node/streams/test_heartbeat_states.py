@@ -25,7 +25,7 @@ STABLE, UP_FAILURE = ConsistencyState.STABLE, ConsistencyState.UP_FAILURE
 
 @pytest.fixture
 def n2a(tmp_path: Path) -> Iterator[Replica]:
-    """Replica n2a of examples/sim.toml: one input, n1.out, from n1a or n1b."""
+    """Replica n2a of examples/sim.toml: one input, n1.out, from n1a, n1b or n1c."""
     config = load_config(EXAMPLES / "sim.toml")
     r = Replica(config, "n2a", RunDir(tmp_path).ensure(), MemoryTransport().for_process("n2a"))
     yield r
@@ -51,14 +51,15 @@ def answer(r: Replica) -> HeartbeatResponse:
 def test_an_input_with_no_upstream_replica_left_makes_its_outputs_up_failure(
     n2a: Replica,
 ) -> None:
-    # Cut off from n1a and n1b, n2a's lone SUnion receives nothing, so it never releases
+    # Cut off from n1a, n1b and n1c, n2a's lone SUnion receives nothing, so it never releases
     # a tentative tuple and the machine stays STABLE: its heartbeats must still tell the
     # client to prefer n2b, which has input (it stayed on n2a: simulate seed 450).
     seqs = itertools.count(1)
     assert answer(n2a).streams == {"n2.out": STABLE}
     silence(n2a, "n1a", seqs)
-    assert answer(n2a).streams == {"n2.out": STABLE}  # n1b is left
     silence(n2a, "n1b", seqs)
+    assert answer(n2a).streams == {"n2.out": STABLE}  # n1c is left
+    silence(n2a, "n1c", seqs)
     msg = answer(n2a)
     assert msg.streams == {"n2.out": UP_FAILURE}
     assert msg.state is STABLE  # the node's own state is the machine's
