@@ -81,7 +81,7 @@ def test_launch_records_start_up_restarts_a_crash_and_leaves_injected_kills(
     kinds = [e["event"] for e in events]
     assert kinds[0] == "start" and kinds.index("ready") < kinds.index("fault")
     assert kinds[-1] == "end" and "state" in kinds  # the replicas' states merged in
-    ids = [t.id for t in read_source_log(rd.source_log("s3"))]
+    ids = [t.id for t in read_source_log(rd, "s3")]
     assert ids == list(range(1, len(ids) + 1))  # the restarted source resumed its ids
     check = subprocess.run([*DPC, "check", run], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout
