@@ -168,8 +168,8 @@ def test_inject_kill_restart_partition_heal(running: Any, capsys: pytest.Capture
     assert first is not None and not alive(first)
     assert dpc(["inject", run, "kill", "n1b"]) == 2  # the node's last replica: refused
     assert "n1b is the last replica of its node with a state" in capsys.readouterr().err
-    assert dpc(["inject", run, "kill", "s1"]) == 2
-    assert "process = 's1' is not a replica" in capsys.readouterr().err
+    assert dpc(["inject", run, "kill", "c1"]) == 2  # a client's log is the run's evidence
+    assert "process = 'c1' is not a replica or a source" in capsys.readouterr().err
     assert dpc(["inject", str(rd.config), "kill", "n1a"]) == 2
     assert "kill needs a RUN_DIR" in capsys.readouterr().err
     assert dpc(["inject", run, "pause", "n9"]) == 2
