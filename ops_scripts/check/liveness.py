@@ -7,8 +7,9 @@ state changes, its clients' logs with arrival times and the reference run
 verdict per replica (subject ``replica NAME``) and per client.
 
 *The final heal* is the history's last ``heal_all`` (the harness heals everything, then
-the quiet period starts), or its last ``heal`` if it has none (``dpc inject`` by hand). A
-history with no heal, or with a fault after its final heal, gives ``unknown``. *The end of
+the quiet period starts), or its last ``heal`` if it has none (``dpc inject`` by hand), or,
+in a run without any fault (``dpc launch`` alone), the end of its start-up (``ready``). A
+history with faults but no heal, or with a fault after its final heal, gives ``unknown``. *The end of
 the run* is the last thing it recorded (an event, a state change, a client's arrival).
 
 *The clock starts* at the final heal, or later for a subject whose own replica or an
@@ -227,6 +228,12 @@ def ending_of(events: Sequence[Event], last_record: int) -> Ending | str:
         for e in events:
             if e["event"] == "heal":
                 heal, how = e["t"], f"heal of fault {e.get('id')!r}"
+    if heal is None and not any(e["event"] == "fault" for e in events):
+        # A run without faults (``dpc launch`` with no ``dpc inject``): its start-up is the
+        # only failure it had; judged from its end, as from a heal.
+        for e in events:
+            if e["event"] in ("start", "ready"):
+                heal, how = e["t"], f"{e['event']} (the run had no fault)"
     if heal is None:
         return "the history has no heal: liveness is judged from the final heal"
     after = [e for e in events if e["event"] == "fault" and e["t"] > heal]

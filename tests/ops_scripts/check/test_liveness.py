@@ -178,6 +178,17 @@ def test_no_heal_or_a_fault_after_the_final_heal_is_unknown(world: World) -> Non
     assert judge(world, history(), problems={C1: "missing log"})[LV, C1].evidence == "missing log"
 
 
+def test_a_run_without_faults_is_judged_from_the_end_of_its_start_up(world: World) -> None:
+    """``dpc launch`` alone records start-up but no fault and no heal: its replicas must be
+    STABLE and its client complete after ``ready`` as after a heal (not ``unknown``)."""
+    quiet = [{"t": 0, "event": "start", "config": "hand-built.toml", "name": "t"},
+             state(0, "n1a", "STABLE"), state(0, "n1b", "STABLE"),
+             {"t": 100_000, "event": "ready"}, {"t": 20 * SECOND, "event": "end"}]
+    by = judge(world, quiet)
+    assert by[LV, "replica n1a"].status is Status.VALID, by[LV, "replica n1a"].evidence
+    assert "the final heal (ready (the run had no fault))" in by[LV, "replica n1a"].evidence
+
+
 def kill(t: int, fid: int, process: str) -> dict[str, Any]:
     """A kill as the history records it (contract point 4 for a source)."""
     return {"t": t, "event": "fault", "id": fid, "fault": {"fault": "kill", "process": process},
