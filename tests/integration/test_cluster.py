@@ -31,7 +31,7 @@ from node.procs.rundir import RunDir
 from ops_scripts.cluster.launch import Launched, restart_process, start_cluster, stop_cluster
 from ops_scripts.cluster.processes import alive, runs_node
 from ops_scripts.errors import ProcessError
-from protocol.codec import encode
+from protocol.codec import VERSION, encode
 from protocol.messages import Subscribe
 from tests.paths import ROOT
 
@@ -238,7 +238,8 @@ def test_bad_input_to_a_data_port_is_refused_and_the_output_stays_correct(
     host, port = replica.host, replica.data_port
     _garbage(host, port, b"GET / HTTP/1.1\r\n\r\n")  # garbage bytes
     _garbage(host, port, b"\x7f\xff\xff\xff\x01\x01")  # oversized length prefix
-    _garbage(host, port, b"\x00\x00\x01\x00\x01\x02[", close_mid=True)  # disconnect mid-frame
+    _garbage(host, port, b"\x00\x00\x01\x00" + bytes([VERSION]) + b"\x02[",  # disconnect
+             close_mid=True)  # mid-frame
     _garbage(host, port, encode(Subscribe("no.such.stream", "intruder", 0, 0)))  # unknown stream
     silent = socket.create_connection((host, port), timeout=5)  # connects, never speaks
     log = rd.process_log(replica.name)
