@@ -7,8 +7,10 @@ itself (a schedule), not a wait for a result. Every process started is stopped b
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
+import itertools
 import signal
 import subprocess
 import sys
@@ -22,12 +24,14 @@ from node.config.datafile import parse_event_time
 from node.config.load import load_config
 from node.config.model import ClusterConfig
 from node.net.ports import free_port
+from node.net.tcp import TcpTransport
 from node.procs.rundir import RunDir, read_jsonl_tuples, read_source_end, read_source_log
 from ops_scripts.check.compose import run_check
 from ops_scripts.cluster.launch import Launched, stop_cluster
 from ops_scripts.cluster.status import fetch_status
 from ops_scripts.harness.runner import play_scenario
 from ops_scripts.harness.scenario import load_scenario
+from protocol.messages import Batch, Subscribe
 from protocol.tuples import Kind
 from protocol.undo_rule import apply_undos
 from tests.integration import test_cluster
@@ -152,6 +156,64 @@ def test_a_killed_source_restarted_resumes_its_stream(
     out = io.StringIO()
     code = run_check(rd.path, out=out)
     assert code == 0, out.getvalue()  # every replica's and the client's stable output is whole
+
+
+# ------------------------------------------------------------------ defect 5: low rates
+def test_a_slow_source_sends_boundaries_every_boundary_interval(
+        tmp_path: Path, processes: list[subprocess.Popen[bytes]]) -> None:
+    """At 2 tuples/s a source slept until its next tuple was due and sent a boundary only
+    every 0.5 s, so the buckets of 0.1 s downstream closed every 0.5 s and stable results
+    waited for it. Judged on the data, not the clock: a consumer of the real source process
+    (subscribed over TCP as its replica would) receives boundaries whose times are one
+    boundary_interval (0.1 s) apart, not 1/rate."""
+    cfg = tmp_path / "slow.toml"
+    cfg.write_text(f"""
+[cluster]
+name = "slow"
+token = "t"
+[sources.s1]
+schema = ["k", "v"]
+port = {free_port()}
+rate = 2.0
+boundary_interval = 0.1
+[nodes.n1]
+inputs = ["s1"]
+  [[nodes.n1.operators]]
+  name = "u"
+  type = "sunion"
+  inputs = ["s1"]
+  [[nodes.n1.operators]]
+  name = "out"
+  type = "soutput"
+  inputs = ["u"]
+  [[nodes.n1.replicas]]
+  name = "n1a"
+  data_port = {free_port()}
+  control_port = {free_port()}
+""")
+    config = load_config(cfg)
+    rd = RunDir(tmp_path / "run").ensure()
+    processes.append(node_process(cfg, "s1", rd))
+    wait_for(lambda: rd.is_ready("s1"), 60, "s1 to serve")
+
+    async def boundary_times(n: int) -> list[int]:
+        src = config.sources["s1"]
+        conn = await TcpTransport().connect(src.host, src.port)
+        times: list[int] = []
+        try:
+            await conn.send(Subscribe("s1", "n1a", 0, 0))  # n1a is not running: we are it
+            async with asyncio.timeout(60):
+                while len(times) < n:
+                    msg = await conn.receive()
+                    assert isinstance(msg, Batch), msg
+                    times += [t.time for t in msg.tuples if t.kind is Kind.BOUNDARY]
+        finally:
+            await conn.close()
+        return times
+
+    times = asyncio.run(boundary_times(30))
+    gaps = sorted(b - a for a, b in itertools.pairwise(times))
+    assert gaps[len(gaps) // 2] <= 200_000, gaps  # the median gap: 0.1 s, not 0.5 s
 
 
 # ------------------------------------------------------------------ real data, event time
