@@ -51,7 +51,7 @@ async def replica(net: Net, name: str, **kw: Any) -> Producer:
 
     def respond(msg: Message) -> Message | None:
         if isinstance(msg, HeartbeatRequest):
-            return HeartbeatResponse(name, msg.seq, STABLE, {"s": STABLE})
+            return HeartbeatResponse(name, msg.seq, STABLE, {"s": STABLE}, {"s": 0})
         return None
 
     prod = Producer(net, name=name, responder=respond, **kw)
@@ -73,7 +73,7 @@ async def test_heartbeat_acks_trim_a_buffer_the_consumer_does_not_read(net: Net)
     b = await replica(net, "b")
     await b.publish(stable(1, 10))
     answer = await heartbeat(net, b, HeartbeatRequest("c1", 1, {"s": 7}))
-    assert answer == HeartbeatResponse("b", 1, STABLE, {"s": STABLE})
+    assert answer == HeartbeatResponse("b", 1, STABLE, {"s": STABLE}, {"s": 0})
     assert b.buffers["s"].trimmed_up_to == 7 and not b.subscribers()
     await heartbeat(net, b, HeartbeatRequest("c1", 2, {"s": 3}))  # older: changes nothing
     assert b.buffers["s"].trimmed_up_to == 7
