@@ -155,7 +155,7 @@ class Replica:
         self.monitor = UpstreamMonitor(
             name, transport, upstream_links(config, self.links),
             interval=self.node.settings.heartbeat_interval,
-            misses=self.node.settings.heartbeat_misses, log=log,
+            misses=self.node.settings.heartbeat_misses, lag=self.node.settings.wait, log=log,
         )
         self.incarnation = 1
         if recover:  # the crashed incarnation's logs stay, beside the new ones

@@ -120,7 +120,7 @@ async def test_the_monitor_acks_to_every_upstream_replica_so_both_buffers_trim(n
     monitor = UpstreamMonitor(
         "c1", net.transport("c1"),
         {"s": (link, [UpstreamReplica("a", *a.address), UpstreamReplica("b", *b.address)])},
-        interval=2000, misses=3, log=LOG,
+        interval=2000, misses=3, lag=700_000, log=LOG,
     )
     async with running(link.run(), monitor.run()):
         for first in range(1, 200, 20):

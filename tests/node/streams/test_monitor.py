@@ -31,6 +31,7 @@ def monitor_of(transport: Transport, address: tuple[str, int]) -> UpstreamMonito
         {"s": (link, [UpstreamReplica("a", *address)])},
         interval=INTERVAL,
         misses=3,
+        lag=700_000,
         log=LOG,
     )
 
