@@ -71,14 +71,21 @@ ahead of the current UP_FAILURE source's by more than ``lag`` takes over (as ran
 reads), not X: it is the delay after which that node's SUnion already treats an input as
 failed and releases without it, so a source lagging a partner by more than alpha*X is, for
 this node, as good as a failed one; and the switch must come early enough to leave the
-downstream's k*X budget for the new source's tentative results to arrive (with X, a
-consumer two SUnions down of a stuck source would switch about (1 - alpha)*X later).
+k*X budget for the new source's tentative results, which already carry every upstream
+SUnion's alpha*X. With X, seed 922's client got its first new result 1.645 s late (of a
+2 s bound) instead of 1.145 s: the frontier steps by a 500 ms window, so the switch came
+one window later.
 
 No flapping: a switch needs the new source ahead by more than ``lag``; switching back
 needs the old one ahead of it by more than ``lag`` again, a swing of more than 2*lag in
 their difference. Two replicas that both progress on the same inputs stay within lag of
 each other (their frontiers differ by output granularity and heartbeat age, not by a
-failure's delay), so between them the current one is kept whichever momentarily leads.
+failure's delay: on examples/sim.toml a 500 ms window and 100 ms heartbeats against
+alpha*X = 700 ms), so between them the current one is kept whichever momentarily leads.
+Outputs that step by more than alpha*X (windows wider than it) can put one of two
+progressing replicas a whole step ahead for a moment (heartbeats of different ages): the
+rule then switches on such a lead, a resubscription that the :class:`TmaxFilter` keeps
+free of duplicates; only a lag wider than the step would rule it out.
 
 A STABILIZATION replica is never the data source: it is producing corrections, not fresh
 data. While the data source is not STABLE, an alive STABILIZATION replica is the
