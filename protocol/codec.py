@@ -42,7 +42,7 @@ __all__ = [
 
 #: The protocol version this side speaks (the frame's version byte). Peers of another
 #: version are refused on their first frame, with both versions named. 2: HeartbeatRequest
-#: carries the sender's acks (``protocol/payloads.py``).
+#: carries the sender's acks, HeartbeatResponse each stream's frontier (``protocol/payloads.py``).
 VERSION: Final = 2
 #: Default limit on a frame's length field (version + type + payload bytes).
 DEFAULT_MAX_FRAME_SIZE: Final = 16 * 1024 * 1024

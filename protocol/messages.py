@@ -127,14 +127,21 @@ class HeartbeatResponse:
     """A replica's answer to a :class:`HeartbeatRequest`.
 
     ``state`` is the replica's own state; ``streams`` the state of each of its output
-    streams (what an HA monitor chooses an upstream replica by). Decoded messages carry a
-    plain ``dict`` here: treat it as read-only.
+    streams (what an HA monitor chooses an upstream replica by); ``frontiers`` the same
+    streams' *frontier*: the largest tuple time the stream's output buffer has reached,
+    stable or tentative (the ``tmax`` of data tuples, the time of stable boundaries; 0:
+    nothing yet). It never decreases. Among replicas that all say UP_FAILURE it tells the
+    one that serves fresh tentative data from one that makes no progress (the state alone
+    cannot; node/streams/upstream.py). ``frontiers`` has exactly the keys of ``streams``
+    and values >= 0 (protocol version 2). Decoded messages carry plain ``dict`` objects
+    here: treat them as read-only.
     """
 
     replica: str
     seq: int
     state: ConsistencyState
     streams: Mapping[str, ConsistencyState]
+    frontiers: Mapping[str, int]
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,8 +5,9 @@ A payload is an orjson array of the message's fields in declaration order (posit
 dicts would halve decode speed):
 
 * a tuple is ``[kind, id, time, tmax, [values...]]`` and a Batch ``[stream, [tuple, ...]]``;
-* a HeartbeatResponse is ``[replica, seq, state, [[stream, state], ...]]``, states as their
-  integer values;
+* a HeartbeatResponse is ``[replica, seq, state, [[stream, state, frontier], ...]]``,
+  states as their integer values, each stream at most once, frontiers >= 0 (protocol
+  version 2: version 1 had no frontiers);
 * a HeartbeatRequest is ``[sender, seq, [[stream, acked id], ...]]`` (protocol version 2:
   version 1 had no acks), each stream at most once, ids >= 0;
 * every other message is its ``str`` and ``int`` fields, in order.
@@ -175,9 +176,15 @@ def _encode_heartbeat_response(msg: HeartbeatResponse) -> bytes:
         raise LocalProtocolError(
             f"{name}: field 'state' must be a ConsistencyState, got {show(msg.state)}"
         )
-    if not isinstance(msg.streams, Mapping):
+    for field in ("streams", "frontiers"):
+        if not isinstance(getattr(msg, field), Mapping):
+            raise LocalProtocolError(
+                f"{name}: field {field!r} must be a mapping, got {show(getattr(msg, field))}"
+            )
+    if msg.frontiers.keys() != msg.streams.keys():
         raise LocalProtocolError(
-            f"{name}: field 'streams' must be a mapping, got {show(msg.streams)}"
+            f"{name}: field 'frontiers' must have exactly the streams of field 'streams' "
+            f"({show(sorted(map(str, msg.streams)))}), got {show(sorted(map(str, msg.frontiers)))}"
         )
     streams = []
     for stream, state in msg.streams.items():
@@ -186,7 +193,13 @@ def _encode_heartbeat_response(msg: HeartbeatResponse) -> bytes:
                 f"{name}: field 'streams' must map stream names to ConsistencyState, "
                 f"got {show(stream)}: {show(state)}"
             )
-        streams.append((stream, state.value))
+        frontier = msg.frontiers[stream]
+        if type(frontier) is not int or frontier < 0:
+            raise LocalProtocolError(
+                f"{name}: field 'frontiers' must map stream names to tuple times >= 0, "
+                f"got {show(stream)}: {show(frontier)}"
+            )
+        streams.append((stream, state.value, frontier))
     return _dumps("HeartbeatResponse", (msg.replica, msg.seq, msg.state.value, streams))
 
 
@@ -324,17 +337,24 @@ def _decode_heartbeat_response(p: Any, raw: _Raw) -> HeartbeatResponse:
     if type(entries) is not list:
         raise RemoteProtocolError(f"{name}: field 'streams' must be a list, got {show(entries)}")
     streams: dict[str, ConsistencyState] = {}
+    frontiers: dict[str, int] = {}
     for n, entry in enumerate(entries):
         where = f"{name} stream {n}"
-        if type(entry) is not list or len(entry) != 2 or type(entry[0]) is not str:
+        if type(entry) is not list or len(entry) != 3 or type(entry[0]) is not str:
             raise RemoteProtocolError(
-                f"{where}: must be a list [stream name, state], got {show(entry)}"
+                f"{where}: must be a list [stream name, state, frontier], got {show(entry)}"
             )
-        stream, code = entry
+        stream, code, frontier = entry
         if stream in streams:
             raise RemoteProtocolError(f"{where}: stream {show(stream)} appears twice")
         streams[stream] = _remote_state(where, "state", code)
-    return HeartbeatResponse(replica, seq, own, streams)
+        if type(frontier) is not int or frontier < 0:
+            raise RemoteProtocolError(
+                f"{where}: the frontier of stream {show(stream)} must be a tuple time (an "
+                f"integer >= 0), got {show(frontier)}"
+            )
+        frontiers[stream] = frontier
+    return HeartbeatResponse(replica, seq, own, streams, frontiers)
 
 
 def _decode_heartbeat_request(p: Any, raw: _Raw) -> HeartbeatRequest:

@@ -41,7 +41,8 @@ class Client:
         settings = node.settings  # type: ignore[union-attr]
         self.monitor = UpstreamMonitor(
             name, transport, upstream_links(config, [self.link]),
-            interval=settings.heartbeat_interval, misses=settings.heartbeat_misses, log=log,
+            interval=settings.heartbeat_interval, misses=settings.heartbeat_misses,
+            lag=settings.wait, log=log,
         )
         self.run_dir = run_dir
         self.writer = JsonlTupleWriter(run_dir.client_log(name))

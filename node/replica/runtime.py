@@ -32,6 +32,7 @@ import asyncio
 import hashlib
 import logging
 from collections.abc import Mapping, Sequence
+from itertools import compress
 from operator import countOf, itemgetter
 from typing import Any
 
@@ -75,6 +76,10 @@ __all__ = ["MUTATION_DUPLICATES", "Replica"]
 
 log = logging.getLogger("dpc.replica")
 _KIND = itemgetter(0)
+_TMAX = itemgetter(3)
+#: The kinds whose tuple time moves a stream's frontier (a boundary's tmax is its time; no
+#: tentative boundary leaves a node; UNDO and REC_DONE say nothing about progress).
+_FRONTIER_KINDS = frozenset({Kind.STABLE, Kind.TENTATIVE, Kind.BOUNDARY})
 
 
 def _outputs_fed_by(operators: Sequence[OperatorSpec],
@@ -133,6 +138,8 @@ class Replica:
             buf.set_consumers(config.consumers_of(stream))
             buffers[stream] = buf
         self.buffers = buffers
+        #: Output stream -> its frontier: the largest tuple time published on it (heartbeats).
+        self.frontiers = dict.fromkeys(self.node.outputs, 0)
         self.publisher = Publisher(name, buffers, responder=self._respond,
                                    consumer_grace=config.consumer_grace, log=log)
         #: While recovering: what it is waiting for (status), else None.
@@ -148,7 +155,7 @@ class Replica:
         self.monitor = UpstreamMonitor(
             name, transport, upstream_links(config, self.links),
             interval=self.node.settings.heartbeat_interval,
-            misses=self.node.settings.heartbeat_misses, log=log,
+            misses=self.node.settings.heartbeat_misses, lag=self.node.settings.wait, log=log,
         )
         self.incarnation = 1
         if recover:  # the crashed incarnation's logs stay, beside the new ones
@@ -310,8 +317,9 @@ class Replica:
     def _respond(self, msg: Message) -> Message | None:
         """The data port's answers: heartbeats (each output stream's state: the node's, but
         UP_FAILURE where an input it depends on has no upstream replica alive and STABLE;
-        none while recovering), and partners' permission requests (the consistency manager
-        decides)."""
+        and its frontier, the largest tuple time published on it, which tells downstream
+        whether an UP_FAILURE replica makes progress; none while recovering), and partners'
+        permission requests (the consistency manager decides)."""
         if isinstance(msg, HeartbeatRequest):
             if self.recovering:
                 return None
@@ -329,7 +337,8 @@ class Replica:
                 for stream in self.monitor.cut_off():
                     streams.update(dict.fromkeys(self.fed_by.get(stream, ()),
                                                  ConsistencyState.UP_FAILURE))
-            return HeartbeatResponse(self.me.name, msg.seq, state, streams)
+            return HeartbeatResponse(self.me.name, msg.seq, state, streams,
+                                     {s: self.frontiers[s] for s in streams})
         if not isinstance(msg, ReconcileRequest):  # the publisher passes these two only
             raise NodeError(f"{self.me.name}: no answer to a {type(msg).__name__}: the data "
                             "port answers heartbeat and permission requests only")
@@ -402,6 +411,10 @@ class Replica:
             self.output_logs[stream].write(tuples, now)
             # Counted in C (countOf over the kinds), not by a Python loop per tuple.
             kinds = list(map(_KIND, tuples))
+            top = max(compress(map(_TMAX, tuples), map(_FRONTIER_KINDS.__contains__, kinds)),
+                      default=0)
+            if top > self.frontiers[stream]:
+                self.frontiers[stream] = top
             self.counters["tuples_out"][stream] += countOf(kinds, Kind.STABLE)
             self.counters["tentative_out"][stream] += countOf(kinds, Kind.TENTATIVE)
             self.counters["undo_out"][stream] += countOf(kinds, Kind.UNDO)

@@ -9,7 +9,8 @@ Theory of operation
 -------------------
 Per upstream replica, one *probe* connection to its data port carries ``HeartbeatRequest``
 every ``interval`` (the :class:`~node.streams.upstream.HeartbeatTracker`'s grid) and brings back
-``HeartbeatResponse`` with the state of each of its output streams. Each request carries
+``HeartbeatResponse`` with the state and the frontier (the largest tuple time its output
+reached) of each of its output streams. Each request carries
 the owner's acks of the streams it reads from that replica's node (``link.ack_id`` of
 each link: what the link would Ack): the heartbeats reach every upstream replica, the ones
 no link reads from too, so that their output buffers trim by what this consumer holds
@@ -17,7 +18,10 @@ no link reads from too, so that their output buffers trim by what this consumer 
 every round, :meth:`UpstreamMonitor.evaluate` runs :func:`~node.streams.upstream.choose_upstream`
 for each monitored link and moves the link when the choice differs from the producer in
 use: ``Resume.IDS`` is a plain resubscription, ``Resume.TMAX`` also arms the link's tmax
-filter. A link whose connection broke asks :meth:`choose` for its next producer, with the
+filter. The chooser's frontier rule (among UP_FAILURE replicas, one whose frontier is
+ahead of the current source's by more than ``lag`` takes over) gets the ``lag`` the owner
+passes: a replica its node's alpha*X, a client that of the node it reads (why alpha*X:
+the module docstring of node/streams/upstream.py). A link whose connection broke asks :meth:`choose` for its next producer, with the
 failed one excluded at once (no need to wait for missed heartbeats after a crash).
 
 Corrections source (paper section 4). When the choice names one (a STABILIZATION replica,
@@ -111,9 +115,11 @@ class UpstreamMonitor:
         *,
         interval: int,
         misses: int,
+        lag: int,
         log: logging.Logger,
     ) -> None:
         self.owner = owner
+        self.lag = lag
         self.transport = transport
         self.links = {s: link for s, (link, _) in links.items()}
         self.replicas = {s: tuple(rs) for s, (_, rs) in links.items()}
@@ -177,6 +183,7 @@ class UpstreamMonitor:
             stream,
             current,
             view,
+            lag=self.lag,
             corrections=self.corrections(stream),
             holding_tentative=link.last_tentative_id > link.last_stable_id,
             current_reconciled=link.reconciled,
@@ -243,6 +250,7 @@ class UpstreamMonitor:
                         "state": (s.name if (s := (t.stream_states(r.name).get(stream) if t else None))
                                   else None),
                         "missed": t.missed(r.name) if t else None,
+                        "frontier": t.frontiers(r.name).get(stream, 0) if t else None,
                     }
                     for r in self.replicas[stream]
                 },
@@ -296,7 +304,8 @@ class UpstreamMonitor:
             try:
                 while (msg := await conn.receive()) is not None:
                     if isinstance(msg, HeartbeatResponse):
-                        if tracker.answered(r.name, msg.seq, msg.state, msg.streams):
+                        if tracker.answered(r.name, msg.seq, msg.state, msg.streams,
+                                            msg.frontiers):
                             self.evaluate()
                     else:
                         self._log.error("%s: upstream %s answered a heartbeat with a %s; "

@@ -23,17 +23,18 @@ after more than 3 consecutive unanswered):
   cannot change liveness (more than ``misses`` newer requests are unanswered) and carries
   staler states: it is ignored. An answer from an unknown replica or to a seq never sent
   is a peer's garbage: ignored (``answered`` returns False; the caller logs it).
-* Only a counted answer updates the replica's last known states, so the states never go
-  back in time. A failed replica keeps its last known states; the view marks it dead.
+* Only a counted answer updates the replica's last known states and frontiers, so they
+  never go back in time. A failed replica keeps its last known states; the view marks it
+  dead.
 * Rounds follow a fixed grid ``start + k * interval`` per replica; a round the runtime
   was too late for is skipped, never sent in a burst (that would count misses faster than
   the replica could answer).
 
 :func:`choose_upstream` -- the data source and the corrections source of one input
-stream, from a :class:`ReplicaView` per replica (alive, state of its output ``stream``;
-an unanswered or unreported state is unknown and never chosen). Preference for the data
-source, first match wins, ties broken by name so that every replica of the downstream
-node tends to choose alike:
+stream, from a :class:`ReplicaView` per replica (alive, state of its output ``stream``,
+its *frontier* on it; an unanswered or unreported state is unknown and never chosen).
+Preference for the data source, first match wins, ties broken by name so that every
+replica of the downstream node tends to choose alike:
 
 ====  =============================================  ======================================
 rank  candidate                                      why
@@ -41,10 +42,50 @@ rank  candidate                                      why
 1     the current source, if STABLE (or reconciled)  no switch at all
 2     the corrections source, if it became STABLE    already subscribed; its stream is ours
 3     any STABLE replica (smallest name)             stable data, property 1
-4     the current source, if UP_FAILURE              no switch; tentative beats nothing
-5     any UP_FAILURE replica (smallest name)         availability
-6     none (:attr:`Resume.NONE`)                     SUnion times out and goes tentative
+4     if the current source is UP_FAILURE: the       fresh tentative data beats a replica
+      UP_FAILURE replica whose frontier is ahead of  that makes no progress (frontier rule)
+      the current one's by more than ``lag`` (the
+      farthest ahead, then the smallest name)
+5     the current source, if UP_FAILURE              no switch; tentative beats nothing
+6     any UP_FAILURE replica (smallest name)         availability
+7     none (:attr:`Resume.NONE`)                     SUnion times out and goes tentative
 ====  =============================================  ======================================
+
+The paper's rule is the state rule: ranks 1-3 before 4-6, so a STABLE replica always wins
+and the frontier only tells apart replicas that all say UP_FAILURE.
+
+Frontier rule (rank 4; not in the paper). A replica's *frontier* on a stream is the
+largest tuple time its output buffer has reached, stable or tentative (the ``tmax`` of
+data tuples, the time of stable boundaries; 0: nothing yet), reported on every heartbeat
+answer (``HeartbeatResponse.frontiers``). The state alone cannot tell an UP_FAILURE
+replica that serves fresh tentative results from one whose own inputs are all gone and
+emits nothing: keeping the current UP_FAILURE source (rank 5) could leave a consumer
+waiting for the heal although a path existed (simulate seed 922: two replicas of n2 both
+UP_FAILURE, one fed tentative data by the only n1 replica that still had a source, the
+other by n1 replicas with no input at all). So an UP_FAILURE replica whose frontier is
+ahead of the current UP_FAILURE source's by more than ``lag`` takes over (as rank 6 would:
+:attr:`Resume.TMAX` when holding tentative tuples, else :attr:`Resume.IDS`; the
+:class:`TmaxFilter` drops what the new source repeats).
+
+``lag`` is the consuming node's alpha*X (``NodeSettings.wait``; a client uses the node it
+reads), not X: it is the delay after which that node's SUnion already treats an input as
+failed and releases without it, so a source lagging a partner by more than alpha*X is, for
+this node, as good as a failed one; and the switch must come early enough to leave the
+k*X budget for the new source's tentative results, which already carry every upstream
+SUnion's alpha*X. With X, seed 922's client got its first new result 1.645 s late (of a
+2 s bound) instead of 1.145 s: the frontier steps by a 500 ms window, so the switch came
+one window later.
+
+No flapping: a switch needs the new source ahead by more than ``lag``; switching back
+needs the old one ahead of it by more than ``lag`` again, a swing of more than 2*lag in
+their difference. Two replicas that both progress on the same inputs stay within lag of
+each other (their frontiers differ by output granularity and heartbeat age, not by a
+failure's delay: on examples/sim.toml a 500 ms window and 100 ms heartbeats against
+alpha*X = 700 ms), so between them the current one is kept whichever momentarily leads.
+Outputs that step by more than alpha*X (windows wider than it) can put one of two
+progressing replicas a whole step ahead for a moment (heartbeats of different ages): the
+rule then switches on such a lead, a resubscription that the :class:`TmaxFilter` keeps
+free of duplicates; only a lag wider than the step would rule it out.
 
 A STABILIZATION replica is never the data source: it is producing corrections, not fresh
 data. While the data source is not STABLE, an alive STABILIZATION replica is the
@@ -110,7 +151,7 @@ _TMAX = itemgetter(3)
 class _Replica:
     """What the tracker knows of one upstream replica."""
 
-    __slots__ = ("due", "last_seq", "node_state", "since", "streams", "window")
+    __slots__ = ("due", "frontiers", "last_seq", "node_state", "since", "streams", "window")
 
     def __init__(self, start: int, misses: int) -> None:
         self.due = start  # when the next request is due
@@ -121,6 +162,7 @@ class _Replica:
         self.since = 0  # requests sent after the last counted answer (exact, unbounded)
         self.node_state: ConsistencyState | None = None
         self.streams: dict[str, ConsistencyState] = {}
+        self.frontiers: dict[str, int] = {}
 
 
 class HeartbeatTracker:
@@ -182,9 +224,11 @@ class HeartbeatTracker:
         seq: int,
         state: ConsistencyState,
         streams: Mapping[str, ConsistencyState],
+        frontiers: Mapping[str, int] | None = None,
     ) -> bool:
-        """Record a response. True iff it was counted (module docstring); an ignored one
-        changes nothing."""
+        """Record a response (``frontiers``: ``HeartbeatResponse.frontiers``; a stream
+        without one counts as 0). True iff it was counted (module docstring); an ignored
+        one changes nothing."""
         r = self._r.get(replica)
         if r is None or seq not in r.window:
             return False
@@ -196,6 +240,7 @@ class HeartbeatTracker:
         r.since = len(r.window)
         r.node_state = state
         r.streams = dict(streams)  # a copy: decoded messages hand us their own dict
+        r.frontiers = dict(frontiers) if frontiers is not None else {}
         return True
 
     def missed(self, replica: str) -> int:
@@ -218,21 +263,27 @@ class HeartbeatTracker:
         """The state of each output stream of ``replica``, from its last counted answer."""
         return dict(self._get(replica).streams)
 
+    def frontiers(self, replica: str) -> Mapping[str, int]:
+        """The frontier of each output stream of ``replica``, from its last counted answer."""
+        return dict(self._get(replica).frontiers)
+
     def view(self, stream: str) -> dict[str, ReplicaView]:
         """What :func:`choose_upstream` needs for ``stream``."""
         return {
-            name: ReplicaView(self.alive(name), r.streams.get(stream))
+            name: ReplicaView(self.alive(name), r.streams.get(stream), r.frontiers.get(stream, 0))
             for name, r in self._r.items()
         }
 
 
 @dataclass(frozen=True, slots=True)
 class ReplicaView:
-    """One upstream replica as the chooser sees it: reachable, and the state of the
-    stream's output there (None: unknown, never chosen)."""
+    """One upstream replica as the chooser sees it: reachable, the state of the stream's
+    output there (None: unknown, never chosen), and its frontier on the stream (the
+    largest tuple time its output reached; 0: nothing yet, or not reported)."""
 
     alive: bool
     state: ConsistencyState | None
+    frontier: int = 0
 
 
 class Resume(Enum):
@@ -264,6 +315,7 @@ def choose_upstream(
     current: str | None,
     view: Mapping[str, ReplicaView],
     *,
+    lag: int,
     corrections: str | None = None,
     holding_tentative: bool = False,
     current_reconciled: bool = False,
@@ -274,10 +326,14 @@ def choose_upstream(
     source in use until its REC_DONE (None: none), ``holding_tentative`` whether the link
     holds tentative tuples in force (``last_tentative_id > last_stable_id``),
     ``current_reconciled`` whether the link received the current source's REC_DONE and no
-    tentative tuple since (it then counts as STABLE, whatever its heartbeats still say). A
+    tentative tuple since (it then counts as STABLE, whatever its heartbeats still say),
+    ``lag`` (>= 0, in tuple time: the consumer's alpha*X) how far another UP_FAILURE
+    replica's frontier must be ahead of the current UP_FAILURE source's to take over. A
     name absent from ``view`` counts as dead. The result depends on the view's contents
     only, never on its iteration order.
     """
+    if lag < 0:
+        raise NodeError(f"choose_upstream: lag must be >= 0, got {lag} (stream {stream!r})")
     usable = {n: v.state for n, v in view.items() if v.alive and v.state is not None}
     if current_reconciled and current is not None and usable.get(current) is STABILIZATION:
         usable[current] = STABLE  # its REC_DONE is in: the heartbeats lag behind the stream
@@ -294,6 +350,8 @@ def choose_upstream(
     data = first(current, corrections, among=by_state[STABLE])
     if data is None:
         data = first(current, among=by_state[UP_FAILURE])
+        if data is not None and data == current:  # rank 4, the frontier rule
+            data = _ahead(current, by_state[UP_FAILURE], view, lag)
     fixer = None
     if data is None or usable[data] is not STABLE:
         fixer = first(corrections, current, among=by_state[STABILIZATION])
@@ -307,6 +365,17 @@ def choose_upstream(
     else:
         resume = Resume.IDS
     return Choice(stream, data, fixer, resume)
+
+
+def _ahead(current: str, candidates: list[str], view: Mapping[str, ReplicaView],
+           lag: int) -> str:
+    """The candidate whose frontier is farthest ahead of ``current``'s by more than ``lag``
+    (ties: the first of ``candidates``, which are sorted by name), else ``current``."""
+    best, top = current, view[current].frontier + lag
+    for name in candidates:
+        if view[name].frontier > top:
+            best, top = name, view[name].frontier
+    return best
 
 
 class TmaxFilter:

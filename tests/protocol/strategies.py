@@ -49,7 +49,7 @@ __all__ = [
 
 #: Every int orjson carries: signed 64-bit up to unsigned 64-bit.
 ints = st.integers(min_value=-(2**63), max_value=2**64 - 1)
-#: Acked tuple ids: never negative.
+#: Acked tuple ids and heartbeat frontiers (tuple times): never negative.
 ack_ids = st.integers(min_value=0, max_value=2**64 - 1)
 #: Stream / replica names, including the empty string and non-ASCII (never lone surrogates).
 names = st.text(max_size=12)
@@ -79,7 +79,11 @@ MESSAGE_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         HeartbeatRequest, names, ints, st.dictionaries(names, ack_ids, max_size=5)
     ),
     HeartbeatResponse: st.builds(
-        HeartbeatResponse, names, ints, states, st.dictionaries(names, states, max_size=5)
+        lambda replica, seq, state, entries: HeartbeatResponse(
+            replica, seq, state, {s: e[0] for s, e in entries.items()},
+            {s: e[1] for s, e in entries.items()},
+        ),
+        names, ints, states, st.dictionaries(names, st.tuples(states, ack_ids), max_size=5),
     ),
     Ack: st.builds(Ack, names, names, ints),
     ReconcileRequest: st.builds(ReconcileRequest, names, names, ints, ints),

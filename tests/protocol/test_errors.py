@@ -109,6 +109,23 @@ def test_heartbeat_acks_round_trip_in_order() -> None:
     assert decode_frame(encode(HeartbeatRequest("c1", 8))) == HeartbeatRequest("c1", 8, {})
 
 
+def test_heartbeat_frontiers_round_trip_beside_each_stream_state() -> None:
+    up, stable = ConsistencyState.UP_FAILURE, ConsistencyState.STABLE
+    msg = HeartbeatResponse(
+        "n1b", 9, up, {"n1.out": up, "n1.aux": stable}, {"n1.out": 1_700_000_004_450_000, "n1.aux": 0}
+    )
+    data = encode(msg)
+    assert orjson.loads(data[6:]) == [
+        "n1b", 9, 1, [["n1.out", 1, 1_700_000_004_450_000], ["n1.aux", 0, 0]]
+    ]
+    assert decode_frame(data) == msg
+    # Largest unsigned 64-bit time: still an int on the way back.
+    big = HeartbeatResponse("r", 1, stable, {"s": stable}, {"s": 2**64 - 1})
+    assert decode_frame(encode(big)) == big
+    empty = HeartbeatResponse("r", 2, stable, {}, {})
+    assert decode_frame(encode(empty)) == empty
+
+
 @pytest.mark.parametrize("code", [0, 10, 42, 255])
 def test_unknown_message_type(code: int) -> None:
     assert refused(frame(code, [])) == f"unknown message type {code}"
@@ -337,18 +354,56 @@ def test_error_messages_stay_short_however_large_the_garbage() -> None:
         ),
         (
             MessageType.HEARTBEAT_RESPONSE,
-            ["r", 1, 0, [["s", 0], ["t"]]],
-            "HeartbeatResponse stream 1: must be a list [stream name, state], got ['t']",
+            ["r", 1, 0, [["s", 0, 5], ["t"]]],
+            "HeartbeatResponse stream 1: must be a list [stream name, state, frontier], "
+            "got ['t']",
+        ),
+        (
+            # Version 1's layout, without the frontier.
+            MessageType.HEARTBEAT_RESPONSE,
+            ["r", 1, 0, [["s", 0]]],
+            "HeartbeatResponse stream 0: must be a list [stream name, state, frontier], "
+            "got ['s', 0]",
         ),
         (
             MessageType.HEARTBEAT_RESPONSE,
-            ["r", 1, 0, [["s", 0], ["s", 1]]],
+            ["r", 1, 0, [["s", 0, 5, 6]]],
+            "HeartbeatResponse stream 0: must be a list [stream name, state, frontier], "
+            "got ['s', 0, 5, 6]",
+        ),
+        (
+            MessageType.HEARTBEAT_RESPONSE,
+            ["r", 1, 0, [["s", 0, 1], ["s", 1, 2]]],
             "HeartbeatResponse stream 1: stream 's' appears twice",
         ),
         (
             MessageType.HEARTBEAT_RESPONSE,
-            ["r", 1, 0, [["s", "STABLE"]]],
+            ["r", 1, 0, [["s", "STABLE", 0]]],
             "HeartbeatResponse stream 0: state must be a consistency state code 0..2, got 'STABLE'",
+        ),
+        (
+            MessageType.HEARTBEAT_RESPONSE,
+            ["r", 1, 0, [["s", 0, -1]]],
+            "HeartbeatResponse stream 0: the frontier of stream 's' must be a tuple time "
+            "(an integer >= 0), got -1",
+        ),
+        (
+            MessageType.HEARTBEAT_RESPONSE,
+            ["r", 1, 0, [["s", 0, True]]],
+            "HeartbeatResponse stream 0: the frontier of stream 's' must be a tuple time "
+            "(an integer >= 0), got True",
+        ),
+        (
+            MessageType.HEARTBEAT_RESPONSE,
+            ["r", 1, 0, [["s", 0, 2.5]]],
+            "HeartbeatResponse stream 0: the frontier of stream 's' must be a tuple time "
+            "(an integer >= 0), got 2.5",
+        ),
+        (
+            MessageType.HEARTBEAT_RESPONSE,
+            ["r", 1, 0, [["s", 0, None]]],
+            "HeartbeatResponse stream 0: the frontier of stream 's' must be a tuple time "
+            "(an integer >= 0), got None",
         ),
         (
             MessageType.HEARTBEAT_RESPONSE,
@@ -439,16 +494,46 @@ def t(*values: Any, kind: Any = Kind.STABLE, id: Any = 1) -> Tuple:
             "cannot encode ReconcileRefuse: field 'reason' must be a string, got None",
         ),
         (
-            HeartbeatResponse("r", 1, "STABLE", {}),
+            HeartbeatResponse("r", 1, "STABLE", {}, {}),  # type: ignore[arg-type]
             "cannot encode HeartbeatResponse: field 'state' must be a ConsistencyState",
         ),
         (
-            HeartbeatResponse("r", 1, ConsistencyState.STABLE, [("s", ConsistencyState.STABLE)]),
+            HeartbeatResponse(
+                "r", 1, ConsistencyState.STABLE, [("s", ConsistencyState.STABLE)], {"s": 0}  # type: ignore[arg-type]
+            ),
             "field 'streams' must be a mapping",
         ),
         (
-            HeartbeatResponse("r", 1, ConsistencyState.STABLE, {"s": 0}),
+            HeartbeatResponse("r", 1, ConsistencyState.STABLE, {"s": 0}, {"s": 0}),  # type: ignore[dict-item]
             "field 'streams' must map stream names to ConsistencyState, got 's': 0",
+        ),
+        (
+            HeartbeatResponse("r", 1, ConsistencyState.STABLE, {}, [("s", 0)]),  # type: ignore[arg-type]
+            "cannot encode HeartbeatResponse: field 'frontiers' must be a mapping",
+        ),
+        (
+            HeartbeatResponse("r", 1, ConsistencyState.STABLE, {"s": ConsistencyState.STABLE}, {}),
+            "cannot encode HeartbeatResponse: field 'frontiers' must have exactly the streams "
+            "of field 'streams' (['s']), got []",
+        ),
+        (
+            HeartbeatResponse("r", 1, ConsistencyState.STABLE, {}, {"t": 3}),
+            "field 'frontiers' must have exactly the streams of field 'streams' ([]), got ['t']",
+        ),
+        (
+            HeartbeatResponse("r", 1, ConsistencyState.STABLE, {"s": ConsistencyState.STABLE},
+                              {"s": -1}),
+            "field 'frontiers' must map stream names to tuple times >= 0, got 's': -1",
+        ),
+        (
+            HeartbeatResponse("r", 1, ConsistencyState.STABLE, {"s": ConsistencyState.STABLE},
+                              {"s": True}),
+            "field 'frontiers' must map stream names to tuple times >= 0, got 's': True",
+        ),
+        (
+            HeartbeatResponse("r", 1, ConsistencyState.STABLE, {"s": ConsistencyState.STABLE},
+                              {"s": 2**64}),
+            "cannot encode HeartbeatResponse",  # beyond 64 bits: orjson refuses it
         ),
     ],
 )

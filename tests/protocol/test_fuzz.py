@@ -66,6 +66,17 @@ def random_value(rng: random.Random) -> Any:
 def random_message(rng: random.Random) -> Message:
     name = rng.choice(["", "s", "quotes", "n[0]", "é"])
     states = list(ConsistencyState)
+
+    def heartbeat_response() -> HeartbeatResponse:
+        outputs = [f"o{i}" for i in range(rng.randint(0, 3))]
+        return HeartbeatResponse(
+            name,
+            rng.randint(0, 99),
+            rng.choice(states),
+            {o: rng.choice(states) for o in outputs},
+            {o: rng.randint(0, 2**52) for o in outputs},
+        )
+
     makers: list[Callable[[], Message]] = [
         lambda: Batch(
             name,
@@ -85,12 +96,7 @@ def random_message(rng: random.Random) -> Message:
         lambda: HeartbeatRequest(
             name, rng.randint(0, 2**40), {f"o{i}": rng.randint(0, 99) for i in range(rng.randint(0, 3))}
         ),
-        lambda: HeartbeatResponse(
-            name,
-            rng.randint(0, 99),
-            rng.choice(states),
-            {f"o{i}": rng.choice(states) for i in range(rng.randint(0, 3))},
-        ),
+        heartbeat_response,
         lambda: Ack(name, "c", rng.randint(0, 99)),
         lambda: ReconcileRequest(name, "n", 1, 0),
         lambda: ReconcileGrant(name, 1),

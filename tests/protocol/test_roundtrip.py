@@ -86,7 +86,8 @@ def test_stream_of_frames_in_random_chunks(msgs: list[Message], rng: random.Rand
 def test_one_byte_at_a_time_returns_each_message_on_its_last_byte() -> None:
     msgs: list[Message] = [
         Batch("s", (make_tuple(Kind.TENTATIVE, 7, 10, 12, (1, "a[{", 2.5, None, False)),)),
-        HeartbeatResponse("r1", 3, ConsistencyState.STABILIZATION, {"s": ConsistencyState.STABLE}),
+        HeartbeatResponse("r1", 3, ConsistencyState.STABILIZATION, {"s": ConsistencyState.STABLE},
+                          {"s": 1_700_000_003_975_000}),
         Batch("", ()),
     ]
     frames = [encode(m) for m in msgs]

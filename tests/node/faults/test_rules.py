@@ -102,7 +102,7 @@ class Scripted:
         (HeartbeatRequest("b", 1), "b"),
         (ReconcileRequest("b", "n1", 1, 0), "b"),
         (Batch("s", ()), None),
-        (HeartbeatResponse("b", 1, ConsistencyState.STABLE, {}), None),
+        (HeartbeatResponse("b", 1, ConsistencyState.STABLE, {}, {}), None),
         (ReconcileGrant("b", 1), None),
     ],
 )

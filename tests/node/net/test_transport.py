@@ -157,6 +157,7 @@ SAMPLES: list[Message] = [
         7,
         ConsistencyState.UP_FAILURE,
         {"n1.out": ConsistencyState.STABILIZATION, "n1.x": ConsistencyState.STABLE},
+        {"n1.out": 1_700_000_002_500_000, "n1.x": 0},
     ),
     Ack("s1", "n2a", 12),
     ReconcileRequest("n1a", "n1", 3, 0),

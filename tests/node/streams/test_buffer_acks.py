@@ -51,7 +51,7 @@ async def replica(net: Net, name: str, **kw: Any) -> Producer:
 
     def respond(msg: Message) -> Message | None:
         if isinstance(msg, HeartbeatRequest):
-            return HeartbeatResponse(name, msg.seq, STABLE, {"s": STABLE})
+            return HeartbeatResponse(name, msg.seq, STABLE, {"s": STABLE}, {"s": 0})
         return None
 
     prod = Producer(net, name=name, responder=respond, **kw)
@@ -73,7 +73,7 @@ async def test_heartbeat_acks_trim_a_buffer_the_consumer_does_not_read(net: Net)
     b = await replica(net, "b")
     await b.publish(stable(1, 10))
     answer = await heartbeat(net, b, HeartbeatRequest("c1", 1, {"s": 7}))
-    assert answer == HeartbeatResponse("b", 1, STABLE, {"s": STABLE})
+    assert answer == HeartbeatResponse("b", 1, STABLE, {"s": STABLE}, {"s": 0})
     assert b.buffers["s"].trimmed_up_to == 7 and not b.subscribers()
     await heartbeat(net, b, HeartbeatRequest("c1", 2, {"s": 3}))  # older: changes nothing
     assert b.buffers["s"].trimmed_up_to == 7
@@ -120,7 +120,7 @@ async def test_the_monitor_acks_to_every_upstream_replica_so_both_buffers_trim(n
     monitor = UpstreamMonitor(
         "c1", net.transport("c1"),
         {"s": (link, [UpstreamReplica("a", *a.address), UpstreamReplica("b", *b.address)])},
-        interval=2000, misses=3, log=LOG,
+        interval=2000, misses=3, lag=700_000, log=LOG,
     )
     async with running(link.run(), monitor.run()):
         for first in range(1, 200, 20):

@@ -482,6 +482,7 @@ async def test_the_monitor_reads_corrections_beside_fresh_data_and_keeps_the_new
         {"s": (link, [UpstreamReplica("a", *a.address), UpstreamReplica("b", *b.address)])},
         interval=1000,
         misses=3,
+        lag=700_000,
         log=LOG,
     )
     assert monitor.tracker is not None

@@ -31,6 +31,7 @@ def monitor_of(transport: Transport, address: tuple[str, int]) -> UpstreamMonito
         {"s": (link, [UpstreamReplica("a", *address)])},
         interval=INTERVAL,
         misses=3,
+        lag=700_000,
         log=LOG,
     )
 
@@ -43,7 +44,7 @@ async def test_an_unexpected_error_in_heartbeat_handling_ends_the_run(
 
     async def replica_a(conn: Connection) -> None:
         while isinstance(msg := await conn.receive(), HeartbeatRequest):
-            await conn.send(HeartbeatResponse("a", msg.seq, STABLE, {"s": STABLE}))
+            await conn.send(HeartbeatResponse("a", msg.seq, STABLE, {"s": STABLE}, {"s": 0}))
             answered.set()
 
     server = await net.transport("a").serve(net.host, 0, replica_a)

@@ -1,7 +1,7 @@
 """node.streams.upstream: heartbeat liveness and deadlines, the upstream preference table, the four
 switching cases of property 2 (with the corrections source and a reconciled current source),
-and the tmax filter; with property tests for the chooser (against a small reference ranking)
-and the filter."""
+the frontier rule among UP_FAILURE replicas (and that it does not flap), and the tmax filter;
+with property tests for the chooser (against a small reference ranking) and the filter."""
 
 from __future__ import annotations
 
@@ -27,14 +27,15 @@ S = ConsistencyState.STABLE
 U = ConsistencyState.UP_FAILURE
 Z = ConsistencyState.STABILIZATION
 IV = 100  # heartbeat interval (any unit: the tracker never reads a clock)
+LAG = 700  # the frontier rule's lag (alpha * X, in the same unit as the frontiers)
 
 
-def up(alive: bool = True, state: ConsistencyState | None = S) -> ReplicaView:
-    return ReplicaView(alive, state)
+def up(alive: bool = True, state: ConsistencyState | None = S, frontier: int = 0) -> ReplicaView:
+    return ReplicaView(alive, state, frontier)
 
 
-def dead(state: ConsistencyState | None = S) -> ReplicaView:
-    return ReplicaView(False, state)
+def dead(state: ConsistencyState | None = S, frontier: int = 0) -> ReplicaView:
+    return ReplicaView(False, state, frontier)
 
 
 def tracker(misses: int = 3, names: tuple[str, ...] = ("a", "b")) -> HeartbeatTracker:
@@ -174,6 +175,22 @@ def test_view_reports_liveness_and_stream_state() -> None:
     assert hb.view("other")["a"] == up(True, None)
 
 
+def test_frontiers_come_from_counted_answers_only() -> None:
+    hb = tracker(1, ("a", "b"))
+    hb.sent("a", 1, 0)
+    hb.sent("a", 2, IV)
+    assert hb.answered("a", 2, U, {"out": U, "x": S}, {"out": 4_450, "x": 10})
+    assert hb.view("out")["a"] == up(True, U, 4_450) and hb.frontiers("a") == {"out": 4_450, "x": 10}
+    # An older answer is ignored: its frontier (and state) do not roll the view back.
+    assert not hb.answered("a", 1, U, {"out": U}, {"out": 3_500})
+    assert hb.view("out")["a"].frontier == 4_450
+    # A stream an answer reports no frontier for (or a replica never answered) counts as 0.
+    hb.sent("a", 3, 2 * IV)
+    assert hb.answered("a", 3, U, {"out": U})
+    assert hb.view("out")["a"] == up(True, U, 0)
+    assert hb.view("out")["b"] == up(True, None, 0) and hb.frontiers("b") == {}
+
+
 # ------------------------------------------------------------------------ preference table
 def choose(
     current: str | None,
@@ -181,11 +198,13 @@ def choose(
     corrections: str | None = None,
     holding_tentative: bool = False,
     reconciled: bool = False,
+    lag: int = LAG,
 ) -> Choice:
     return choose_upstream(
         "out",
         current,
         view,
+        lag=lag,
         corrections=corrections,
         holding_tentative=holding_tentative,
         current_reconciled=reconciled,
@@ -229,6 +248,106 @@ def test_nothing_usable() -> None:
 
 def test_unknown_current_counts_as_dead() -> None:
     assert choose("ghost", {"a": up(True, U)}).data == "a"
+
+
+# ------------------------------------------------------------------ the frontier rule (rank 4)
+def test_an_up_failure_replica_ahead_by_more_than_lag_takes_over() -> None:
+    # Seed 922's shape: the current source n2b says UP_FAILURE and emits nothing (its
+    # frontier stays at the last stable boundary); n2a serves fresh tentative results.
+    view = {"n2a": up(True, U, 4_450), "n2b": up(True, U, 3_500)}
+    c = choose("n2b", view)
+    assert c == Choice("out", "n2a", None, Resume.IDS)  # nothing tentative held: by ids
+    c = choose("n2b", view, holding_tentative=True)
+    assert c == Choice("out", "n2a", None, Resume.TMAX)  # the tmax filter avoids duplicates
+
+
+def test_an_up_failure_replica_ahead_by_lag_or_less_does_not() -> None:
+    for ahead in (0, 1, LAG // 2, LAG):  # strictly more than lag is needed
+        view = {"a": up(True, U, 3_500 + ahead), "b": up(True, U, 3_500)}
+        assert choose("b", view) == Choice("out", "b", None, Resume.KEEP), ahead
+    # Behind: kept as well.
+    assert choose("a", {"a": up(True, U, 5_000), "b": up(True, U, 100)}).resume is Resume.KEEP
+    # lag 0: any progress ahead of the current source counts.
+    assert choose("b", {"a": up(True, U, 3_501), "b": up(True, U, 3_500)}, lag=0).data == "a"
+
+
+def test_a_stable_replica_still_wins_over_a_frontier_far_ahead() -> None:
+    view = {"a": up(True, U, 9_000), "b": up(True, U, 1_000), "c": up(True, S, 0)}
+    assert choose("b", view) == Choice("out", "c", None, Resume.IDS)
+    # A reconciled current source counts as STABLE: kept, whatever the frontiers say.
+    view = {"a": up(True, U, 9_000), "b": up(True, Z, 1_000)}
+    assert choose("b", view, reconciled=True) == Choice("out", "b", None, Resume.KEEP)
+
+
+def test_the_frontier_rule_needs_a_live_up_failure_current_source() -> None:
+    # Dead or unknown current source: rank 6, the smallest name, as in the paper's table
+    # (the next evaluation applies the frontier rule from there).
+    view = {"a": up(True, U, 100), "b": up(True, U, 9_000), "c": dead(U, 0)}
+    assert choose("c", view).data == "a"
+    assert choose(None, view).data == "a"
+    # Current source stabilizing (case 4): fresh data from the smallest UP_FAILURE name.
+    view = {"a": up(True, U, 100), "b": up(True, U, 9_000), "z": up(True, Z, 0)}
+    assert choose("z", view) == Choice("out", "a", "z", Resume.IDS)
+    # Only UP_FAILURE replicas take over: not a dead one, nor a STABILIZATION one.
+    view = {"a": dead(U, 9_000), "b": up(True, U, 1_000), "z": up(True, Z, 9_000)}
+    assert choose("b", view) == Choice("out", "b", "z", Resume.KEEP)
+
+
+def test_the_farthest_ahead_takes_over_then_the_smallest_name_deterministically() -> None:
+    view = {"a": up(True, U, 2_000), "b": up(True, U, 3_000), "c": up(True, U, 3_000),
+            "d": up(True, U, 100)}
+    rng = random.Random(3)
+    for _ in range(20):
+        items = list(view.items())
+        rng.shuffle(items)
+        assert choose("d", dict(items)) == Choice("out", "b", None, Resume.IDS)
+
+
+def test_two_progressing_replicas_do_not_flap() -> None:
+    """Two UP_FAILURE replicas on the same inputs: their frontiers step by a window (500)
+    and are sampled by heartbeats of different ages, so the lead changes hands every few
+    rounds, never by more than lag. The current source is kept throughout."""
+    rng = random.Random(11)
+    trace = []
+    for step in range(1, 500):
+        now = 10_000 + step * 100
+        # Each replica's frontier: the last 500-wide window it released, as heard by a
+        # heartbeat answered 0 to 200 ago (b's windows close 50 later than a's).
+        fa = (now - 100 * rng.randint(0, 2)) // 500 * 500
+        fb = (now - 100 * rng.randint(0, 2) - 50) // 500 * 500
+        assert abs(fa - fb) <= LAG
+        trace.append({"a": up(True, U, fa), "b": up(True, U, fb)})
+    assert any(v["a"].frontier > v["b"].frontier for v in trace)  # the lead changes hands
+    assert any(v["b"].frontier > v["a"].frontier for v in trace)
+
+    def switches(lag: int) -> int:
+        current, n = "b", 0
+        for view in trace:
+            c = choose(current, view, holding_tentative=True, lag=lag)
+            if c.data != current:
+                n, current = n + 1, c.data or current
+        return n
+
+    assert switches(LAG) == 0
+    assert switches(0) > 10  # without the lag's margin it would flap
+    # One stops (its inputs are gone): one switch to the other once it is more than lag
+    # ahead, and none back while the stopped one stays behind.
+    frontiers, history = {"a": 20_000, "b": 20_000}, []
+    current = "b"
+    for _ in range(30):
+        frontiers["a"] += 100  # a progresses, b is stuck
+        c = choose(current, {n: up(True, U, f) for n, f in frontiers.items()},
+                   holding_tentative=True)
+        current = c.data or current
+        history.append((current, c.resume))
+    assert history[:LAG // 100] == [("b", Resume.KEEP)] * (LAG // 100)
+    assert history[LAG // 100] == ("a", Resume.TMAX)
+    assert all(h == ("a", Resume.KEEP) for h in history[LAG // 100 + 1:])
+
+
+def test_a_negative_lag_is_refused() -> None:
+    with pytest.raises(NodeError, match="lag must be >= 0"):
+        choose("a", {"a": up(True, U)}, lag=-1)
 
 
 # ---------------------------------------------------------------- property 2: the four cases
@@ -320,16 +439,21 @@ def reference(
     corrections: str | None,
     holding: bool,
     reconciled: bool = False,
+    lag: int = LAG,
 ) -> tuple[str | None, str | None, Resume]:
     """The preference table as one ranking key (an independent formulation)."""
     if reconciled and current in view and view[current].alive and view[current].state is Z:
-        view = {**view, current: ReplicaView(True, S)}  # its REC_DONE is in: as good as STABLE
+        # its REC_DONE is in: as good as STABLE
+        view = {**view, current: ReplicaView(True, S, view[current].frontier)}
     ok = {n: v.state for n, v in view.items() if v.alive and v.state in RANK}
     data = min(
         ok,
         key=lambda n: (RANK[ok[n]], n != current, not (ok[n] is S and n == corrections), n),
         default=None,
     )
+    if data is not None and data == current and ok[data] is U:
+        ahead = [n for n in ok if ok[n] is U and view[n].frontier > view[current].frontier + lag]
+        data = min(ahead, key=lambda n: (-view[n].frontier, n), default=current)
     fixer = None
     if data is None or ok[data] is not S:
         zs = [n for n, v in view.items() if v.alive and v.state is Z]
@@ -345,7 +469,8 @@ def reference(
 
 views = st.dictionaries(
     st.sampled_from(NAMES),
-    st.builds(ReplicaView, st.booleans(), st.sampled_from(STATES)),
+    # Frontiers and lags of a few units: the frontier rule fires, or just does not.
+    st.builds(ReplicaView, st.booleans(), st.sampled_from(STATES), st.integers(0, 6)),
     max_size=len(NAMES),
 )
 maybe_name = st.one_of(st.none(), st.sampled_from([*NAMES, "ghost"]))
@@ -358,6 +483,7 @@ maybe_name = st.one_of(st.none(), st.sampled_from([*NAMES, "ghost"]))
     maybe_name,
     st.booleans(),
     st.booleans(),
+    st.integers(0, 3),
     st.randoms(use_true_random=False),
 )
 def test_choice_properties(
@@ -366,9 +492,10 @@ def test_choice_properties(
     corrections: str | None,
     holding: bool,
     reconciled: bool,
+    lag: int,
     rnd: random.Random,
 ) -> None:
-    c = choose(current, view, corrections, holding, reconciled)
+    c = choose(current, view, corrections, holding, reconciled, lag)
     # A STABILIZATION replica is the data source only as the reconciled current source.
     vouched = reconciled and current is not None and current in view
     if c.data is not None:
@@ -384,9 +511,17 @@ def test_choice_properties(
     # Deterministic, whatever the dict order.
     items = list(view.items())
     rnd.shuffle(items)
-    assert choose(current, dict(items), corrections, holding, reconciled) == c
-    expected = reference(current, view, corrections, holding, reconciled)
+    assert choose(current, dict(items), corrections, holding, reconciled, lag) == c
+    expected = reference(current, view, corrections, holding, reconciled, lag)
     assert (c.data, c.corrections, c.resume) == expected
+    # Leaving a live UP_FAILURE current source for another UP_FAILURE replica takes a
+    # frontier ahead by more than lag; a switch back would take the same the other way.
+    if c.data is not None and c.data != current and current in view:
+        was, now = view[current], view[c.data]
+        if was.alive and was.state is U and now.state is U:
+            assert now.frontier > was.frontier + lag
+            back = choose(c.data, view, corrections, holding, reconciled, lag)
+            assert back.data == c.data
 
 
 # ------------------------------------------------------------------------------ tmax filter

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import orjson
 import pytest
 
 from node.config.load import load_config
@@ -174,6 +175,21 @@ def test_a_kill_waits_until_the_partner_it_would_leave_alone_has_recovered(
 def test_seeds_that_once_failed_are_valid(config, tmp_path: Path, seed: int) -> None:  # type: ignore[no-untyped-def]
     r = simulate_one(config, seed, tmp_path)
     assert r.ok, r.failures
+
+
+def test_seed_922_a_client_leaves_a_stuck_up_failure_replica_for_one_that_progresses(
+        config, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Seed 922 on examples/sim.toml: a bridge partition splits {s1, n1b, n2a} from {s2,
+    n1a, n1c, n2b} while s2 is dead. n2a is fed tentative results by n1b (which still has
+    s1); n1a and n1c have no input and emit nothing, so n2b emits nothing either. Both n2
+    replicas say UP_FAILURE, and c1 was on n2b: by state alone it stayed there until the
+    heal (a new result 2.4 s late, bound k*X = 2 s). The frontier rule moves it to n2a,
+    whose frontier is ahead by more than alpha*X: tentative results arrive before the heal."""
+    r = simulate_one(config, 922, tmp_path)  # examples/sim.toml
+    assert r.ok, r.failures
+    kinds = [orjson.loads(line)["kind"]
+             for line in (tmp_path / "clients" / "c1.jsonl").read_bytes().splitlines()]
+    assert "TENTATIVE" in kinds  # served by n2a during the partition, not only after it
 
 
 def test_bad_options_and_a_missing_cluster_are_clear_errors(
