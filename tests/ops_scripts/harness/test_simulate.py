@@ -22,7 +22,10 @@ from ops_scripts.cli import main
 from ops_scripts.harness.schedule import parse_faults
 from ops_scripts.harness.simulate import DEFAULT_CLUSTER, SimOptions, simulate_many, simulate_one
 
-RUNS = 1000
+#: Seeds run by the suite: a guard that keeps make test under 15 minutes on 2 cores (the
+#: three-replica n1 and kills of sources made each run dearer); the campaign is
+#: `dpc simulate --runs 10000`, run by hand before a change lands.
+RUNS = 400
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +76,7 @@ def test_a_fixed_schedule_of_every_shape_is_valid(config, tmp_path: Path) -> Non
     assert (tmp_path / "fixed" / "replicas" / "n2b" / "recoveries.jsonl").exists()
 
 
-def test_a_thousand_random_schedules_are_valid(tmp_path: Path) -> None:
+def test_random_schedules_are_valid(tmp_path: Path) -> None:
     results = simulate_many(DEFAULT_CLUSTER, 1, RUNS, tmp_path, jobs=2)
     failed = [r for r in results if not r.ok]
     assert len(results) == RUNS
