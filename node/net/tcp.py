@@ -114,7 +114,10 @@ class TcpConnection:
         self._closed = True
         self._ready.clear()
         sock = self._writer.get_extra_info("socket")
-        if sock is not None:
+        # uvloop hands out a pseudo-socket whose descriptor is -1 once its transport lost
+        # the connection; setsockopt on it raises ValueError, not OSError (dpc soak: a
+        # reset fault on a connection the peer had just broken answered HTTP 500).
+        if sock is not None and sock.fileno() >= 0:
             with contextlib.suppress(OSError):  # linger 0: close sends RST, not FIN
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         self._writer.transport.abort()
