@@ -50,6 +50,36 @@ def node_process(config: Path, name: str, rd: RunDir) -> subprocess.Popen[bytes]
     return proc
 
 
+def one_source_cluster(tmp_path: Path, source_keys: str) -> Path:
+    """A cluster of one source s1 (with ``source_keys``, TOML lines) read by one replica n1a
+    (SUnion -> SOutput), on free ports: a source process and one consumer's place."""
+    cfg = tmp_path / "one.toml"
+    cfg.write_text(f"""
+[cluster]
+name = "one"
+token = "t"
+[sources.s1]
+schema = ["k", "v"]
+port = {free_port()}
+{source_keys}
+[nodes.n1]
+inputs = ["s1"]
+  [[nodes.n1.operators]]
+  name = "u"
+  type = "sunion"
+  inputs = ["s1"]
+  [[nodes.n1.operators]]
+  name = "out"
+  type = "soutput"
+  inputs = ["u"]
+  [[nodes.n1.replicas]]
+  name = "n1a"
+  data_port = {free_port()}
+  control_port = {free_port()}
+""")
+    return cfg
+
+
 @pytest.fixture
 def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
     """Processes a test started; each is stopped (resumed first, if paused) by its pid."""
@@ -84,30 +114,7 @@ def test_a_paused_source_keeps_producing_after_it_resumes(
     to take its first capped batch after the pause for the end of its data, and ended its
     stream for good."""
     rate, pause = 5000.0, 2.5
-    cfg = tmp_path / "one.toml"
-    cfg.write_text(f"""
-[cluster]
-name = "one"
-token = "t"
-[sources.s1]
-schema = ["k", "v"]
-port = {free_port()}
-rate = {rate}
-[nodes.n1]
-inputs = ["s1"]
-  [[nodes.n1.operators]]
-  name = "u"
-  type = "sunion"
-  inputs = ["s1"]
-  [[nodes.n1.operators]]
-  name = "out"
-  type = "soutput"
-  inputs = ["u"]
-  [[nodes.n1.replicas]]
-  name = "n1a"
-  data_port = {free_port()}
-  control_port = {free_port()}
-""")
+    cfg = one_source_cluster(tmp_path, f"rate = {rate}")
     load_config(cfg)
     rd = RunDir(tmp_path / "run").ensure()
     s1 = node_process(cfg, "s1", rd)
@@ -166,31 +173,7 @@ def test_a_slow_source_sends_boundaries_every_boundary_interval(
     waited for it. Judged on the data, not the clock: a consumer of the real source process
     (subscribed over TCP as its replica would) receives boundaries whose times are one
     boundary_interval (0.1 s) apart, not 1/rate."""
-    cfg = tmp_path / "slow.toml"
-    cfg.write_text(f"""
-[cluster]
-name = "slow"
-token = "t"
-[sources.s1]
-schema = ["k", "v"]
-port = {free_port()}
-rate = 2.0
-boundary_interval = 0.1
-[nodes.n1]
-inputs = ["s1"]
-  [[nodes.n1.operators]]
-  name = "u"
-  type = "sunion"
-  inputs = ["s1"]
-  [[nodes.n1.operators]]
-  name = "out"
-  type = "soutput"
-  inputs = ["u"]
-  [[nodes.n1.replicas]]
-  name = "n1a"
-  data_port = {free_port()}
-  control_port = {free_port()}
-""")
+    cfg = one_source_cluster(tmp_path, "rate = 2.0\nboundary_interval = 0.1")
     config = load_config(cfg)
     rd = RunDir(tmp_path / "run").ensure()
     processes.append(node_process(cfg, "s1", rd))
