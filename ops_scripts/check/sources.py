@@ -11,6 +11,12 @@ What a source promises (``node/procs/source.py``; contract points 1-3 of issue 1
 * its log (``node.procs.rundir.read_source_log``: every incarnation, in id order) holds
   STABLE tuples with ids 1, 2, ... without a gap or a repeat, and times that never decrease;
   with a ``limit``, no more than ``limit`` of them;
+* a wall-clock source (no ``time_column``) keeps its pace in its times: each tuple is
+  stamped with the instant it was due (``node/procs/pacing.py``), so two tuples are at
+  least ``1 / rate`` apart (less 1 µs of rounding), whatever stalls it went through. A
+  source that stamped a backlog with the instant it went out would squeeze seconds of data
+  into one instant: a windowed join matches all of it with itself, and the results no
+  longer describe the stream the config asked for (found by ``dpc torture`` seed 3);
 * when it ended its stream it wrote an end record first (``RUN_DIR/sources/NAME.end.json``:
   ``{"t", "reason", "last_id"}``) whose ``last_id`` is the log's last id and whose reason is
   ``limit`` (then ``last_id`` is the config's ``limit``), ``file`` (a file source; its
@@ -27,6 +33,7 @@ Invariants: pure (no I/O, no clock): the record and the file's row count are rea
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -39,6 +46,7 @@ __all__ = ["END_REASONS", "check_source_log", "source_subject"]
 #: Why a source may end its stream (the end record's ``reason``).
 END_REASONS = ("limit", "file", "request")
 NAME = "eventual-consistency"
+US = 1_000_000
 
 
 def source_subject(name: str) -> str:
@@ -66,6 +74,21 @@ def _log_violation(log: Sequence[Tuple]) -> str | None:
             return (f"line {line}: {fmt_tuple(t)}: its time is below that of line {line - 1} "
                     f"({prev.time}); tuple times never decrease")
         prev = t
+    return None
+
+
+def _pace_violation(src: SourceConfig, log: Sequence[Tuple]) -> str | None:
+    """The first line of a wall-clock source's log closer than ``1 / rate`` to the one
+    before it (module docstring); None for an event-time source (its data sets its pace)."""
+    if src.time_column is not None or src.rate <= 0:
+        return None
+    gap = max(0, math.floor(US / src.rate) - 1)
+    for line in range(2, len(log) + 1):
+        t, prev = log[line - 1], log[line - 2]
+        if t.time - prev.time < gap:
+            return (f"line {line}: {fmt_tuple(t)}: {t.time - prev.time} µs after line "
+                    f"{line - 1}, less than 1/rate = {US / src.rate:g} µs: tuples squeezed "
+                    f"together (a stall's backlog stamped with one instant?)")
     return None
 
 
@@ -98,14 +121,16 @@ def check_source_log(src: SourceConfig, log: Sequence[Tuple], end: Mapping[str, 
     (None: there is none); ``end_problem``: why it could not be read; ``file_rows``: its
     file's row count (a file source whose file was read), ``file_problem``: why not."""
     subject = source_subject(src.name)
-    violation = _log_violation(log)
+    violation = _log_violation(log) or _pace_violation(src, log)
     if violation is not None:
         return Verdict(NAME, Status.INVALID, f"source log: {violation}", subject)
     last_id = log[-1].id if log else 0
     if src.limit is not None and last_id > src.limit:
         why = f"source log: {last_id} tuples, beyond its limit {src.limit}"
         return Verdict(NAME, Status.INVALID, why, subject)
-    seen = f"{last_id} tuples, ids 1..{last_id} without a gap or a repeat, times never decreasing"
+    paced = "" if src.time_column is not None else f", at most {src.rate:g} per second"
+    seen = (f"{last_id} tuples, ids 1..{last_id} without a gap or a repeat, times never "
+            f"decreasing{paced}")
     if end_problem is not None:
         return Verdict(NAME, Status.INVALID, f"{seen}; unreadable end record: {end_problem}",
                        subject)

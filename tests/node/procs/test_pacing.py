@@ -16,12 +16,13 @@ def rows(n: int | None = None):  # type: ignore[no-untyped-def]
     return it if n is None else itertools.islice(it, n)
 
 
-def test_tuples_come_at_the_rate_numbered_and_stamped_when_produced() -> None:
+def test_tuples_come_at_the_rate_numbered_and_stamped_when_due() -> None:
     sched = Schedule(rows(), RatePace(0, 1000.0))
     assert sched.take(0) == []
     batch = sched.take(S // 100)  # 10 ms: 10 due
     assert [t.id for t in batch] == list(range(1, 11))
-    assert {t.time for t in batch} == {S // 100} and batch[0].kind is Kind.STABLE
+    assert [t.time for t in batch] == [i * 1000 for i in range(1, 11)]
+    assert batch[0].kind is Kind.STABLE
     assert [t.values for t in batch] == [(i,) for i in range(1, 11)]
     assert sched.next_due() == 11_000 and sched.ended is None
 
@@ -42,6 +43,10 @@ def test_a_stall_longer_than_a_batch_never_ends_the_stream() -> None:
     assert len(later) == 1000 and later[-1].id == 15_000  # and it goes on
     ids = [t.id for t in first + second + later]
     assert ids == list(range(1001, 15_001))
+    # The overdue tuples keep the times they were due at, 1 ms apart, not the instant they
+    # went out: a stall delays data, it does not squeeze 13 s of it into one instant (a
+    # windowed join would match all of it with itself).
+    assert [t.time for t in first + second + later] == [i * 1000 for i in range(1001, 15_001)]
 
 
 def test_the_end_is_the_rows_running_out_or_the_limit() -> None:
@@ -66,8 +71,12 @@ def test_the_horizon_is_never_above_a_tuple_to_come() -> None:
     sched = Schedule(rows(), RatePace(0, 10.0))
     assert sched.horizon(50_000) == 50_000
     batch = sched.take(S)
-    assert sched.horizon(S) >= batch[-1].time
-    assert all(t.time >= sched.horizon(S) for t in sched.take(2 * S))
+    promised = sched.horizon(S)
+    assert promised >= batch[-1].time
+    assert all(t.time >= promised for t in sched.take(2 * S))
+    behind = Schedule(rows(), RatePace(0, 1000.0))
+    behind.take(20 * S)  # a stall: one capped batch out, 10,000 overdue tuples to come
+    assert behind.horizon(20 * S) == 10_001_000 == behind.take(20 * S)[0].time
 
 
 # ------------------------------------------------------------------ event time

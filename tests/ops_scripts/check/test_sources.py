@@ -20,7 +20,7 @@ from ops_scripts.check.sources import check_source_log
 from protocol.tuples import Kind, Tuple, make_tuple
 from tests.ops_scripts.check.world import EC, run, write_run
 
-SRC = SourceConfig("s1", ("key", "value"), "127.0.0.1", 0, 100.0, 100_000, "synthetic")
+SRC = SourceConfig("s1", ("key", "value"), "127.0.0.1", 0, 1000.0, 100_000, "synthetic")
 
 
 def log(n: int = 10) -> list[Tuple]:
@@ -35,7 +35,7 @@ def test_a_whole_log_is_valid_with_or_without_an_end_record() -> None:
     v = check_source_log(SRC, log(), None)
     assert v.status == "valid" and v.name == EC and v.subject == "source s1"
     assert v.evidence == ("10 tuples, ids 1..10 without a gap or a repeat, times never "
-                          "decreasing; no end record: the stream never ended")
+                          "decreasing, at most 1000 per second; no end record: the stream never ended")
     v = check_source_log(SRC, log(), end())
     assert v.status == "valid" and v.evidence.endswith("ended by request at t=99000, last_id 10")
     limited = dataclasses.replace(SRC, limit=10)
@@ -67,8 +67,22 @@ def test_a_broken_log_is_invalid_with_the_line_and_id(change: Any, expected: str
     assert v.status == "invalid" and v.evidence.startswith(f"source log: {expected}"), v.evidence
 
 
+def test_a_wall_clock_source_whose_tuples_are_squeezed_together_is_invalid() -> None:
+    """A stall's backlog stamped with one instant (dpc torture seed 3 before the fix: a
+    5.8 s pause at 2,500 tuples/s, then 14,600 tuples with one time) breaks the pace."""
+    squeezed = [*log(5), *(t._replace(time=6_000, tmax=6_000) for t in log()[5:])]
+    v = check_source_log(SRC, squeezed, None)
+    assert v.status == "invalid"
+    assert v.evidence.startswith("source log: line 7: STABLE(id=7, time=6000, tmax=6000, "
+                                 "values=[1, 7]): 0 µs after line 6, less than 1/rate = 1000 µs")
+    assert check_source_log(dataclasses.replace(SRC, rate=500.0), log(), None).status == "invalid"
+    event_time = dataclasses.replace(SRC, time_column="t", speedup=1.0)  # its data's own pace
+    assert check_source_log(event_time, squeezed, None).status == "valid"
+
+
 def test_an_end_record_that_disagrees_with_the_log_or_the_config_is_invalid() -> None:
-    seen = "10 tuples, ids 1..10 without a gap or a repeat, times never decreasing; "
+    seen = ("10 tuples, ids 1..10 without a gap or a repeat, times never decreasing, at most "
+            "1000 per second; ")
     cases = [
         (SRC, end(last_id=12), "the end record says last_id 12 (request), the log's last id is 10"),
         (SRC, end(last_id=9), "the end record says last_id 9 (request), the log's last id is 10"),
