@@ -7,15 +7,9 @@ Batch to ``on_batch`` and acknowledges what was processed. When the connection f
 ends it moves on to the next producer, round-robin, after ``retry_interval``;
 ``switch_to`` moves it on at once (for an HA monitor that found a better replica).
 
-Resume ids. With ``s`` = ``last_stable_id`` and ``t`` = ``last_tentative_id``, what the
-link holds in force (UNDOs applied) is the stable stream through ``s`` followed, if
-``t > s``, by tentative tuples through ``t``; ``t <= s`` means no tentative tuple is held.
-A STABLE tuple sets ``s``, a TENTATIVE one sets ``t``. ``UNDO(u)`` deletes every data
-tuple after ``u``, so ``t`` becomes ``min(t, u)``, never below ``s`` (stable tuples are
-never undone). That is exactly what ``OutputBuffer.replay(s, t)`` expects: no tentatives
-(case 1) resumes after ``s``; a held tentative run that the producer still has (case 2)
-resumes after ``t``; any other (case 3) starts with ``UNDO(s)``. Control tuples carry no
-id and change neither.
+Resume ids. ``s`` = ``last_stable_id`` and ``t`` = ``last_tentative_id`` say what the link
+holds in force, UNDOs applied, as ``OutputBuffer.replay(s, t)`` expects them; the rule and
+its arithmetic are in node/streams/resume.py.
 
 The corrections reader (paper section 4: downstream holds the reconciling replica as its
 corrections source and a replica in UP_FAILURE for fresh data until REC_DONE).
@@ -89,6 +83,7 @@ from node.errors import NodeError
 from node.net.transport import Connection, Transport
 from node.streams.corrections import Address, Corrections, Handover
 from node.streams.mutation import Mutation
+from node.streams.resume import advance
 from node.streams.upstream import TmaxFilter
 from protocol.errors import RemoteProtocolError
 from protocol.messages import Ack, Batch, Subscribe
@@ -97,29 +92,8 @@ from state.errors import StateError
 
 __all__ = ["InputLink"]
 
-STABLE = Kind.STABLE
-TENTATIVE = Kind.TENTATIVE
-UNDO = Kind.UNDO
 REC_DONE = Kind.REC_DONE
 _kind_of = itemgetter(0)
-
-
-def _last_index(kinds: list[Kind], kind: Kind, start: int, stop: int) -> int:
-    """Index of the last ``kind`` in ``kinds[start:stop]``, or -1 (a C-level scan)."""
-    seg = kinds[start:stop]
-    seg.reverse()
-    try:
-        return stop - 1 - seg.index(kind)
-    except ValueError:
-        return -1
-
-
-def _index(kinds: list[Kind], kind: Kind, start: int, default: int) -> int:
-    """Index of the first ``kind`` in ``kinds[start:]``, or ``default``."""
-    try:
-        return kinds.index(kind, start)
-    except ValueError:
-        return default
 
 
 class InputLink:
@@ -431,26 +405,8 @@ class InputLink:
         return logging.ERROR, f"sent {what}; closing the connection"
 
     def _advance(self, tuples: Sequence[Tuple]) -> None:
-        kinds = list(map(_kind_of, tuples))
-        s, t = self.last_stable_id, self.last_tentative_id
-        start, n = 0, len(kinds)
-        tentative = False
-        # Segments between UNDOs; without an UNDO (the common case) one C-level pass each.
-        undo_at = _index(kinds, UNDO, 0, n)
-        while True:
-            i = _last_index(kinds, STABLE, start, undo_at)
-            if i >= 0:
-                s = tuples[i][1]
-            i = _last_index(kinds, TENTATIVE, start, undo_at)
-            if i >= 0:
-                t = tuples[i][1]
-                tentative = True
-            if undo_at == n:
-                break
-            t = max(s, min(t, tuples[undo_at][1]))
-            start = undo_at + 1
-            undo_at = _index(kinds, UNDO, start, n)
-        self.last_stable_id, self.last_tentative_id = s, t
+        self.last_stable_id, self.last_tentative_id, tentative = advance(
+            tuples, self.last_stable_id, self.last_tentative_id)
         if tentative:
             self.reconciled = False  # a new failure upstream: its reconciliation is history
 
