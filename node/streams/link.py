@@ -5,7 +5,9 @@ connects to one of the stream's producers (replicas of the upstream node, or a s
 sends ``Subscribe(stream, subscriber, last_stable_id, last_tentative_id)``, hands every
 Batch to ``on_batch`` and acknowledges what was processed. When the connection fails or
 ends it moves on to the next producer, round-robin, after ``retry_interval``;
-``switch_to`` moves it on at once (for an HA monitor that found a better replica).
+``switch_to`` moves it on at once (for an HA monitor that found a better replica), also
+while a connect is under way: that attempt is abandoned, not waited for (a connect to a
+blackholed producer would only end at its timeout).
 
 Resume ids. ``s`` = ``last_stable_id`` and ``t`` = ``last_tentative_id`` say what the link
 holds in force, UNDOs applied, as ``OutputBuffer.replay(s, t)`` expects them; the rule and
@@ -258,12 +260,13 @@ class InputLink:
                 # No await since _take_handover found none: the reader cannot hand this
                 # producer over any more once told to leave it.
                 await self._release_corrections(here)
+                conn = None
                 try:
-                    conn = await self._transport.connect(host, port)
+                    conn = await self._connect(host, port, name)
                 except OSError as exc:
                     self.failures += 1
                     self._log.warning("%s: cannot connect to producer %s: %r", name, address, exc)
-                else:
+                if conn is not None:
                     try:
                         await self._session(conn, address, name)
                     finally:
@@ -276,6 +279,42 @@ class InputLink:
                         await self._wake.wait()
                 except TimeoutError:
                     pass
+
+    async def _connect(self, host: str, port: int, name: str) -> Connection | None:
+        """A connection to the producer at ``host:port``, or None when ``switch_to`` (or a
+        REC_DONE handover) moved the link on first: the attempt is then cancelled. A connect
+        to a producer behind a blackhole gets no answer until its timeout (a lost SYN: the
+        fault wrapper's ``connect_timeout``, up to the transport's ``hello_timeout`` on a
+        real partition); the HA monitor that meanwhile declared that producer failed and
+        named another must not wait for it (simulate seed 1724: a switch back to a live
+        replica waited 0.7 s for a 1 s connect timeout, and the client got a result 2.085 s
+        after its input, bound k*X = 2 s). Raises what ``connect`` raises (OSError)."""
+        conn: Connection | OSError | None = None
+        if not self._switching:
+            async with asyncio.TaskGroup() as tg:
+                attempt = tg.create_task(self._attempt(host, port))
+                moved = tg.create_task(self._wake.wait())
+                await asyncio.wait((attempt, moved), return_when=asyncio.FIRST_COMPLETED)
+                attempt.cancel()  # a no-op once it is done
+                moved.cancel()
+            conn = None if attempt.cancelled() else attempt.result()
+        if isinstance(conn, OSError):
+            raise conn
+        if self._switching:
+            if conn is not None:  # made just as the switch came: not wanted any more
+                await conn.close()
+            self._log.info("%s: left producer %s:%d before connecting, to switch", name,
+                           host, port)
+            return None
+        return conn
+
+    async def _attempt(self, host: str, port: int) -> Connection | OSError:
+        """``connect``, its OSError returned: :meth:`_connect` raises it outside its
+        TaskGroup (which would wrap it in an ExceptionGroup)."""
+        try:
+            return await self._transport.connect(host, port)
+        except OSError as exc:
+            return exc
 
     async def _take_handover(
         self, here: Address, name: str
