@@ -4,6 +4,7 @@
   (re)subscribe, live fan-out, back-pressure, acks from every consumer, the grace period);
 * ``link.py``: the consumer end (subscribe, fail over among producers, resume ids, acks,
   the corrections reader of a reconciling producer);
+* ``resume.py`` (pure): the resume ids' rule, what a batch does to them;
 * ``upstream.py`` (pure): heartbeat tracking, the paper's upstream replica preference,
   tmax filtering;
 * ``monitor.py``: the HA monitor around it: heartbeats to every upstream replica (carrying

@@ -5,17 +5,13 @@ connects to one of the stream's producers (replicas of the upstream node, or a s
 sends ``Subscribe(stream, subscriber, last_stable_id, last_tentative_id)``, hands every
 Batch to ``on_batch`` and acknowledges what was processed. When the connection fails or
 ends it moves on to the next producer, round-robin, after ``retry_interval``;
-``switch_to`` moves it on at once (for an HA monitor that found a better replica).
+``switch_to`` moves it on at once (for an HA monitor that found a better replica), also
+while a connect is under way: that attempt is abandoned, not waited for (a connect to a
+blackholed producer would only end at its timeout).
 
-Resume ids. With ``s`` = ``last_stable_id`` and ``t`` = ``last_tentative_id``, what the
-link holds in force (UNDOs applied) is the stable stream through ``s`` followed, if
-``t > s``, by tentative tuples through ``t``; ``t <= s`` means no tentative tuple is held.
-A STABLE tuple sets ``s``, a TENTATIVE one sets ``t``. ``UNDO(u)`` deletes every data
-tuple after ``u``, so ``t`` becomes ``min(t, u)``, never below ``s`` (stable tuples are
-never undone). That is exactly what ``OutputBuffer.replay(s, t)`` expects: no tentatives
-(case 1) resumes after ``s``; a held tentative run that the producer still has (case 2)
-resumes after ``t``; any other (case 3) starts with ``UNDO(s)``. Control tuples carry no
-id and change neither.
+Resume ids. ``s`` = ``last_stable_id`` and ``t`` = ``last_tentative_id`` say what the link
+holds in force, UNDOs applied, as ``OutputBuffer.replay(s, t)`` expects them; the rule and
+its arithmetic are in node/streams/resume.py.
 
 The corrections reader (paper section 4: downstream holds the reconciling replica as its
 corrections source and a replica in UP_FAILURE for fresh data until REC_DONE).
@@ -89,6 +85,7 @@ from node.errors import NodeError
 from node.net.transport import Connection, Transport
 from node.streams.corrections import Address, Corrections, Handover
 from node.streams.mutation import Mutation
+from node.streams.resume import advance
 from node.streams.upstream import TmaxFilter
 from protocol.errors import RemoteProtocolError
 from protocol.messages import Ack, Batch, Subscribe
@@ -97,29 +94,8 @@ from state.errors import StateError
 
 __all__ = ["InputLink"]
 
-STABLE = Kind.STABLE
-TENTATIVE = Kind.TENTATIVE
-UNDO = Kind.UNDO
 REC_DONE = Kind.REC_DONE
 _kind_of = itemgetter(0)
-
-
-def _last_index(kinds: list[Kind], kind: Kind, start: int, stop: int) -> int:
-    """Index of the last ``kind`` in ``kinds[start:stop]``, or -1 (a C-level scan)."""
-    seg = kinds[start:stop]
-    seg.reverse()
-    try:
-        return stop - 1 - seg.index(kind)
-    except ValueError:
-        return -1
-
-
-def _index(kinds: list[Kind], kind: Kind, start: int, default: int) -> int:
-    """Index of the first ``kind`` in ``kinds[start:]``, or ``default``."""
-    try:
-        return kinds.index(kind, start)
-    except ValueError:
-        return default
 
 
 class InputLink:
@@ -284,12 +260,13 @@ class InputLink:
                 # No await since _take_handover found none: the reader cannot hand this
                 # producer over any more once told to leave it.
                 await self._release_corrections(here)
+                conn = None
                 try:
-                    conn = await self._transport.connect(host, port)
+                    conn = await self._connect(host, port, name)
                 except OSError as exc:
                     self.failures += 1
                     self._log.warning("%s: cannot connect to producer %s: %r", name, address, exc)
-                else:
+                if conn is not None:
                     try:
                         await self._session(conn, address, name)
                     finally:
@@ -302,6 +279,42 @@ class InputLink:
                         await self._wake.wait()
                 except TimeoutError:
                     pass
+
+    async def _connect(self, host: str, port: int, name: str) -> Connection | None:
+        """A connection to the producer at ``host:port``, or None when ``switch_to`` (or a
+        REC_DONE handover) moved the link on first: the attempt is then cancelled. A connect
+        to a producer behind a blackhole gets no answer until its timeout (a lost SYN: the
+        fault wrapper's ``connect_timeout``, up to the transport's ``hello_timeout`` on a
+        real partition); the HA monitor that meanwhile declared that producer failed and
+        named another must not wait for it (simulate seed 1724: a switch back to a live
+        replica waited 0.7 s for a 1 s connect timeout, and the client got a result 2.085 s
+        after its input, bound k*X = 2 s). Raises what ``connect`` raises (OSError)."""
+        conn: Connection | OSError | None = None
+        if not self._switching:
+            async with asyncio.TaskGroup() as tg:
+                attempt = tg.create_task(self._attempt(host, port))
+                moved = tg.create_task(self._wake.wait())
+                await asyncio.wait((attempt, moved), return_when=asyncio.FIRST_COMPLETED)
+                attempt.cancel()  # a no-op once it is done
+                moved.cancel()
+            conn = None if attempt.cancelled() else attempt.result()
+        if isinstance(conn, OSError):
+            raise conn
+        if self._switching:
+            if conn is not None:  # made just as the switch came: not wanted any more
+                await conn.close()
+            self._log.info("%s: left producer %s:%d before connecting, to switch", name,
+                           host, port)
+            return None
+        return conn
+
+    async def _attempt(self, host: str, port: int) -> Connection | OSError:
+        """``connect``, its OSError returned: :meth:`_connect` raises it outside its
+        TaskGroup (which would wrap it in an ExceptionGroup)."""
+        try:
+            return await self._transport.connect(host, port)
+        except OSError as exc:
+            return exc
 
     async def _take_handover(
         self, here: Address, name: str
@@ -431,26 +444,8 @@ class InputLink:
         return logging.ERROR, f"sent {what}; closing the connection"
 
     def _advance(self, tuples: Sequence[Tuple]) -> None:
-        kinds = list(map(_kind_of, tuples))
-        s, t = self.last_stable_id, self.last_tentative_id
-        start, n = 0, len(kinds)
-        tentative = False
-        # Segments between UNDOs; without an UNDO (the common case) one C-level pass each.
-        undo_at = _index(kinds, UNDO, 0, n)
-        while True:
-            i = _last_index(kinds, STABLE, start, undo_at)
-            if i >= 0:
-                s = tuples[i][1]
-            i = _last_index(kinds, TENTATIVE, start, undo_at)
-            if i >= 0:
-                t = tuples[i][1]
-                tentative = True
-            if undo_at == n:
-                break
-            t = max(s, min(t, tuples[undo_at][1]))
-            start = undo_at + 1
-            undo_at = _index(kinds, UNDO, start, n)
-        self.last_stable_id, self.last_tentative_id = s, t
+        self.last_stable_id, self.last_tentative_id, tentative = advance(
+            tuples, self.last_stable_id, self.last_tentative_id)
         if tentative:
             self.reconciled = False  # a new failure upstream: its reconciliation is history
 
