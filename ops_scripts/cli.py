@@ -91,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     torture.add_argument("--cluster", type=Path, action="append", default=None,
                          metavar="CLUSTER.toml",
                          help="repeat to use several in turn (default: examples/basic.toml and "
-                              "examples/three.toml, at X = 1 s, alpha = 0.7, 300 tuples/s)")
+                              "examples/three.toml, at X = 1 s, alpha = 0.5, 300 tuples/s)")
     torture.add_argument("--run-dir", type=Path, default=None,
                          help="where the runs go, one seed-S directory each "
                               "(default: runs/torture-TIME)")
