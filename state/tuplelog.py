@@ -5,10 +5,11 @@ Columns: ``kind`` (int8, the :class:`protocol.tuples.Kind` wire value), ``id``, 
 schema is also stored in the Arrow schema metadata (``dpc.schema``), so a reader gets the
 attribute names back even for a log without rows.
 
-:class:`TupleLogWriter` / :func:`read_tuple_log`: an append-only Arrow IPC *stream* file,
-one record batch per flush (every ``flush_every`` tuples, and at close). Each flush goes
-straight to the OS, so a crashed process loses at most the tuples not flushed yet; the
-reader keeps every complete batch and drops a truncated last one.
+:class:`TupleLogWriter` / :func:`read_tuple_log` (or :func:`iter_tuple_log`, batch by
+batch): an append-only Arrow IPC *stream* file, one record batch per flush (every
+``flush_every`` tuples, and at close). Each flush goes straight to the OS, so a crashed
+process loses at most the tuples not flushed yet; the reader keeps every complete batch and
+drops a truncated last one.
 
 Limitations (the price of inferring types): attribute types are inferred by Arrow from the
 values unless ``types`` are given. A column mixing ints and floats comes back as floats;
@@ -22,7 +23,7 @@ read back as ``()``. Attributes may not be named like the four header columns.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import repeat
 from pathlib import Path
 from types import TracebackType
@@ -35,7 +36,7 @@ from protocol.tuples import KINDS, Kind, Schema, Tuple, make_tuple
 
 from .errors import StateError
 
-__all__ = ["HEADER_COLUMNS", "TupleLogWriter", "read_tuple_log"]
+__all__ = ["HEADER_COLUMNS", "TupleLogWriter", "iter_tuple_log", "read_tuple_log"]
 
 HEADER_COLUMNS = ("kind", "id", "time", "tmax")
 _HEADER_TYPES = (pa.int8(), pa.int64(), pa.int64(), pa.int64())
@@ -136,25 +137,55 @@ def read_tuple_log(
     data = Path(path).read_bytes()
     if strict and not data.endswith(_EOS):
         raise StateError(f"{where}: the writer did not close it (no end-of-stream marker)")
+    reader = _open_stream(where, pa.BufferReader(data), data[:4], strict)
+    if reader is None:
+        return (), []
+    batches = list(_record_batches(where, reader, strict))
+    return _from_table(where, pa.Table.from_batches(batches, schema=reader.schema))
+
+
+def iter_tuple_log(path: str | os.PathLike[str]) -> Iterator[list[Tuple]]:
+    """:func:`read_tuple_log` (not strict) one record batch at a time, streaming from the
+    file: what it holds at once is one batch, not the log (a long-running source's log can
+    be far larger than what its restart keeps)."""
+    where = f"tuple log {os.fspath(path)}"
+    with open(path, "rb") as f:
+        head = f.read(4)
+        f.seek(0)
+        reader = _open_stream(where, f, head, strict=False)
+        if reader is None:
+            return
+        for batch in _record_batches(where, reader, strict=False):
+            yield _from_table(where, pa.Table.from_batches([batch], schema=reader.schema))[1]
+
+
+def _open_stream(where: str, source: Any, head: bytes, strict: bool) -> Any:
+    """An IPC stream reader over ``source`` (whose first bytes are ``head``), or None for a
+    file cut inside its first message (the crash hit the first flush: an empty log)."""
     try:
-        reader = pa.ipc.open_stream(pa.BufferReader(data))
+        return pa.ipc.open_stream(source)
     except (pa.ArrowInvalid, OSError) as e:
-        # Cut inside its first message (the crash hit the first flush): an empty log. Other
-        # bytes do not even begin like an IPC message (empty data counts as such a prefix).
-        if not strict and _CONTINUATION.startswith(data[:4]):
-            return (), []
+        # Other bytes do not even begin like an IPC message (empty data counts as such a
+        # prefix).
+        if not strict and _CONTINUATION.startswith(head):
+            return None
         raise StateError(f"{where}: not an Arrow IPC stream of tuples: {e}") from None
-    batches = []
+
+
+def _record_batches(where: str, reader: Any, strict: bool) -> Iterator[pa.RecordBatch]:
+    """Every complete record batch; a truncated last one ends the log (raises if strict)."""
+    n = 0
     while True:
         try:
-            batches.append(reader.read_next_batch())
+            batch = reader.read_next_batch()
         except StopIteration:
-            break
+            return
         except (pa.ArrowInvalid, OSError) as e:
             if strict:
-                raise StateError(f"{where}: truncated after {len(batches)} batches: {e}") from None
-            break
-    return _from_table(where, pa.Table.from_batches(batches, schema=reader.schema))
+                raise StateError(f"{where}: truncated after {n} batches: {e}") from None
+            return
+        n += 1
+        yield batch
 
 
 # ---------------------------------------------------------------------- helpers

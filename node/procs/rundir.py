@@ -16,6 +16,7 @@ Layout of ``RUN_DIR``::
     sources/<source>.<k>.arrow        ... and after its k-th restart (k = 1, 2, ...)
     sources/<source>.end.json       the source's end record: it ended its stream, when and why
     sources/<source>.pace.json      an event-time source's clock (node/procs/pacing.py EventClock)
+    sources/<source>.trim.json      how far the source's output buffer is trimmed (its restart)
     clients/<client>.jsonl          every tuple a client received, with its arrival time
     clients/<client>.parquet        the same, written at the client's shutdown
     replicas/<replica>/<stream>.jsonl   every tuple a replica emitted on an output stream
@@ -30,8 +31,9 @@ Formats and invariants:
   source (node/procs/source.py) never rewrites a log: its k-th restart writes
   ``sources/<source>.<k>.arrow`` (:meth:`RunDir.source_log_of`), its ids going on after the
   last logged one. Read the whole log, every incarnation in order, with
-  :func:`read_source_log`, which keeps every complete batch of a log whose writer was killed
-  (and which a source name cannot confuse: names have no dots).
+  :func:`read_source_log` (or batch by batch, streaming, with :func:`iter_source_log`),
+  which keeps every complete batch of a log whose writer was killed (and which a source
+  name cannot confuse: names have no dots).
 * ``sources/<source>.end.json`` (:func:`write_source_end`, :func:`read_source_end`),
   written atomically just before the source publishes its end of stream:
   ``{"t": <µs>, "reason": "limit" | "file" | "request", "last_id": <int>}`` ("request":
@@ -40,6 +42,13 @@ Formats and invariants:
 * ``sources/<source>.pace.json``: an event-time source's mapping of data time onto the
   run's clock, ``{"t_start": <µs>, "event_first": <µs>, "speedup": <float>}``, written
   (atomically) before its first tuple, so that a restarted source resumes the same mapping.
+* ``sources/<source>.trim.json`` (:func:`write_source_trim`, :func:`read_source_trim`):
+  ``{"trimmed_up_to": <id>, "acks": {<consumer>: <id>, ...}}``, the source's output buffer's
+  trim point and the acks of the consumers heard from, as they were at one instant, written
+  atomically about once a second while they change (and at a clean stop). It may lag the
+  buffer (a restart then holds a little more), never run ahead of it. A restarted source
+  holds for replay only the logged tuples after ``trimmed_up_to``; no file (an older run
+  directory, or a kill before the first write): it holds the whole log.
 * ``*.jsonl`` (clients and replicas): one JSON object per tuple, one per line, in the order
   received (or emitted)::
 
@@ -69,7 +78,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -80,18 +90,22 @@ import pyarrow.parquet as pq
 
 from node.errors import RunLogError
 from protocol.tuples import Kind, Tuple, make_tuple
-from state.tuplelog import read_tuple_log
+from state.tuplelog import iter_tuple_log
 
 __all__ = [
     "END_REASONS",
     "JsonlTupleWriter",
     "RunDir",
+    "SourceTrim",
+    "iter_source_log",
     "read_client_parquet",
     "read_jsonl_tuples",
     "read_source_end",
     "read_source_log",
+    "read_source_trim",
     "write_client_parquet",
     "write_source_end",
+    "write_source_trim",
 ]
 
 #: The reasons a source ends its stream (``node/procs/pacing.py``'s EndReason values).
@@ -151,6 +165,10 @@ class RunDir:
     def source_pace(self, source: str) -> Path:
         """An event-time source's clock (the module docstring)."""
         return self.sources / f"{_safe_name('source', source)}.pace.json"
+
+    def source_trim(self, source: str) -> Path:
+        """How far the source's output buffer is trimmed (the module docstring)."""
+        return self.sources / f"{_safe_name('source', source)}.trim.json"
 
     def source_end(self, source: str) -> Path:
         """The source's end record (the module docstring); no file: it never ended."""
@@ -453,20 +471,65 @@ def read_client_parquet(path: str | os.PathLike[str]) -> list[tuple[int, Tuple]]
     return out
 
 
-def read_source_log(run_dir: RunDir | str | os.PathLike[str], source: str) -> list[Tuple]:
-    """Every tuple source ``source`` logged, oldest first, every incarnation in order
-    (tolerates a killed writer: a truncated last batch of an incarnation is dropped). Raises
-    :class:`RunLogError` if the log is missing."""
+def iter_source_log(run_dir: RunDir | str | os.PathLike[str], source: str) -> Iterator[list[Tuple]]:
+    """Every tuple source ``source`` logged, batch by batch as it was flushed, oldest first,
+    every incarnation in order, streaming (tolerates a killed writer: a truncated last batch
+    of an incarnation is dropped). Raises :class:`RunLogError` at once if the log is missing."""
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     paths = rd.source_logs(source)
     if not paths:
         raise RunLogError(f"source log {rd.source_log(source)}: missing (source {source!r} "
                           "logged nothing)")
-    out: list[Tuple] = []
-    for path in paths:
-        _schema, tuples = read_tuple_log(path)
-        out.extend(tuples)
-    return out
+    return (batch for path in paths for batch in iter_tuple_log(path))
+
+
+def read_source_log(run_dir: RunDir | str | os.PathLike[str], source: str) -> list[Tuple]:
+    """The whole of :func:`iter_source_log` in one list (the checker's and the tests' read)."""
+    return [t for batch in iter_source_log(run_dir, source) for t in batch]
+
+
+@dataclass(frozen=True, slots=True)
+class SourceTrim:
+    """A source's persisted trim point (``sources/<source>.trim.json``): its buffer was
+    trimmed up to data tuple ``trimmed_up_to``, and each consumer heard from had acked the
+    id in ``acks``."""
+
+    trimmed_up_to: int
+    acks: dict[str, int]
+
+
+def write_source_trim(run_dir: RunDir, source: str, trim: SourceTrim) -> None:
+    """Record ``source``'s trim point (atomically: written aside, then renamed)."""
+    path = run_dir.source_trim(source)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_bytes(orjson.dumps({"trimmed_up_to": trim.trimmed_up_to, "acks": trim.acks}))
+        os.replace(tmp, path)
+    except OSError as e:
+        raise RunLogError(f"source trim record {path}: cannot write: {e}") from None
+
+
+def read_source_trim(run_dir: RunDir | str | os.PathLike[str], source: str) -> SourceTrim | None:
+    """``source``'s trim point, or None if it never recorded one; :class:`RunLogError`
+    naming the file if it is not one."""
+    rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    path = rd.source_trim(source)
+    try:
+        record = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, orjson.JSONDecodeError) as e:
+        raise RunLogError(f"source trim record {path}: unreadable: {e}") from None
+
+    def count(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+    if (not isinstance(record, dict) or set(record) != {"trimmed_up_to", "acks"}
+            or not count(record["trimmed_up_to"]) or not isinstance(record["acks"], dict)
+            or not all(count(a) for a in record["acks"].values())):
+        raise RunLogError(f"source trim record {path}: expected {{\"trimmed_up_to\": <id >= 0>, "
+                          f"\"acks\": {{<consumer>: <id >= 0>, ...}}}}, found {record!r}")
+    return SourceTrim(record["trimmed_up_to"], dict(record["acks"]))
 
 
 def write_source_end(run_dir: RunDir, source: str, *, t: int, reason: str, last_id: int) -> None:

@@ -24,12 +24,24 @@ A source is the durable origin of its stream. Restarted on the same run director
 node CLUSTER NAME --run-dir RUN``, or a new ``Source`` in the simulation) it resumes from
 what it persisted: its ids go on after the last logged id, its values go on along the same
 deterministic sequence (the generator skips what was logged: an id is never re-emitted
-with other content), tuple times never decrease, the whole log is loaded into its output
-buffer so that every consumer is replayed what it did not acknowledge, and it logs into a
-new file per incarnation (``rundir.py``). A restarted source whose end record exists
-produces nothing: it republishes the end of stream and serves replays. A subscriber that
-claims stable ids beyond anything the source produced (its log was lost) is refused with
-an error naming it, never served boundaries without data.
+with other content), tuple times never decrease, and it logs into a new file per
+incarnation (``rundir.py``). A restarted source whose end record exists produces nothing:
+it republishes the end of stream and serves replays. A subscriber that claims stable ids
+beyond anything the source produced (its log was lost) is refused with an error naming it,
+never served boundaries without data.
+
+What a restart holds stays bounded however long the source ran. The source records its
+buffer's trim point and its consumers' acks (``RUN_DIR/sources/<name>.trim.json``) about
+once every :data:`TRIM_EVERY` seconds while they change, and at a clean stop. A restarted
+source reads its log streaming, batch by batch (:func:`resume_from`: gapless from id 1, its
+``produced`` and last time), and holds for replay only the tuples after that trim point:
+its buffer starts as the trimmed one did (``OutputBuffer.start_after``), with the recorded
+acks, so a consumer that asks for ids below the trim point is refused as the buffer that
+trimmed them refused it (and one that was never heard from is served from the trim point
+once the grace period ends, as before). The record may lag the buffer (the restart then
+holds a little more), never run ahead of it: it is what the buffer had trimmed at that
+instant. No record (an older run directory, a kill before the first write): it holds the
+whole log.
 """
 
 from __future__ import annotations
@@ -37,6 +49,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -47,13 +61,21 @@ from node.errors import NodeError
 from node.net.transport import Transport
 from node.procs.generators import arrow_types, make_rows
 from node.procs.pacing import EndReason, EventClock, RatePace, Schedule
-from node.procs.rundir import RunDir, read_source_end, read_source_log, write_source_end
+from node.procs.rundir import (
+    RunDir,
+    SourceTrim,
+    iter_source_log,
+    read_source_end,
+    read_source_trim,
+    write_source_end,
+    write_source_trim,
+)
 from node.streams.publisher import Publisher
 from protocol.tuples import Tuple, boundary
 from state.buffer import OutputBuffer
 from state.tuplelog import TupleLogWriter
 
-__all__ = ["END_OF_STREAM", "Source"]
+__all__ = ["END_OF_STREAM", "TRIM_EVERY", "Resumed", "Source", "resume_from"]
 
 log = logging.getLogger("dpc.source")
 
@@ -61,6 +83,8 @@ log = logging.getLogger("dpc.source")
 END_OF_STREAM = 2**62
 #: How often the generator loop wakes up at most (it produces what is due since last time).
 TICK = 0.002
+#: How often at most (seconds) a source records its trim point (module docstring).
+TRIM_EVERY = 1.0
 
 
 class Source:
@@ -71,16 +95,30 @@ class Source:
         self.src = config.sources[name]
         self.transport = transport
         self.run_dir = run_dir
-        # What earlier incarnations logged: ids, times and values go on after it, and it
-        # is served to consumers that did not acknowledge it (contract point 3).
+        # What earlier incarnations logged: ids, times and values go on after it, and what
+        # its consumers had not all acknowledged is served to them (contract point 3).
         incarnation = len(run_dir.source_logs(name))
-        logged = read_source_log(run_dir, name) if incarnation else []
-        _check_gapless(run_dir, name, logged)
-        self.produced = len(logged)
-        self._last_time = logged[-1].time if logged else 0
+        trim = read_source_trim(run_dir, name) if incarnation else None
+        trimmed = 0 if trim is None else trim.trimmed_up_to
+        resumed = Resumed(0, 0, [])
+        if incarnation:
+            resumed = resume_from(iter_source_log(run_dir, name), trimmed, source=name,
+                                  files=", ".join(map(str, run_dir.source_logs(name))),
+                                  trim_file=str(run_dir.source_trim(name)))
+        self.produced = resumed.produced
+        self._last_time = resumed.last_time
         buf = OutputBuffer(name)
         buf.set_consumers(config.consumers_of(name))
-        buf.append(logged)
+        # As the buffer that trimmed up to there: replays from below it are refused.
+        buf.start_after(self.produced, resumed.held, trimmed_up_to=trimmed)
+        for consumer, acked in ({} if trim is None else trim.acks).items():
+            # An ack below the trim point was a lapsed consumer's (state/buffer.py): it
+            # stays not heard from, as a consumer gone from the config does.
+            if consumer in buf.consumers and acked >= trimmed:
+                buf.ack(consumer, acked)
+        self._buffer = buf
+        # What sources/<name>.trim.json holds (no file reads as nothing trimmed, no ack).
+        self._trim_saved = SourceTrim(0, {}) if trim is None else trim
         # A source is the origin of its stream: a consumer that holds ids it never produced
         # is refused (its log was lost), never served boundaries without data.
         self.publisher = Publisher(name, {name: buf}, consumer_grace=config.consumer_grace, log=log,
@@ -94,8 +132,10 @@ class Source:
             self.log_writer = TupleLogWriter(run_dir.source_log_of(name, incarnation), self.src.schema,
                                              types=arrow_types(self.src), flush_every=10**9)
         if incarnation:
-            log.info("source %s restarted (incarnation %d): %d tuples logged%s", name, incarnation,
-                     self.produced, f", ended ({end['reason']})" if end else "; going on")
+            log.info("source %s restarted (incarnation %d): %s tuples logged, %s held for replay "
+                     "(trimmed up to id %s)%s", name, incarnation, f"{self.produced:,}",
+                     f"{len(buf):,}", f"{buf.trimmed_up_to:,}",
+                     f", ended ({end['reason']})" if end else "; going on")
 
     async def run(self, stop: asyncio.Event) -> None:
         server = await self.transport.serve(self.src.host, self.src.port, self.publisher.handle)
@@ -110,12 +150,15 @@ class Source:
                     gen = tg.create_task(self._generate(stop), name="generator")
                 # A bug in the publisher's handler ends the source (transport.py's rule).
                 watch = tg.create_task(server.failed(), name="server")
+                keep = tg.create_task(self._keep_trim(), name="trim")
                 await stop.wait()
                 if not self.ended_before:
                     gen.cancel()
                 watch.cancel()
+                keep.cancel()
             if not self.ended:
                 self._end(EndReason.REQUEST)  # stopped before its end (SIGTERM)
+            self._record_trim()  # a clean stop: the next incarnation holds the least
         finally:
             if self.log_writer is not None:
                 self.log_writer.close()
@@ -155,6 +198,24 @@ class Source:
             wake = next_boundary if due is None else min(due, next_boundary)
             delay = (wake - now_us()) / 1e6
             await asyncio.sleep(max(TICK, delay) if delay > 0 else 0)
+
+    async def _keep_trim(self) -> None:
+        """Record the trim point at most every TRIM_EVERY s, when it changed: not on every
+        ack (a lagging record is safe: the restart holds a little more)."""
+        while True:
+            await asyncio.sleep(TRIM_EVERY)
+            self._record_trim()
+
+    def _record_trim(self) -> None:
+        """Write the buffer's trim point and its consumers' acks, as they are now (so never
+        a trim point above what the buffer trimmed), if they changed."""
+        buf = self._buffer
+        acks = {c: a for c, st in buf.consumer_status().items()
+                if isinstance(a := st["acked"], int)}
+        trim = SourceTrim(buf.trimmed_up_to, acks)
+        if trim != self._trim_saved:
+            write_source_trim(self.run_dir, self.src.name, trim)
+            self._trim_saved = trim
 
     def _event_clock(self, now: int) -> EventClock:
         """An event-time source's clock: the one it persisted (a restart resumes the same
@@ -204,12 +265,36 @@ class Source:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """What a restarted source takes from its log: how many tuples it produced, the last
+    one's time, and the tuples it holds for replay (those after its trim point)."""
+
+    produced: int
+    last_time: int
+    held: list[Tuple]
 
 
-def _check_gapless(run_dir: RunDir, name: str, logged: list[Tuple]) -> None:
-    """A source resumes only from a whole log: ids 1, 2, ... with no gap."""
-    for i, t in enumerate(logged, start=1):
-        if t.id != i:
-            files = ", ".join(str(p) for p in run_dir.source_logs(name))
-            raise NodeError(f"source {name!r}: its log ({files}) has id {t.id} where id {i} "
-                            "belongs: cannot resume from a log with a gap")
+def resume_from(batches: Iterable[Sequence[Tuple]], trimmed_up_to: int, *, source: str,
+                files: str, trim_file: str) -> Resumed:
+    """Read a source's log (``batches``, oldest first, as :func:`iter_source_log` streams
+    it) keeping only the tuples after ``trimmed_up_to``. A source resumes only from a whole
+    log: ids 1, 2, ... with no gap, through at least its trim point (``files`` and
+    ``trim_file`` name them in the :class:`NodeError` otherwise)."""
+    produced, last_time = 0, 0
+    held: list[Tuple] = []
+    for batch in batches:
+        for t in batch:
+            produced += 1
+            if t.id != produced:
+                raise NodeError(f"source {source!r}: its log ({files}) has id {t.id} where id "
+                                f"{produced} belongs: cannot resume from a log with a gap")
+        if batch:
+            last_time = batch[-1].time
+        if produced > trimmed_up_to:  # ids are positions: the tail after the trim point
+            held.extend(batch[max(0, len(batch) - (produced - trimmed_up_to)):])
+    if trimmed_up_to > produced:
+        raise NodeError(f"source {source!r}: {trim_file} says its buffer was trimmed up to id "
+                        f"{trimmed_up_to}, but its log ({files}) ends at id {produced}: the "
+                        "trim record is not this log's")
+    return Resumed(produced, last_time, held)

@@ -10,6 +10,7 @@ import pytest
 
 from protocol.tuples import Kind, Tuple, boundary, make_tuple, rec_done, undo
 from state import StateError, TupleLogWriter, read_tuple_log
+from state.tuplelog import iter_tuple_log
 
 SCHEMA = ("sym", "price", "qty")
 
@@ -104,6 +105,8 @@ def test_ipc_log_survives_a_crash_at_any_byte(tmp_path: Path) -> None:
         assert got == tuples[: 10 * complete], f"cut at byte {cut}"
         # Cut inside the first batch: the schema message may or may not be complete.
         assert schema == SCHEMA or (not complete and schema == ())
+        # Streaming, batch by batch: the same complete batches.
+        assert list(iter_tuple_log(path)) == [tuples[k : k + 10] for k in range(0, 10 * complete, 10)]
         if cut not in ends:
             with pytest.raises(StateError):
                 read_tuple_log(path, strict=True)
@@ -115,6 +118,8 @@ def test_ipc_log_refuses_bytes_that_are_not_a_log(tmp_path: Path) -> None:
     path.write_bytes(b"hello, this is not Arrow")
     with pytest.raises(StateError, match="not an Arrow IPC stream"):
         read_tuple_log(path)
+    with pytest.raises(StateError, match="not an Arrow IPC stream"):
+        list(iter_tuple_log(path))
 
 
 def test_ipc_log_column_types_are_fixed_by_the_first_batch(tmp_path: Path) -> None:
