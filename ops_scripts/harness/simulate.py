@@ -301,7 +301,15 @@ def _virtual_process(rd: RunDir, verbose: bool) -> Iterator[VirtualTimeLoop]:
     handler: logging.Handler | None = None
     if verbose:
         handler = logging.FileHandler(rd.process_log("simulation"))
-        handler.setFormatter(logging.Formatter("%(name)s %(levelname)s: %(message)s"))
+        # Each line starts with the virtual seconds since the run began: a failing seed's
+        # log read beside its history and its client's arrivals (µs from EPOCH_US).
+        handler.setFormatter(logging.Formatter("%(vt)11.6f %(name)s %(levelname)s: %(message)s"))
+
+        def stamp(record: logging.LogRecord) -> bool:
+            record.vt = loop.time()
+            return True
+
+        handler.addFilter(stamp)
         root.addHandler(handler)
         old_level = root.level
         root.setLevel(logging.INFO)

@@ -45,6 +45,17 @@ def test_a_seed_replays_exactly(config, tmp_path: Path) -> None:  # type: ignore
     assert c.digest != a.digest  # another seed, another run
 
 
+def test_a_verbose_run_logs_on_virtual_time(config, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The log of a failing seed's rerun (verbose) starts each line with the virtual
+    seconds since the run began, never decreasing: what a diagnosis reads beside the
+    history."""
+    result = simulate_one(config, 7, tmp_path / "v", verbose=True)
+    lines = (tmp_path / "v" / "logs" / "simulation.log").read_text().splitlines()
+    assert result.ok and len(lines) > 10
+    times = [float(line.split(maxsplit=1)[0]) for line in lines]
+    assert times == sorted(times) and times[-1] > 5.0  # the faults start within 6 s
+
+
 def test_a_fixed_schedule_of_every_shape_is_valid(config, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Each partition shape, both cut kinds, both replicas of a node killed in turn, and a
     failure that starts while a reconciliation is stalled (in STABILIZATION)."""
