@@ -33,7 +33,8 @@ node producing a client's stream -> the client. At a time tau:
 
 An :class:`Outage` is a maximal interval where a client is not served. Before the history's
 ``ready`` event (the cluster up and every client holding a first result) every client is in
-an outage: start-up is not a failure the bound speaks of. Every fault ends at
+an outage: start-up is not a failure the bound speaks of; a history with a ``start`` and no
+``ready`` (stopped during start-up) is one outage from its start on. Every fault ends at
 its heal or at the next ``heal_all`` (the final one ends everything still in force); a
 fault never healed lasts past the end of the history (``end`` is None). A replica still
 RECOVERING after the final ``heal_all`` stays down (it serves no one yet): states are not
@@ -305,8 +306,14 @@ def client_outages(config: ClusterConfig,
     for c, (start, why) in started.items():
         out[c].append(Outage(c, start, None, why))
     ready = next((e["t"] for e in _ordered(events) if e["event"] == "ready"), None)
+    first = min((e["t"] for e in events), default=0)
     if ready is not None:  # before its clients got a first result, the cluster was starting
-        first = min(e["t"] for e in events)
+        if ready > first:  # (a history up at once has no start-up to excuse)
+            for c in out:
+                out[c].insert(0, Outage(c, first, ready, "the cluster was starting"))
+    elif any(e["event"] == "start" for e in events):
+        # Started but never ready: stopped during its start-up (Ctrl-C of dpc launch while
+        # it waited for first results), so every result is a start-up one.
         for c in out:
-            out[c].insert(0, Outage(c, first, ready, "the cluster was starting"))
+            out[c] = [Outage(c, first, None, "the cluster was stopped before it was ready")]
     return out

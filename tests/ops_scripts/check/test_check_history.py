@@ -54,6 +54,7 @@ def clean_events(world: World) -> list[dict[str, Any]]:
     config, _, _ = world
     return [
         {"t": 0, "event": "start", "config": "hand-built.toml", "name": "t"},
+        {"t": 0, "event": "ready"},  # up at once: nothing before it to excuse
         state(0, "n1a", "STABLE"), state(0, "n1b", "STABLE"),
         fault(1 * SECOND, 1, config, **link("n1a", "c1")),
         heal(2 * SECOND, 1),

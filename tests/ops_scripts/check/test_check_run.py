@@ -122,6 +122,7 @@ def test_run_check_with_a_history_judges_availability_and_writes_figures(tmp_pat
     write_client(rd, client, arrivals)
     events = [
         {"t": 0, "event": "start", "config": str(rd.config), "name": "basic"},
+        {"t": 0, "event": "ready"},  # up at once: nothing before it to excuse
         state(0, "n1a", "STABLE"), state(0, "n1b", "STABLE"),
         fault(SECOND, 1, config, **link("n1a", "c1")), heal(2 * SECOND, 1),
         {"t": 9 * SECOND, "event": "heal_all"},

@@ -25,7 +25,7 @@ from ops_scripts.harness.simulate import DEFAULT_CLUSTER, SimOptions, simulate_m
 #: Seeds run by the suite: a guard that keeps make test under 15 minutes on 2 cores (the
 #: three-replica n1 and kills of sources made each run dearer); the campaign is
 #: `dpc simulate --runs 10000`, run by hand before a change lands.
-RUNS = 400
+RUNS = 250
 
 
 @pytest.fixture(scope="module")
