@@ -156,8 +156,13 @@ def restart_process(config: ClusterConfig, rd: RunDir, name: str,
     how = "recovering" if kind == "replica" else "resuming from its log"
     print(f"  restarted {kind:<8} {name:<12} pid {p.proc.pid} ({how})", file=out, flush=True)
     if not wait_until(lambda: rd.is_ready(name), READY_TIMEOUT, [p]):
-        raise ProcessError(f"{kind} {name} did not restart (exit {p.proc.poll()}):\n"
-                           f"{log_tail(rd, name)}")
+        exit_code = p.proc.poll()
+        # Stop what was started: left running, a slow start (a source decoding a long log)
+        # came up later beside the next restart of the same name (a 30-minute soak: two
+        # incarnations of s2, "address already in use", a drain that never ended).
+        stop_cluster([p], rd, drain=False, out=out)
+        raise ProcessError(f"{kind} {name} did not restart within {READY_TIMEOUT:g} s "
+                           f"(exit {exit_code}; stopped):\n{log_tail(rd, name)}")
     return p
 
 

@@ -177,6 +177,23 @@ def test_restarting_what_the_cluster_does_not_have_is_a_process_error(tmp_path: 
         restart_process(config, rd, "nosuch", out)  # not a process of the cluster
 
 
+@pytest.mark.slow
+def test_a_restart_that_does_not_come_up_in_time_is_stopped(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restart that times out stops the process it started, by its pid: left running it
+    would come up later beside the next restart of the same name."""
+    import ops_scripts.cluster.launch as launch
+
+    config = load_config(small("basic.toml", tmp_path))
+    rd = RunDir(tmp_path / "run").ensure()
+    out = io.StringIO()
+    monkeypatch.setattr(launch, "READY_TIMEOUT", 0.01)  # no process is ready that fast
+    with pytest.raises(ProcessError, match=r"source s1 did not restart within 0.01 s .exit None; stopped."):
+        restart_process(config, rd, "s1", out)
+    pid = int(re.findall(r"pid (\d+)", out.getvalue())[0])
+    assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+
+
 def _http(url: str, method: str = "GET", token: str | None = None) -> tuple[int, bytes]:
     req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
     if token is not None:
