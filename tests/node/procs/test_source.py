@@ -28,13 +28,22 @@ from protocol.tuples import Kind, Tuple
 EPOCH = 1_700_000_000_000_000
 
 
-def cluster(tmp_path: Path, source: str = "rate = 1000.0") -> ClusterConfig:
+def cluster(tmp_path: Path, source: str = "rate = 1000.0", *, cluster_keys: str = "",
+            replicas: int = 1) -> ClusterConfig:
+    """s1 (its pace: ``source``) read by node n1 of ``replicas`` replicas n1a, n1b, ..."""
     import tomllib
 
+    replica_tables = "".join(
+        f"""  [[nodes.n1.replicas]]
+  name = "n1{chr(ord('a') + i)}"
+  data_port = {19101 + i}
+  control_port = {19201 + i}
+""" for i in range(replicas))
     text = f"""
 [cluster]
 name = "t"
 token = "secret"
+{cluster_keys}
 [sources.s1]
 schema = ["k", "v"]
 port = 19001
@@ -50,11 +59,7 @@ inputs = ["s1"]
   name = "out"
   type = "soutput"
   inputs = ["u"]
-  [[nodes.n1.replicas]]
-  name = "n1a"
-  data_port = 19101
-  control_port = 19201
-"""
+{replica_tables}"""
     return parse_config(tomllib.loads(text), tmp_path / "cluster.toml")
 
 

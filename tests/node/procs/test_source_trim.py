@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import tomllib
 from pathlib import Path
 
 import orjson
 import pytest
 
-from node.config.load import parse_config
 from node.config.model import ClusterConfig
 from node.errors import NodeError, RunLogError
 from node.net.memory import MemoryTransport
@@ -32,6 +30,7 @@ from node.procs.source import TRIM_EVERY, Source, resume_from
 from protocol.messages import Ack, Batch, Subscribe
 from protocol.tuples import Kind, Tuple, make_tuple
 from state.tuplelog import TupleLogWriter
+from tests.node.procs.test_source import cluster as source_cluster
 from tests.node.procs.test_source import kill, run_virtual, start
 
 
@@ -108,36 +107,7 @@ def test_resume_from_refuses_a_gap_and_a_trim_point_beyond_the_log() -> None:
 def cluster(tmp_path: Path) -> ClusterConfig:
     """s1 at 1000 tuples/s read by one node of two replicas (n1a acks, n1b never
     subscribes), with a grace period of 0.5 s."""
-    text = """
-[cluster]
-name = "t"
-token = "secret"
-consumer_grace = 0.5
-[sources.s1]
-schema = ["k", "v"]
-port = 19001
-boundary_interval = 0.1
-rate = 1000.0
-[nodes.n1]
-inputs = ["s1"]
-  [[nodes.n1.operators]]
-  name = "u"
-  type = "sunion"
-  inputs = ["s1"]
-  [[nodes.n1.operators]]
-  name = "out"
-  type = "soutput"
-  inputs = ["u"]
-  [[nodes.n1.replicas]]
-  name = "n1a"
-  data_port = 19101
-  control_port = 19201
-  [[nodes.n1.replicas]]
-  name = "n1b"
-  data_port = 19102
-  control_port = 19202
-"""
-    return parse_config(tomllib.loads(text), tmp_path / "cluster.toml")
+    return source_cluster(tmp_path, cluster_keys="consumer_grace = 0.5", replicas=2)
 
 
 async def consume(net: MemoryTransport, name: str, s: int, seconds: float,
