@@ -6,7 +6,7 @@ schema is also stored in the Arrow schema metadata (``dpc.schema``), so a reader
 attribute names back even for a log without rows.
 
 :class:`TupleLogWriter` / :func:`read_tuple_log` (or :func:`iter_tuple_log`, batch by
-batch): an append-only Arrow IPC *stream* file, one record batch per flush (every
+batch, or :func:`iter_log_batches`, the batches undecoded): an append-only Arrow IPC *stream* file, one record batch per flush (every
 ``flush_every`` tuples, and at close). Each flush goes straight to the OS, so a crashed
 process loses at most the tuples not flushed yet; the reader keeps every complete batch and
 drops a truncated last one.
@@ -36,7 +36,14 @@ from protocol.tuples import KINDS, Kind, Schema, Tuple, make_tuple
 
 from .errors import StateError
 
-__all__ = ["HEADER_COLUMNS", "TupleLogWriter", "iter_tuple_log", "read_tuple_log"]
+__all__ = [
+    "HEADER_COLUMNS",
+    "TupleLogWriter",
+    "iter_log_batches",
+    "iter_tuple_log",
+    "read_tuple_log",
+    "tuples_of",
+]
 
 HEADER_COLUMNS = ("kind", "id", "time", "tmax")
 _HEADER_TYPES = (pa.int8(), pa.int64(), pa.int64(), pa.int64())
@@ -149,14 +156,29 @@ def iter_tuple_log(path: str | os.PathLike[str]) -> Iterator[list[Tuple]]:
     file: what it holds at once is one batch, not the log (a long-running source's log can
     be far larger than what its restart keeps)."""
     where = f"tuple log {os.fspath(path)}"
+    return (tuples_of(batch, where) for batch in iter_log_batches(path))
+
+
+def iter_log_batches(path: str | os.PathLike[str]) -> Iterator[pa.RecordBatch]:
+    """The log's record batches as Arrow holds them, streaming, not decoded (as
+    :func:`iter_tuple_log` reads them: a truncated last batch ends the log): for a reader
+    that needs only some columns or some rows, and decodes those with :func:`tuples_of`
+    (a restarted source checks a long log's ids column by column, ``node/procs/source.py``).
+    Columns that are not a tuple log's raise :class:`StateError` before the first batch."""
+    where = f"tuple log {os.fspath(path)}"
     with open(path, "rb") as f:
         head = f.read(4)
         f.seek(0)
         reader = _open_stream(where, f, head, strict=False)
         if reader is None:
             return
-        for batch in _record_batches(where, reader, strict=False):
-            yield _from_table(where, pa.Table.from_batches([batch], schema=reader.schema))[1]
+        _stream_schema(where, reader.schema)
+        yield from _record_batches(where, reader, strict=False)
+
+
+def tuples_of(batch: pa.RecordBatch, where: str = "tuple log") -> list[Tuple]:
+    """The tuples of one record batch of a tuple log (of :func:`iter_log_batches`)."""
+    return _from_table(where, pa.Table.from_batches([batch]))[1]
 
 
 def _open_stream(where: str, source: Any, head: bytes, strict: bool) -> Any:
@@ -239,20 +261,28 @@ def _arrow_schema(schema: Schema, arrays: list[pa.Array]) -> pa.Schema:
     )
 
 
-def _from_table(where: str, table: pa.Table) -> tuple[Schema, list[Tuple]]:
-    names = table.column_names
+def _stream_schema(where: str, arrow_schema: pa.Schema) -> Schema:
+    """The stream schema of a tuple log's Arrow schema (header columns first, then one per
+    attribute, as recorded in its metadata), or :class:`StateError`."""
+    names = arrow_schema.names
     h = len(HEADER_COLUMNS)
     if tuple(names[:h]) != HEADER_COLUMNS:
         raise StateError(f"{where}: expected columns {HEADER_COLUMNS} first, found {names[:h]}")
-    meta = table.schema.metadata or {}
+    meta = arrow_schema.metadata or {}
     schema: Schema = tuple(names[h:])
     if _SCHEMA_KEY in meta and tuple(orjson.loads(meta[_SCHEMA_KEY])) != schema:
         raise StateError(f"{where}: columns {schema} differ from the recorded stream schema")
+    return schema
+
+
+def _from_table(where: str, table: pa.Table) -> tuple[Schema, list[Tuple]]:
+    schema = _stream_schema(where, table.schema)
+    h = len(HEADER_COLUMNS)
     for c in range(h):
         if table.column(c).null_count:
             raise StateError(f"{where}: column {HEADER_COLUMNS[c]!r} has null cells")
     kinds, ids, times, tmaxs = (table.column(c).to_pylist() for c in range(h))
-    attrs = [table.column(c).to_pylist() for c in range(h, len(names))]
+    attrs = [table.column(c).to_pylist() for c in range(h, table.num_columns)]
     values: Iterable[tuple[Any, ...]] = zip(*attrs, strict=True) if attrs else repeat(())
     bad = [k for k in set(kinds) if not 0 <= k < len(KINDS)]
     if bad:

@@ -90,13 +90,14 @@ import pyarrow.parquet as pq
 
 from node.errors import RunLogError
 from protocol.tuples import Kind, Tuple, make_tuple
-from state.tuplelog import iter_tuple_log
+from state.tuplelog import iter_log_batches, tuples_of
 
 __all__ = [
     "END_REASONS",
     "JsonlTupleWriter",
     "RunDir",
     "SourceTrim",
+    "iter_source_batches",
     "iter_source_log",
     "read_client_parquet",
     "read_jsonl_tuples",
@@ -475,12 +476,18 @@ def iter_source_log(run_dir: RunDir | str | os.PathLike[str], source: str) -> It
     """Every tuple source ``source`` logged, batch by batch as it was flushed, oldest first,
     every incarnation in order, streaming (tolerates a killed writer: a truncated last batch
     of an incarnation is dropped). Raises :class:`RunLogError` at once if the log is missing."""
+    return (tuples_of(batch) for batch in iter_source_batches(run_dir, source))
+
+
+def iter_source_batches(run_dir: RunDir | str | os.PathLike[str], source: str) -> Iterator[pa.RecordBatch]:
+    """:func:`iter_source_log` as Arrow record batches, undecoded (a restarted source reads
+    only the columns it needs of a long log)."""
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     paths = rd.source_logs(source)
     if not paths:
         raise RunLogError(f"source log {rd.source_log(source)}: missing (source {source!r} "
                           "logged nothing)")
-    return (batch for path in paths for batch in iter_tuple_log(path))
+    return (batch for path in paths for batch in iter_log_batches(path))
 
 
 def read_source_log(run_dir: RunDir | str | os.PathLike[str], source: str) -> list[Tuple]:

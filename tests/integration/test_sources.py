@@ -195,8 +195,8 @@ def test_a_restarted_source_holds_only_the_unacknowledged_tail(
     trimmed = trimmed_on_disk(rd, "s3")
     logged_then = logged(rd, "s3")
     s3.proc = node_process(config.path, "s3", rd)  # stopped with the rest, by its pid
-    restart = re.compile(r"source s3 restarted \(incarnation 1\): ([\d,]+) tuples logged, "
-                         r"([\d,]+) held for replay \(trimmed up to id ([\d,]+)\)")
+    restart = re.compile(r"source s3 restarted \(incarnation 1\): ([\d,]+) tuples logged "
+                         r"\(read in [\d.]+ s\), ([\d,]+) held for replay \(trimmed up to id ([\d,]+)\)")
     wait_for(lambda: restart.search(rd.process_log("s3").read_text()) is not None, 60,
              "s3's restart line")
     m = restart.search(rd.process_log("s3").read_text())

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from pathlib import Path
 
 import orjson
+import pyarrow as pa
 import pytest
 
 from node.config.model import ClusterConfig
@@ -26,10 +28,10 @@ from node.procs.rundir import (
     read_source_trim,
     write_source_trim,
 )
-from node.procs.source import TRIM_EVERY, Source, resume_from
+from node.procs.source import TRIM_EVERY, Source, _GaplessIds, resume_from
 from protocol.messages import Ack, Batch, Subscribe
 from protocol.tuples import Kind, Tuple, make_tuple
-from state.tuplelog import TupleLogWriter
+from state.tuplelog import TupleLogWriter, iter_log_batches
 from tests.node.procs.test_source import cluster as source_cluster
 from tests.node.procs.test_source import kill, run_virtual, start
 
@@ -82,8 +84,18 @@ def test_the_source_log_streams_batch_by_batch_across_incarnations(tmp_path: Pat
     assert [t for b in batches for t in b] == read_source_log(rd, "s1") == data
 
 
-def test_resume_from_keeps_only_the_tuples_after_the_trim_point() -> None:
-    batches = [[S(1), S(2), S(3)], [], [S(4), S(5), S(6)], [S(7), S(8), S(9)]]
+def logged(tmp_path: Path, *parts: list[Tuple]) -> list[pa.RecordBatch]:
+    """``parts`` as a source log holds them: one record batch per flush."""
+    path = tmp_path / "s1.arrow"
+    with TupleLogWriter(path, ("v",)) as w:
+        for part in parts:
+            w.append(part)
+            w.flush()
+    return [b for b in iter_log_batches(path) if b.num_rows]
+
+
+def test_resume_from_keeps_only_the_tuples_after_the_trim_point(tmp_path: Path) -> None:
+    batches = logged(tmp_path, [S(1), S(2), S(3)], [], [S(4), S(5), S(6)], [S(7), S(8), S(9)])
     for trimmed, held in ((0, range(1, 10)), (3, range(4, 10)), (4, range(5, 10)),
                           (8, [9]), (9, [])):
         r = resume_from(iter(batches), trimmed, source="s1", files="f", trim_file="t")
@@ -93,13 +105,36 @@ def test_resume_from_keeps_only_the_tuples_after_the_trim_point() -> None:
     assert (empty.produced, empty.last_time, empty.held) == (0, 0, [])
 
 
-def test_resume_from_refuses_a_gap_and_a_trim_point_beyond_the_log() -> None:
-    with pytest.raises(NodeError, match=r"its log \(a.arrow, a.1.arrow\) has id 5 where id 4"):
-        resume_from([[S(1), S(2)], [S(3), S(5)]], 0, source="s1", files="a.arrow, a.1.arrow",
+@pytest.mark.parametrize("parts, bad", [
+    ([[S(1), S(2)], [S(3), S(5)]], "id 5 where id 4"),  # a gap between batches' ends
+    ([[S(1), S(2)], [S(4), S(5)]], "id 4 where id 3"),  # a gap between batches
+    ([[S(2), S(3)]], "id 2 where id 1"),  # not from 1
+    ([[S(1), S(3), S(4)]], "id 3 where id 2"),  # inside one batch
+    ([[S(1), S(2), S(2), S(3)]], "id 2 where id 3"),  # a repeat: steps of 0 and 1
+])
+def test_resume_from_refuses_a_gap(tmp_path: Path, parts: list[list[Tuple]], bad: str) -> None:
+    with pytest.raises(NodeError, match=rf"its log \(a.arrow, a.1.arrow\) has {bad} belongs"):
+        resume_from(logged(tmp_path, *parts), 0, source="s1", files="a.arrow, a.1.arrow",
                     trim_file="t")
+
+
+def test_resume_from_checks_a_long_log_group_by_group(tmp_path: Path) -> None:
+    """Ids are checked a group at a time: a gap in a later group is found as well, and a
+    whole log of many groups passes."""
+    n = 2 * _GaplessIds.GROUP + 10
+    whole = [S(i) for i in range(1, n + 1)]
+    parts = [whole[k:k + 1000] for k in range(0, n, 1000)]
+    r = resume_from(logged(tmp_path, *parts), n - 5, source="s1", files="f", trim_file="t")
+    assert (r.produced, r.last_time, r.held) == (n, 100 * n, whole[-5:])
+    broken = [*whole[: n - 3], S(n)]
+    with pytest.raises(NodeError, match=f"has id {n} where id {n - 2} belongs"):
+        resume_from(logged(tmp_path, broken), 0, source="s1", files="f", trim_file="t")
+
+
+def test_resume_from_refuses_a_trim_point_beyond_the_log(tmp_path: Path) -> None:
     with pytest.raises(NodeError, match=r"s1.trim.json says its buffer was trimmed up to id 4, "
                                         r"but its log \(a.arrow\) ends at id 3"):
-        resume_from([[S(1), S(2), S(3)]], 4, source="s1", files="a.arrow",
+        resume_from(logged(tmp_path, [S(1), S(2), S(3)]), 4, source="s1", files="a.arrow",
                     trim_file="s1.trim.json")
 
 
@@ -196,8 +231,11 @@ def test_a_restarted_source_holds_only_what_was_not_acknowledged(
 
     with caplog.at_level(logging.INFO, logger="dpc.source"):
         logged, t = run_virtual(main)
-    assert (f"source s1 restarted (incarnation 1): {logged:,} tuples logged, {logged - t:,} "
-            f"held for replay (trimmed up to id {t:,}); going on") in caplog.text
+    line = re.search(r"source s1 restarted \(incarnation 1\): ([\d,]+) tuples logged \(read in "
+                     r"[\d.]+ s\), ([\d,]+) held for replay \(trimmed up to id ([\d,]+)\); going on",
+                     caplog.text)
+    assert line is not None, caplog.text
+    assert line.groups() == (f"{logged:,}", f"{logged - t:,}", f"{t:,}")
 
 
 def test_without_a_trim_record_the_restart_holds_the_whole_log(tmp_path: Path) -> None:
