@@ -46,6 +46,7 @@ import json
 import logging
 import random
 import shutil
+import signal
 import sys
 import time
 from collections import Counter
@@ -455,7 +456,9 @@ def _worker(args: tuple[Path, int, Path, SimOptions, bool, Mutation | None]) -> 
 def simulate_many(config_path: Path, seed: int, runs: int, base: Path, *, jobs: int = 1,
                   opts: SimOptions = SimOptions(), keep: bool = False,
                   out: TextIO = sys.stdout) -> list[SimResult]:
-    """Runs ``seed .. seed+runs-1`` on ``jobs`` processes; prints progress and failures."""
+    """Runs ``seed .. seed+runs-1`` on ``jobs`` processes; prints progress and failures.
+    Ctrl-C stops the runs: what finished is returned (fewer than ``runs``), the workers are
+    stopped, and no worker prints a traceback (they ignore SIGINT: the parent decides)."""
     mutation = mutation_from_env()  # once, for every run (the workers get it with the work)
     work = [(config_path, s, base, opts, keep, mutation) for s in range(seed, seed + runs)]
     results: list[SimResult] = []
@@ -473,18 +476,28 @@ def simulate_many(config_path: Path, seed: int, runs: int, base: Path, *, jobs: 
             print(f"  {len(results)}/{runs} runs, {bad} failed, "
                   f"{time.perf_counter() - started:.0f} s", file=out, flush=True)
 
-    if jobs <= 1:
-        for w in work:
-            note(_worker(w))
-    else:
-        import concurrent.futures
-        import multiprocessing
+    try:
+        if jobs <= 1:
+            for w in work:
+                note(_worker(w))
+        else:
+            import multiprocessing
 
-        ctx = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
-            for r in pool.map(_worker, work, chunksize=max(1, min(50, runs // (jobs * 8)))):
-                note(r)
+            ctx = multiprocessing.get_context("spawn")
+            # multiprocessing's pool, not concurrent.futures': on Ctrl-C it can stop workers
+            # in the middle of their chunk (terminate), instead of letting them finish it.
+            with ctx.Pool(jobs, initializer=_ignore_sigint) as pool:
+                chunk = max(1, min(50, runs // (jobs * 8)))
+                for r in pool.imap_unordered(_worker, work, chunksize=chunk):
+                    note(r)
+    except KeyboardInterrupt:
+        print(f"  interrupted (Ctrl-C) after {len(results)}/{runs} runs", file=out, flush=True)
     return sorted(results, key=lambda r: r.seed)
+
+
+def _ignore_sigint() -> None:
+    """A worker's start: Ctrl-C reaches the whole process group, and only the parent acts."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def run_simulate(config_path: Path, seed: int, runs: int, base: Path | None, *, jobs: int,
@@ -516,6 +529,10 @@ def run_simulate(config_path: Path, seed: int, runs: int, base: Path | None, *, 
         print(f"\nseed {r.seed} FAILED: replay with `dpc simulate --seed {r.seed} --runs 1`; on "
               f"real processes: `dpc run {r.run_dir}/scenario.toml`", file=out)
         print("  schedule:\n    " + dump_faults(r.faults).replace("\n", "\n    "), file=out)
+    if len(results) < runs:  # Ctrl-C: the figures above are of the runs that finished
+        print(f"\ndpc simulate: interrupted, {runs - len(results)} of {runs} runs not done",
+              file=out)
+        return 1 if bad else 130
     return 0 if results and not bad else 1
 
 

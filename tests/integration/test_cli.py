@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -77,3 +79,32 @@ def test_recover_refuses_what_it_cannot_rebuild(tmp_path: Path) -> None:
     r = dpc("node", str(EXAMPLES / "basic.toml"), "s1", "--run-dir", str(tmp_path / "run"),
             "--recover", timeout=60)
     assert r.returncode == 2 and "only a node replica can --recover" in r.stderr, r
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_ctrl_c_stops_a_simulation_with_the_figures_of_the_runs_done(tmp_path: Path,
+                                                                      jobs: int) -> None:
+    """Ctrl-C (SIGINT to the whole process group: the workers get it too) ends `dpc
+    simulate` with exit 130 and a summary of the runs that finished, and no traceback."""
+    from tests.integration.test_cluster import interruptible
+
+    proc = subprocess.Popen([DPC, "simulate", "--runs", "60", "--jobs", str(jobs),
+                             "--run-dir", str(tmp_path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=interruptible)
+    try:
+        assert proc.stdout is not None
+        head = [proc.stdout.readline() for _ in range(2)]  # the banner, the first progress
+        assert re.match(r"  3/60 runs, 0 failed", head[1]), head
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, out + err
+    done = re.search(r"interrupted \(Ctrl-C\) after (\d+)/60 runs", out)
+    assert done and 3 <= int(done.group(1)) < 60, out
+    assert f"dpc simulate: {done.group(1)} runs, {done.group(1)} valid, 0 failed" in out, out
+    assert f"interrupted, {60 - int(done.group(1))} of 60 runs not done" in out
+    assert "Traceback" not in err and "Task was destroyed" not in err, err

@@ -287,7 +287,7 @@ def test_demo_shows_a_failure_and_its_correction_on_real_processes(tmp_path: Pat
     assert "eventual-consistency  client c1 (n1.out)    valid" in out and "-> PASS" in out
 
 
-def _interruptible() -> None:
+def interruptible() -> None:
     # A suite started in the background by a non-interactive shell inherits SIGINT ignored,
     # and so would dpc launch (Python installs its KeyboardInterrupt handler only where
     # SIGINT is not ignored): give the child the terminal's default, as Ctrl-C finds it.
@@ -298,7 +298,7 @@ def test_ctrl_c_stops_launch_and_every_process_cleanly(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     proc = subprocess.Popen([DPC, "launch", str(small("basic.toml", tmp_path, limit=10**9)),
                              "--run-dir", str(run_dir)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, cwd=ROOT, preexec_fn=_interruptible)
+                            text=True, cwd=ROOT, preexec_fn=interruptible)
     rd = RunDir(run_dir)
     try:
         wait_for(lambda: run_dir.exists() and rd.is_ready("c1"), timeout=60, what="the cluster to start")
