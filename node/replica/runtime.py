@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import sys
 from collections.abc import Mapping, Sequence
 from itertools import compress
 from operator import countOf, itemgetter
@@ -507,5 +508,8 @@ class Replica:
                 "replay_to_replay_tuples": replay["to_replay"],
                 # Tuples behind a boundary their upstream had already promised: bad input.
                 "late_dropped": self.network.late_dropped,
+                # The process's live Python heap (blocks allocated, any size): what a leak
+                # grows. RSS also keeps what the allocator holds after a burst (dpc soak).
+                "heap_blocks": sys.getallocatedblocks(),
             },
         }

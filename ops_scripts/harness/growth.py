@@ -7,17 +7,25 @@ exit code all read its verdicts.
 
 The rule (:data:`RULE`, printed with every report):
 
-* a **series** is one process incarnation's RSS (bytes), or one output buffer's size
-  (tuples) at one replica incarnation: a process restarted under a new pid starts a new
-  series (a restart resets memory; a line fitted across it would judge the reset);
+* a **series** is one process incarnation's RSS (bytes), one replica incarnation's live
+  Python heap (blocks allocated, its ``/status`` gauge ``heap_blocks``), or one output
+  buffer's size (tuples) at one replica incarnation: a process restarted under a new pid
+  starts a new series (a restart resets memory; a line fitted across it would judge the
+  reset);
 * each series ignores its first ``warmup`` seconds (from the soak's start for the processes
   started with it, from its restart for a restarted one) and is judged on the rest;
 * a least-squares line is fitted to the judged points; the series **grows steadily** when
   its slope times the judged span (the growth the trend predicts over the remaining
-  duration) exceeds both an absolute floor (RSS: :data:`RSS_FLOOR` = 16 MiB; a buffer: what
-  the stream produces in :data:`BUFFER_FLOOR_SECONDS` = 2 s, its rate measured from the
-  replica's stable output count over the same points) and a relative one
-  (:data:`RELATIVE_FLOOR` = 10 % of the judged points' median);
+  duration) exceeds both an absolute floor (RSS: :data:`RSS_FLOOR` = 16 MiB; the heap:
+  :data:`HEAP_FLOOR` = 20,000 blocks; a buffer: what the stream produces in
+  :data:`BUFFER_FLOOR_SECONDS` = 2 s, its rate measured from the replica's stable output
+  count over the same points) and a relative one (:data:`RELATIVE_FLOOR` = 10 % of the
+  judged points' median);
+* an RSS series that grows steadily while the same incarnation's live heap is judged flat
+  is **retained**, not grown: the process holds no more objects, and the pages are what
+  the allocator kept after a burst (a replica's RSS steps up at the longest input failure
+  it has lived through: the replay's buffers are freed, their arenas not returned). A
+  process without a heap series (sources, clients: no control plane) cannot be retained;
 * a series with fewer than :data:`MIN_POINTS` judged points is ``short``: not judged;
 * a soak **passes** when no series grows steadily and at least one series was judged
   (:func:`soak_passes`).
@@ -29,6 +37,7 @@ would add more than 16 MiB (or 2 s of a stream) over the run does not.
 The samples are the records of ``RUN_DIR/soak.jsonl`` (written by ``soak.py``)::
 
     {"t": 12.0, "rss": {"n1a": {"pid": 4242, "bytes": 104857600}, ...},
+     "heap": {"n1a": {"pid": 4242, "blocks": 612345}, ...},
      "buffers": {"n1a": {"pid": 4242, "streams": {"n1.out": {"buffered": 17, "out": 3300}}}}}
 
 ``t`` in seconds from the soak's start; ``out`` is the replica's count of stable tuples put
@@ -38,6 +47,7 @@ A process that was down, or a control plane that did not answer, is absent from 
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -46,6 +56,7 @@ from typing import Any
 
 __all__ = [
     "BUFFER_FLOOR_SECONDS",
+    "HEAP_FLOOR",
     "MIB",
     "MIN_POINTS",
     "RELATIVE_FLOOR",
@@ -66,6 +77,8 @@ __all__ = [
 MIB = 1024 * 1024
 #: The absolute floor of an RSS series' growth (bytes).
 RSS_FLOOR = 16 * MIB
+#: The absolute floor of a live heap series' growth (blocks).
+HEAP_FLOOR = 20_000
 #: A buffer's absolute floor: what its stream produces in this many seconds (tuples).
 BUFFER_FLOOR_SECONDS = 2.0
 #: The relative floor: this fraction of the judged points' median.
@@ -74,23 +87,28 @@ RELATIVE_FLOOR = 0.10
 MIN_POINTS = 3
 
 RULE = (
-    "each series (one process incarnation's RSS; one buffer at one replica incarnation: a "
-    "restart starts a new series) ignores its first WARMUP (from the soak's start, or from "
-    "its restart); a least-squares line is fitted to the rest; it grows steadily when slope "
-    "x judged span exceeds both an absolute floor (RSS: 16 MiB; buffer: 2 s of its stream's "
-    "rate, in tuples) and 10 % of its median; a soak passes when no series grows steadily "
-    f"(a series with fewer than {MIN_POINTS} judged points is too short: not judged)"
+    "each series (one process incarnation's RSS; one replica incarnation's live heap; one "
+    "buffer at one replica incarnation: a restart starts a new series) ignores its first "
+    "WARMUP (from the soak's start, or from its restart); a least-squares line is fitted to "
+    "the rest; it grows steadily when slope x judged span exceeds both an absolute floor "
+    "(RSS: 16 MiB; heap: 20,000 blocks; buffer: 2 s of its stream's rate, in tuples) and 10 % "
+    "of its median; RSS that grows while the same incarnation's live heap is flat is "
+    "retained (the allocator's high-water mark after a burst), not grown; a soak passes when "
+    f"no series grows steadily (a series with fewer than {MIN_POINTS} judged points is too "
+    "short: not judged)"
 )
 
 
 class Verdict(enum.Enum):
     FLAT = "flat"
     GROWS = "grows"
+    RETAINED = "retained"  # RSS only: it grew, the live heap did not (module docstring)
     SHORT = "short"
 
 
 class SeriesKind(enum.Enum):
     RSS = "rss"
+    HEAP = "heap"
     BUFFER = "buffer"
 
 
@@ -175,6 +193,8 @@ def judge(series: Series, warmup: float) -> Judgement:
     rate = None
     if series.kind is SeriesKind.RSS:
         floor = float(RSS_FLOOR)
+    elif series.kind is SeriesKind.HEAP:
+        floor = float(HEAP_FLOOR)
     else:
         rate = _rate(series.out, pts[0][0], pts[-1][0])
         floor = BUFFER_FLOOR_SECONDS * rate
@@ -185,19 +205,32 @@ def judge(series: Series, warmup: float) -> Judgement:
 
 
 def judge_all(series: Iterable[Series], warmup: float) -> list[Judgement]:
-    return [judge(s, warmup) for s in series]
+    """Judge every series; an RSS series that grows beside a flat live heap of the same
+    incarnation is retained (module docstring)."""
+    judged = [judge(s, warmup) for s in series]
+    heaps = {(j.series.process, j.series.pid): j for j in judged
+             if j.series.kind is SeriesKind.HEAP}
+    out = []
+    for j in judged:
+        heap = heaps.get((j.series.process, j.series.pid))
+        if (j.series.kind is SeriesKind.RSS and j.verdict is Verdict.GROWS
+                and heap is not None and heap.verdict is Verdict.FLAT):
+            j = dataclasses.replace(j, verdict=Verdict.RETAINED, notes=(
+                *j.notes, f"live heap flat ({heap.growth or 0:+,.0f} blocks)"))
+        out.append(j)
+    return out
 
 
 def soak_passes(judgements: Sequence[Judgement]) -> bool:
     """No series grows steadily, and at least one was judged."""
     return (all(j.verdict is not Verdict.GROWS for j in judgements)
-            and any(j.verdict is Verdict.FLAT for j in judgements))
+            and any(j.verdict in (Verdict.FLAT, Verdict.RETAINED) for j in judgements))
 
 
 # ---------------------------------------------------------------- samples -> series
 def series_from_samples(samples: Iterable[Mapping[str, Any]]) -> list[Series]:
-    """The series of ``soak.jsonl``'s sample records (module docstring), RSS first, each
-    kind ordered by process, stream and incarnation. A new pid for a process starts a new
+    """The series of ``soak.jsonl``'s sample records (module docstring), RSS, heap, then
+    buffers, each kind ordered by process, stream and incarnation. A new pid for a process starts a new
     series (its incarnation counts the pids seen for that process, in order); a process
     missing from some samples (paused, unreachable) goes on in the same series when it
     comes back under the same pid."""
@@ -216,6 +249,10 @@ def series_from_samples(samples: Iterable[Mapping[str, Any]]) -> list[Series]:
             seen(name, int(r["pid"]))
             points.setdefault((SeriesKind.RSS, name, None, int(r["pid"])), []).append(
                 (t, float(r["bytes"])))
+        for name, h in s.get("heap", {}).items():  # soaks before the heap was sampled: none
+            seen(name, int(h["pid"]))
+            points.setdefault((SeriesKind.HEAP, name, None, int(h["pid"])), []).append(
+                (t, float(h["blocks"])))
         for name, b in s.get("buffers", {}).items():
             seen(name, int(b["pid"]))
             for stream, st in b["streams"].items():
@@ -223,9 +260,11 @@ def series_from_samples(samples: Iterable[Mapping[str, Any]]) -> list[Series]:
                 points.setdefault(key, []).append((t, float(st["buffered"])))
                 counts.setdefault(key, []).append((t, float(st["out"])))
 
+    kinds = list(SeriesKind)
+
     def order(key: tuple[SeriesKind, str, str | None, int]) -> tuple[int, str, str, int]:
         kind, name, stream, pid = key
-        return (kind is SeriesKind.BUFFER, name, stream or "", pids[name].index(pid))
+        return (kinds.index(kind), name, stream or "", pids[name].index(pid))
 
     return [Series(kind, name, pid, tuple(points[key]), stream, tuple(counts.get(key, ())),
                    pids[name].index(pid) + 1)

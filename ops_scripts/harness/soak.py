@@ -213,6 +213,7 @@ class Sampler(threading.Thread):
             size = None if pid is None else read_rss(pid)
             if pid is not None and size is not None:
                 rss[name] = {"pid": pid, "bytes": size}
+        heap: dict[str, Any] = {}
         buffers: dict[str, Any] = {}
         for name in self.replicas:
             pid = self._pid(name)
@@ -220,11 +221,12 @@ class Sampler(threading.Thread):
                 self.config, name, timeout=min(1.0, self.opts.sample / 2))
             if pid is None or st is None:
                 continue  # down, paused or busy: absent from this sample
+            heap[name] = {"pid": pid, "blocks": st["gauges"]["heap_blocks"]}
             out = st["counters"]["tuples_out"]
             buffers[name] = {"pid": pid, "streams": {
                 s: {"buffered": o["buffered"], "out": out.get(s, 0)}
                 for s, o in st["outputs"].items()}}
-        return {"t": t, "rss": rss, "buffers": buffers}
+        return {"t": t, "rss": rss, "heap": heap, "buffers": buffers}
 
 
 def _clock(seconds: float) -> str:

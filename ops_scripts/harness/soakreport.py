@@ -2,7 +2,7 @@
 
 Role: reads ``RUN_DIR/soak.jsonl`` (the samples, ``growth.py``'s format) and the run's
 ``history.jsonl`` (when each fault was in force), judges every series by ``growth.py``'s
-rule, prints one row per series and a verdict per kind (memory, buffers) and writes
+rule, prints one row per series and a verdict per kind (memory, live heap, buffers) and writes
 ``RUN_DIR/soak.svg``.
 
 The plot is an SVG written here rather than a PNG drawn by matplotlib: a few polylines and
@@ -36,8 +36,11 @@ from ops_scripts.harness.growth import (
 
 __all__ = ["fault_intervals", "print_report", "read_samples", "svg_plot"]
 
-_WORDS = {Verdict.FLAT: "PASS", Verdict.GROWS: "FAIL", Verdict.SHORT: "short"}
-_WHAT = {SeriesKind.RSS: "memory (RSS)", SeriesKind.BUFFER: "buffers"}
+_WORDS = {Verdict.FLAT: "PASS", Verdict.GROWS: "FAIL", Verdict.RETAINED: "PASS (retained)",
+          Verdict.SHORT: "short"}
+_WHAT = {SeriesKind.RSS: "memory (RSS)", SeriesKind.HEAP: "live heap",
+         SeriesKind.BUFFER: "buffers"}
+_LABEL = {SeriesKind.RSS: "RSS", SeriesKind.HEAP: "heap", SeriesKind.BUFFER: "buffer"}
 
 
 def read_samples(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -82,6 +85,8 @@ def _amount(kind: SeriesKind, v: float | None, signed: bool = False) -> str:
     sign = "+" if signed else ""
     if kind is SeriesKind.RSS:
         return f"{v / MIB:{sign}.1f} MiB"
+    if kind is SeriesKind.HEAP:
+        return f"{v:{sign},.0f} blocks"
     return f"{v:{sign},.0f}"
 
 
@@ -97,14 +102,14 @@ def _threshold(j: Judgement) -> str:
     if j.threshold > j.floor:
         why = "10 % of median"
     else:
-        why = "the floor" if k is SeriesKind.RSS else f"2 s at {j.rate or 0:,.0f}/s"
+        why = "the floor" if k is not SeriesKind.BUFFER else f"2 s at {j.rate or 0:,.0f}/s"
     return f"{_amount(k, j.threshold)} ({why})"
 
 
 def _row(j: Judgement) -> tuple[str, ...]:
     s, k = j.series, j.series.kind
     threshold = _threshold(j)
-    return (f"{'RSS' if k is SeriesKind.RSS else 'buffer'} {s.label}", str(s.pid),
+    return (f"{_LABEL[k]} {s.label}", str(s.pid),
             _clock(j.judged_from), str(j.points), _amount(k, j.median),
             _amount(k, j.slope_per_minute, signed=True), _amount(k, j.growth, signed=True),
             threshold, _WORDS[j.verdict])
@@ -113,9 +118,14 @@ def _row(j: Judgement) -> tuple[str, ...]:
 def _kind_verdict(kind: SeriesKind, judged: Sequence[Judgement]) -> str:
     mine = [j for j in judged if j.series.kind is kind]
     grows = [j for j in mine if j.verdict is Verdict.GROWS]
-    flat = [j for j in mine if j.verdict is Verdict.FLAT]
+    kept = [j for j in mine if j.verdict is Verdict.RETAINED]
+    flat = [j for j in mine if j.verdict is Verdict.FLAT] + kept
     short = len(mine) - len(grows) - len(flat)
     tail = f" ({short} too short to judge)" if short else ""
+    if kept:
+        tail += "; retained, not grown (the live heap flat): " + "; ".join(
+            f"{j.series.label} {_amount(kind, j.growth, signed=True)}, {', '.join(j.notes)}"
+            for j in kept)
     if grows:
         which = "; ".join(f"{j.series.label} {_amount(kind, j.growth, signed=True)} "
                           f"(threshold {_amount(kind, j.threshold)})" for j in grows)
@@ -171,9 +181,11 @@ def _panel(kind: SeriesKind, judged: Sequence[Judgement],
            top: float) -> list[str]:
     """One panel: the faults, the warm-up, a line per series of ``kind``, a legend."""
     mine = [j for j in judged if j.series.kind is kind]
-    scale = MIB if kind is SeriesKind.RSS else 1.0
-    title = ("memory: each process's RSS, MiB" if kind is SeriesKind.RSS
-             else "buffers: tuples in each replica's output buffer")
+    scale, title = {
+        SeriesKind.RSS: (MIB, "memory: each process's RSS, MiB"),
+        SeriesKind.HEAP: (1000.0, "live heap: each replica's Python heap, thousands of blocks"),
+        SeriesKind.BUFFER: (1.0, "buffers: tuples in each replica's output buffer"),
+    }[kind]
     yticks = _ticks(max((v for j in mine for _, v in j.series.points), default=1.0) / scale)
     peak = yticks[-1] or 1.0
     span = max(end, 1e-9)
@@ -224,10 +236,10 @@ def _panel(kind: SeriesKind, judged: Sequence[Judgement],
 
 def svg_plot(judged: Sequence[Judgement],
              faults: Sequence[tuple[float, float, str]], warmup: float, end: float) -> str:
-    """The soak's plot as an SVG document: one panel for RSS, one for buffers; the warm-up
+    """The soak's plot as an SVG document: one panel each for RSS, live heap and buffers; the warm-up
     shaded grey, each fault's interval red (its description as a tooltip), a series that
     grows steadily drawn bold, each series' verdict in the legend; time in m:ss."""
-    height = _TOP + 2 * _PANEL + _GAP + 40
+    height = _TOP + len(SeriesKind) * (_PANEL + _GAP) - _GAP + 40
     el = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{height}" '
           'font-family="sans-serif">',
           f'<rect width="{_W}" height="{height}" fill="white"/>',

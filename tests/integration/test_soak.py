@@ -40,6 +40,7 @@ def test_a_two_minute_soak_reports_flat_memory(tmp_path: Path) -> None:
     verdicts = [line for line in out.splitlines() if line.startswith("dpc soak: ")]
     assert "dpc soak: memory (RSS): PASS" in out, verdicts
     assert "dpc soak: buffers: PASS" in out, verdicts
+    assert "dpc soak: live heap: PASS" in out, verdicts
     assert "harness problem" not in out
     assert verdicts[-1].startswith("dpc soak: PASS"), verdicts
 
@@ -55,6 +56,11 @@ def test_a_two_minute_soak_reports_flat_memory(tmp_path: Path) -> None:
     for node in config.nodes.values():
         for r in node.replicas:
             assert any(r.name in s["buffers"] for s in samples), r.name
+            # Its live heap too, as its /status reports it, under the same pid as its RSS.
+            heaps = [s for s in samples if r.name in s["heap"]]
+            assert heaps and all(s["heap"][r.name]["blocks"] > 0 for s in heaps), r.name
+            assert all(s["heap"][r.name]["pid"] == s["rss"][r.name]["pid"]
+                       for s in heaps if r.name in s["rss"]), r.name
     svg = (run / "soak.svg").read_text()
     assert all(f">{name}" in svg for name in processes)
 

@@ -1,6 +1,7 @@
 """The soak's rule (ops_scripts/harness/growth.py), a pure function of samples: flat, noisy
 flat, a slow steady leak, a sawtooth flat on average, a restart that resets a process's
-memory (a new series), buffers against their stream's rate, and series too short to judge."""
+memory (a new series), buffers against their stream's rate, series too short to judge, and
+RSS that steps up beside a flat live heap (retained, not grown)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from ops_scripts.harness.growth import (
     Verdict,
     default_warmup,
     judge,
+    judge_all,
     least_squares_slope,
     series_from_samples,
     soak_passes,
@@ -163,3 +165,53 @@ def test_short_series_are_not_judged_and_a_soak_needs_one_judged() -> None:
     assert not soak_passes([short])
     assert soak_passes([short, flat])
     assert not soak_passes([flat, grows])
+
+
+def stepping(heap: Callable[[float], float]) -> list[dict[str, Any]]:
+    """A replica n1a and a source s1, both of whose RSS steps up 5 MiB at four failures
+    (minutes 8, 12, 17 and 24: what the allocator keeps after each replay's burst), with
+    n1a's live heap at ``heap(t)`` blocks (s1 has no control plane: no heap)."""
+    rng = random.Random(7)
+    out = []
+    for t in times():
+        mib = 140.0 + 5 * sum(t >= m * 60 for m in (8, 12, 17, 24))
+        out.append({"t": t,
+                    "rss": {n: {"pid": pid, "bytes": int(mib * MIB)}
+                            for n, pid in (("n1a", 10), ("s1", 11))},
+                    "heap": {"n1a": {"pid": 10, "blocks": int(heap(t) + rng.uniform(-3e3, 3e3))}}})
+    return out
+
+
+def test_rss_that_steps_up_beside_a_flat_live_heap_is_retained_not_grown() -> None:
+    judged = {(j.series.kind, j.series.process): j
+              for j in judge_all(series_from_samples(stepping(lambda t: 600_000.0)), WARMUP)}
+    rss_n1a = judged[SeriesKind.RSS, "n1a"]
+    assert judged[SeriesKind.HEAP, "n1a"].verdict is Verdict.FLAT
+    assert rss_n1a.verdict is Verdict.RETAINED and rss_n1a.growth is not None
+    assert rss_n1a.growth > RSS_FLOOR  # by RSS alone it grows
+    assert rss_n1a.notes and "live heap flat" in rss_n1a.notes[0]
+    # The source's RSS steps alike, and nothing says its heap is flat: it grows.
+    assert judged[SeriesKind.RSS, "s1"].verdict is Verdict.GROWS
+    assert not soak_passes(list(judged.values()))
+    assert soak_passes([judged[SeriesKind.RSS, "n1a"], judged[SeriesKind.HEAP, "n1a"]])
+
+
+def test_rss_and_a_live_heap_that_grow_together_are_a_leak() -> None:
+    # 100 blocks more per second: 150,000 over the judged 25 minutes (25 % of the median).
+    judged = judge_all(series_from_samples(stepping(lambda t: 500_000.0 + 100 * t)), WARMUP)
+    by = {(j.series.kind, j.series.process): j for j in judged}
+    assert by[SeriesKind.HEAP, "n1a"].verdict is Verdict.GROWS
+    assert by[SeriesKind.RSS, "n1a"].verdict is Verdict.GROWS
+    assert not soak_passes(judged)
+    # A heap that grows under its floors beside flat RSS: flat.
+    small = judge_all(series_from_samples(stepping(lambda t: 600_000.0 + 10 * t)), WARMUP)
+    assert {j.verdict for j in small if j.series.kind is SeriesKind.HEAP} == {Verdict.FLAT}
+
+
+def test_heap_series_sit_between_rss_and_buffers() -> None:
+    samples = [{"t": float(t), "rss": {"n1a": {"pid": 1, "bytes": 1000}},
+                "heap": {"n1a": {"pid": 1, "blocks": 50}},
+                "buffers": {"n1a": {"pid": 1, "streams": {"n1.out": {"buffered": 1, "out": t}}}}}
+               for t in range(5)]
+    assert [s.kind for s in series_from_samples(samples)] == [
+        SeriesKind.RSS, SeriesKind.HEAP, SeriesKind.BUFFER]
