@@ -22,7 +22,7 @@ from node.procs.generators import make_generator
 from node.procs.rundir import RunDir, read_source_end, read_source_log
 from node.procs.source import END_OF_STREAM, Source
 from node.virtual_time import VirtualTimeLoop
-from protocol.messages import Batch, Subscribe
+from protocol.messages import Ack, Batch, Subscribe
 from protocol.tuples import Kind, Tuple
 
 EPOCH = 1_700_000_000_000_000
@@ -191,17 +191,28 @@ async def kill(task: asyncio.Task[None]) -> None:
         await task
 
 
-async def received(net: MemoryTransport, s: int, seconds: float) -> list[Tuple] | None:
-    """What replica n1a receives of s1 in ``seconds``, subscribing with stable id ``s``;
-    None if the source closed the connection."""
+async def received(net: MemoryTransport, s: int, seconds: float, *, consumer: str = "n1a",
+                   ack: bool = False) -> list[Tuple] | None:
+    """What ``consumer`` receives of s1 in ``seconds``, subscribing with stable id ``s``
+    (acking what it received every 0.1 s if ``ack``, as a link does); None if the source
+    closed the connection on it (a refusal)."""
     while True:  # until the source serves (virtual time)
         try:
-            conn = await net.for_process("n1a").connect("127.0.0.1", 19001)
+            conn = await net.for_process(consumer).connect("127.0.0.1", 19001)
             break
         except ConnectionRefusedError:
             await asyncio.sleep(0.01)
-    await conn.send(Subscribe("s1", "n1a", s, s))
+    await conn.send(Subscribe("s1", consumer, s, s))
     out: list[Tuple] = []
+
+    async def acker() -> None:
+        while True:
+            await asyncio.sleep(0.1)
+            data = [t.id for t in out if t.kind is Kind.STABLE]
+            if data:
+                await conn.send(Ack("s1", consumer, data[-1]))
+
+    task = asyncio.get_running_loop().create_task(acker()) if ack else None
     try:
         async with asyncio.timeout(seconds):
             while (msg := await conn.receive()) is not None:
@@ -211,6 +222,8 @@ async def received(net: MemoryTransport, s: int, seconds: float) -> list[Tuple] 
     except TimeoutError:
         return out
     finally:
+        if task is not None:
+            task.cancel()
         await conn.close()
 
 

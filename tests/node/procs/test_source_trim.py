@@ -29,11 +29,10 @@ from node.procs.rundir import (
     write_source_trim,
 )
 from node.procs.source import TRIM_EVERY, Source, _GaplessIds, resume_from
-from protocol.messages import Ack, Batch, Subscribe
 from protocol.tuples import Kind, Tuple, make_tuple
 from state.tuplelog import TupleLogWriter, iter_log_batches
 from tests.node.procs.test_source import cluster as source_cluster
-from tests.node.procs.test_source import kill, run_virtual, start
+from tests.node.procs.test_source import kill, received, run_virtual, start
 
 
 def S(i: int) -> Tuple:
@@ -145,42 +144,6 @@ def cluster(tmp_path: Path) -> ClusterConfig:
     return source_cluster(tmp_path, cluster_keys="consumer_grace = 0.5", replicas=2)
 
 
-async def consume(net: MemoryTransport, name: str, s: int, seconds: float,
-                  ack: bool = False) -> list[Tuple] | None:
-    """What consumer ``name`` receives of s1 in ``seconds`` subscribing from stable id ``s``
-    (acking what it received every 0.1 s if ``ack``, as a link does); None if the source
-    closed the connection on it (a refusal)."""
-    while True:  # until the source serves (virtual time)
-        try:
-            conn = await net.for_process(name).connect("127.0.0.1", 19001)
-            break
-        except ConnectionRefusedError:
-            await asyncio.sleep(0.01)
-    await conn.send(Subscribe("s1", name, s, s))
-    out: list[Tuple] = []
-
-    async def acker() -> None:
-        while True:
-            await asyncio.sleep(0.1)
-            data = [t.id for t in out if t.kind is Kind.STABLE]
-            if data:
-                await conn.send(Ack("s1", name, data[-1]))
-
-    task = asyncio.get_running_loop().create_task(acker()) if ack else None
-    try:
-        async with asyncio.timeout(seconds):
-            while (msg := await conn.receive()) is not None:
-                assert isinstance(msg, Batch)
-                out.extend(msg.tuples)
-            return None
-    except TimeoutError:
-        return out
-    finally:
-        if task is not None:
-            task.cancel()
-        await conn.close()
-
-
 def data_of(tuples: list[Tuple] | None) -> list[Tuple]:
     assert tuples is not None, "refused"
     return [t for t in tuples if t.kind is Kind.STABLE]
@@ -199,7 +162,7 @@ def test_a_restarted_source_holds_only_what_was_not_acknowledged(
     async def main(loop: object, skew: list[int]) -> tuple[int, int]:
         net = MemoryTransport()
         first, _, task = start(config, rd, net)
-        got = data_of(await consume(net, "n1a", 0, 2.0, ack=True))
+        got = data_of(await received(net, 0, 2.0, consumer="n1a", ack=True))
         assert [t.id for t in got] == list(range(1, len(got) + 1))
         await asyncio.sleep(1.5)
         stats = first.status()["outputs"]["s1"]
@@ -207,7 +170,7 @@ def test_a_restarted_source_holds_only_what_was_not_acknowledged(
         assert trim is not None
         assert 1000 < trim.trimmed_up_to <= stats["trimmed_up_to"]  # never above the buffer
         assert trim.acks == {"n1a": stats["consumers"]["n1a"]["acked"]}
-        assert await consume(net, "n1a", 10, 0.3) is None  # the buffer before the kill
+        assert await received(net, 10, 0.3, consumer="n1a") is None  # the buffer before the kill
         await kill(task)
         t = trim.trimmed_up_to
         log = read_source_log(rd, "s1")
@@ -217,12 +180,12 @@ def test_a_restarted_source_holds_only_what_was_not_acknowledged(
         assert second.produced == first.produced == len(log) > t + 1000
         assert (held["buffered"], held["trimmed_up_to"]) == (len(log) - t, t)
         assert held["consumers"]["n1a"]["acked"] == trim.acks["n1a"]  # heard from, as before
-        assert await consume(net, "n1a", 10, 0.3) is None
+        assert await received(net, 10, 0.3, consumer="n1a") is None
         await asyncio.sleep(TRIM_EVERY)  # the grace period (0.5 s) is over
-        assert await consume(net, "n1a", 10, 0.3) is None  # still refused: it was heard from
-        lapsed = data_of(await consume(net, "n1b", 0, 0.3))  # never heard from: the grace rule
+        assert await received(net, 10, 0.3, consumer="n1a") is None  # still refused: it was heard from
+        lapsed = data_of(await received(net, 0, 0.3, consumer="n1b"))  # never heard from: the grace rule
         assert lapsed[0].id == t + 1
-        resumed = data_of(await consume(net, "n1a", t, 0.5))
+        resumed = data_of(await received(net, t, 0.5, consumer="n1a"))
         assert resumed[: len(log) - t] == log[t:]
         assert [u.id for u in resumed] == list(range(t + 1, t + len(resumed) + 1))
         stop.set()
@@ -246,14 +209,14 @@ def test_without_a_trim_record_the_restart_holds_the_whole_log(tmp_path: Path) -
     async def main(loop: object, skew: list[int]) -> None:
         net = MemoryTransport()
         _, _, task = start(config, rd, net)
-        await consume(net, "n1a", 0, 2.0, ack=True)
+        await received(net, 0, 2.0, consumer="n1a", ack=True)
         await kill(task)
         rd.source_trim("s1").unlink()
         second, stop, task = start(config, rd, net)
         held = second.status()["outputs"]["s1"]
         assert (held["buffered"], held["trimmed_up_to"]) == (second.produced, 0)
         logged = second.produced
-        got = data_of(await consume(net, "n1a", 0, 0.3))
+        got = data_of(await received(net, 0, 0.3, consumer="n1a"))
         assert len(got) > logged and got == read_source_log(rd, "s1")[: len(got)]
         stop.set()
         await task
