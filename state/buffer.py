@@ -62,6 +62,16 @@ Definitions and invariants (``s`` = last stable id, ``t`` = last tentative id):
   "Everything after" includes the control tuples that follow the named tuple, which the
   subscriber may already have (in case 3 its ``UNDO(s)`` keeps them too): boundaries are
   idempotent, and the subscriber cannot say which it has.
+  A replay is history, and carries no REC_DONE: a REC_DONE tells a consumer that the
+  producer's reconciliation ends *now* (the corrections reader of node/streams/link.py
+  adopts the producer on it), while one in the buffer ended a reconciliation in the past,
+  maybe one before the producer's current one. Served to a reader, a REC_DONE that sat
+  right after data tuple ``s`` since an earlier reconciliation made it adopt a replica that
+  was still stabilizing, stalled, and starve there while a partner served fresh results
+  (simulate seed 70580). A replica whose reconciliation ended before the subscription is
+  STABLE by the next heartbeat, which moves its consumers by ids (node/streams/upstream.py).
+  ``after(s)`` is the in-force stream after data tuple ``s`` with its REC_DONEs, for a
+  reader's own buffer of corrections (node/streams/corrections.py).
   ``s`` older than the trim point raises :class:`ReplayError`; ``s`` newer than this
   buffer's last stable id raises :class:`ReplayAheadError` (the subscriber holds stable
   tuples this replica has not produced yet).
@@ -95,6 +105,7 @@ __all__ = ["AheadView", "OutputBuffer"]
 STABLE = Kind.STABLE
 TENTATIVE = Kind.TENTATIVE
 UNDO = Kind.UNDO
+REC_DONE = Kind.REC_DONE
 _kind_of = itemgetter(0)
 # Kinds above TENTATIVE are control tuples (protocol.tuples.Kind numbering).
 _LAST_DATA_KIND = int(TENTATIVE)
@@ -288,14 +299,19 @@ class OutputBuffer:
             )
         items = self._items
         if t <= s:
-            return items[self._cut(s) :]
+            return _history(items, self._cut(s))
         if s == self._last_stable_id and t <= self._last_id:
             # Every data tuple after s is tentative here. Ids strictly increase, so t - s of
             # them in (s, t] means exactly the ids s+1..t: the run the subscriber holds.
             ps, pt = self._cut(s), self._cut(t)
             if sum(1 for x in items[ps:pt] if x[0] <= _LAST_DATA_KIND) == t - s:
-                return items[pt:]
-        return [undo(s), *items[self._cut(s) :]]
+                return _history(items, pt)
+        return [undo(s), *_history(items, self._cut(s))]
+
+    def after(self, s: int) -> list[Tuple]:
+        """The in-force stream after data tuple ``s``, control tuples (REC_DONE too)
+        included. ``s`` is not checked against the trim point: for a buffer never trimmed."""
+        return self._items[self._cut(s) :]
 
     def replay_ahead(self, last_stable_id: int, last_tentative_id: int,
                      ) -> tuple[list[Tuple], AheadView]:
@@ -388,7 +404,7 @@ class OutputBuffer:
                 f"{', '.join(map(repr, sorted(self._released))) or 'none'})"
             )
         out = [undo(s)] if t > s else []
-        out.extend(self._items[self._head :])
+        out.extend(_history(self._items, self._head))
         self.ack(consumer, self._trimmed_up_to)  # lapsed no more (ack reaches the trim point)
         return out
 
@@ -490,3 +506,11 @@ class OutputBuffer:
             self._head = 0
             if self._tent is not None:
                 self._tent -= p
+
+
+def _history(items: list[Tuple], start: int) -> list[Tuple]:
+    """``items[start:]`` without its REC_DONEs (a replay is history: module docstring)."""
+    tail = items[start:]
+    if REC_DONE not in map(_kind_of, tail):  # C-level scan: REC_DONEs are rare
+        return tail
+    return [x for x in tail if x[0] is not REC_DONE]

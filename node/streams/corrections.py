@@ -40,8 +40,9 @@ class Corrections:
         buffer = self.buffer
         if s > max(self.base, buffer.last_stable_id):
             return None
-        # Every id buffered is above base, so at s == base the whole buffer follows.
-        items = list(buffer) if s == self.base else buffer.replay(s, s)
+        # Every id buffered is above base, so at s == base the whole buffer follows. Its
+        # REC_DONE goes too: it ended the reconciliation that corrects what the link holds.
+        items = buffer.after(s)
         return [undo(s), *items] if t > s else items
 
 

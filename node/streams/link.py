@@ -23,13 +23,15 @@ tuple, since the ones held came from the other replica and their ids mean nothin
 What arrives is *buffered*, never handed to ``on_batch``, in an
 :class:`~state.buffer.OutputBuffer` that applies its UNDOs: the producer's in-force stream
 after data tuple ``s`` (its stable tail, maybe its own tentatives, its UNDO, the corrected
-stable tuples, ... REC_DONE). The reader sends no acks. When a batch with a REC_DONE
+stable tuples, ... REC_DONE). The replay that starts it carries no REC_DONE (history:
+state/buffer.py), so the REC_DONE the reader waits for ends a reconciliation that was
+still under way when it subscribed. The reader sends no acks. When a batch with a REC_DONE
 arrives, the reader stops reading and the link switches: the main session leaves its
 producer the way ``switch_to`` makes it (never interrupting ``on_batch``), then, with
 ``s`` and ``t`` the ids held at that moment, ``on_batch`` gets ``UNDO(s)`` (only if
 ``t > s``: it removes every tentative tuple of the old data source, and nothing stable)
-followed by the buffer's in-force tuples after data tuple ``s`` (its replay case 1, so
-that no stable tuple is delivered twice), the ids advance as usual, and the corrections
+followed by the buffer's in-force tuples after data tuple ``s``, its REC_DONE included
+(so that no stable tuple is delivered twice), the ids advance as usual, and the corrections
 connection *becomes* the main session (acking from then on): no resubscription, no gap.
 That is what a case-3 resubscription at that producer would deliver at that moment (its
 in-force stream after ``s``), without the round trip. ``reconciled`` then says that the

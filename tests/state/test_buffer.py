@@ -25,12 +25,31 @@ def test_empty_buffer() -> None:
 
 
 def test_replay_without_tentatives_resumes_after_the_stable_id_with_its_controls() -> None:
-    b = buf(B(5), S(1), S(2), B(20), RD, S(3), B(30))
-    assert b.replay(0, 0) == [B(5), S(1), S(2), B(20), RD, S(3), B(30)]
-    assert b.replay(2, 0) == [B(20), RD, S(3), B(30)]
-    assert b.replay(2, 2) == [B(20), RD, S(3), B(30)]
+    b = buf(B(5), S(1), S(2), B(20), S(3), B(30))
+    assert b.replay(0, 0) == [B(5), S(1), S(2), B(20), S(3), B(30)]
+    assert b.replay(2, 0) == [B(20), S(3), B(30)]
+    assert b.replay(2, 2) == [B(20), S(3), B(30)]
     assert b.replay(3, 0) == [B(30)]
     assert (b.first_id, b.last_id, b.last_stable_id) == (1, 3, 3)
+
+
+def test_a_replay_is_history_and_carries_no_rec_done() -> None:
+    # simulate seed 70580: the REC_DONE right after stable 2 ended an earlier
+    # reconciliation; this replica is stabilizing again (UNDO(2), corrected 3, stalled).
+    # A corrections reader served it adopted the replica as if that one were done.
+    b = buf(S(1), S(2), B(20), RD, T(3), T(4), U(2), S(3), B(30))
+    assert list(b) == [S(1), S(2), B(20), RD, S(3), B(30)]
+    assert b.replay(2, 2) == [B(20), S(3), B(30)]  # case 1
+    assert b.replay(0, 0) == [S(1), S(2), B(20), S(3), B(30)]
+    assert b.replay(2, 5) == [U(2), B(20), S(3), B(30)]  # case 3
+    assert b.after(2) == [B(20), RD, S(3), B(30)]  # a reader's own buffer keeps it
+    b.append([RD, S(4)])
+    assert b.replay(3, 3) == [B(30), S(4)]  # a live REC_DONE goes out live, not replayed
+    c = buf(S(1), T(2), RD, T(3))
+    assert c.replay(1, 2) == [T(3)]  # case 2
+    c.set_consumers(["a"])
+    c.release_unheard()
+    assert c.trimmed_up_to == 1 and c.replay_lapsed("a", 0, 0) == [T(2), T(3)]
 
 
 def test_replay_continues_the_same_tentative_run() -> None:
@@ -117,7 +136,7 @@ def test_undo_past_the_last_data_tuple_deletes_nothing() -> None:
         b.append([U(u)])
         assert list(b) == [S(1), T(2), B(20), RD]
         assert (b.last_id, b.last_stable_id) == (2, 1)
-    assert b.replay(1, 2) == [B(20), RD]  # still the same tentative run
+    assert b.replay(1, 2) == [B(20)]  # still the same tentative run (REC_DONE: history)
     b.append([T(3)])
     assert list(b) == [S(1), T(2), B(20), RD, T(3)] and b.last_id == 3
 

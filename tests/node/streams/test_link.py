@@ -123,7 +123,8 @@ async def test_resubscribing_with_corrected_tentatives_gets_the_undo_first(net: 
         await wait_until(lambda: link.last_stable_id == 4)
     again = [t for n, b in sink.batches if n == 2 for t in b]
     assert again[0] == undo(2) and ids_of(again) == [3, 4]
-    assert sink.in_force() == [*stable(1, 4), rec_done(40)]
+    assert sink.in_force() == stable(1, 4)  # REC_DONE went out while the link was away:
+    # history, not replayed (state/buffer.py)
     await prod.stop()
 
 
@@ -351,6 +352,37 @@ async def test_corrections_are_buffered_until_rec_done_then_their_source_feeds_t
         await p.stop()
 
 
+async def test_a_rec_done_in_the_corrections_sources_history_does_not_end_its_reconciliation(
+    net: Net,
+) -> None:
+    # simulate seed 70580: b's REC_DONE right after stable 10 ended an earlier
+    # reconciliation; b then failed again (11-13) and is stabilizing anew, stalled after
+    # corrected 11. The reader's replay (after 10) held that old REC_DONE, and the link
+    # moved to b at once: c1 got nothing new for 2.2 s (bound 2 s) while a served fresh
+    # tentative results. The reader now waits for a REC_DONE that b sends after it.
+    a, b = await Producer(net, name="a").start(), await Producer(net, name="b").start()
+    for p in (a, b):
+        await p.publish(stable(1, 10))
+    await b.publish([boundary(105), rec_done(106), TB(11), TB(12), TB(13), undo(10), S(11)])
+    link, sink = make_link(net, [a.address, b.address])
+    async with running(link.run()):
+        await wait_until(lambda: link.last_stable_id == 10)
+        await a.publish([T(11), T(12)])
+        await wait_until(lambda: link.last_tentative_id == 12)
+        link.correct_from(b.address)
+        await wait_until(lambda: link.corrections_buffered == 2)  # b's replay: B(105), 11
+        await a.publish([T(13)])  # a still feeds the link: it was not left for b
+        await wait_until(lambda: link.last_tentative_id == 13)
+        assert link.current == a.address and link.corrections_applied == 0
+        await b.publish([S(12), S(13), rec_done(135)])  # b's reconciliation ends now
+        await wait_until(lambda: link.corrections_applied == 1 and link.last_stable_id == 13)
+        assert link.current == b.address
+    assert sink.in_force() == [*stable(1, 10), boundary(105), *stable(11, 13), rec_done(135)]
+    assert stable_ids(sink.raw) == list(range(1, 14))
+    for p in (a, b):
+        await p.stop()
+
+
 async def test_a_lost_corrections_connection_delivers_nothing_and_is_retried() -> None:
     net = make_net("memory")
     a, b, link, sink = await a_fails_b_reconciles(net)
@@ -367,8 +399,10 @@ async def test_a_lost_corrections_connection_delivers_nothing_and_is_retried() -
         await wait_until(lambda: link.last_tentative_id == 13)
         assert from_b(sink.raw) == [] and link.current == a.address
         assert link.corrections == b.address  # still wanted: retried
-        await b.publish([S(13), rec_done(135)])
+        await b.publish([S(13)])
         await b.start()
+        await wait_until(lambda: link.corrections_buffered == 3)  # read again: 11-13
+        await b.publish([rec_done(135)])
         await wait_until(lambda: link.corrections_applied == 1 and link.last_stable_id == 13)
         assert link.current == b.address
     assert sink.in_force() == [*stable(1, 13), rec_done(135)]
@@ -578,8 +612,10 @@ async def test_a_rec_done_the_link_moved_away_from_is_dropped_before_reading_the
         await a.publish([T(13)])
         async with asyncio.timeout(GUARD):
             await sink.holding.wait()  # the main loop is held from here on
-        await b.publish([undo(10), S(11), S(12), S(13), rec_done(135)])
+        await b.publish([undo(10), S(11), S(12), S(13)])
         link.correct_from(b.address)
+        await wait_until(lambda: link.corrections_buffered == 3)
+        await b.publish([rec_done(135)])
         await wait_until(lambda: link.current == b.address and link.corrections is None)
         link.switch_to(a.address, tmax=True)  # the REC_DONE waits; the link goes back to a
         sends.clear()
@@ -594,7 +630,8 @@ async def test_a_rec_done_the_link_moved_away_from_is_dropped_before_reading_the
         await b.publish([S(14)])
         await wait_until(lambda: link.last_stable_id == 14)
         assert link.current == b.address and list(b.subscribers()) == ["c1"]
-    assert sink.in_force() == [*stable(1, 13), rec_done(135), S(14)]
+    # The waiting connection was dropped: the link got 11-13 by ids, REC_DONE was history.
+    assert sink.in_force() == stable(1, 14)
     assert stable_ids(sink.raw) == list(range(1, 15))
     for p in (a, b):
         await p.stop()
