@@ -36,10 +36,13 @@ from protocol.messages import (
     MESSAGE_TYPES,
     Ack,
     Batch,
+    Challenge,
     ConsistencyState,
     HeartbeatRequest,
     HeartbeatResponse,
+    Hello,
     Message,
+    Proof,
     ReconcileGrant,
     ReconcileRefuse,
     ReconcileRequest,
@@ -81,6 +84,9 @@ SAMPLES: dict[type[Message], tuple[Message, ...]] = {
     ReconcileRequest: (ReconcileRequest("n1a", "n1", 1, 0), ReconcileRequest("r", "", _U64, _I64)),
     ReconcileGrant: (ReconcileGrant("n1b", 1), ReconcileGrant("", 0)),
     ReconcileRefuse: (ReconcileRefuse("n1b", 1, "reconciling"), ReconcileRefuse("n1b", -2, "")),
+    Hello: (Hello("c1", "0f" * 16), Hello("", "")),
+    Challenge: (Challenge("n1a", "a1" * 16, "5e" * 32), Challenge("é", "", "")),
+    Proof: (Proof("77" * 32), Proof("")),
 }
 
 
