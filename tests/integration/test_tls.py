@@ -68,7 +68,8 @@ def test_a_run_over_tls_is_valid(tmp_path: Path) -> None:
     rd = RunDir(tmp_path / "run")
     config = load_config(rd.config)  # the run's own config: absolute paths to the PEM files
     assert config.tls is not None and config.tls.ca == (tmp_path / "pki" / "ca.pem").resolve()
-    assert "recover" in rd.process_log("n1a").read_text().lower()
+    # The restarted n1a took n1b's state over HTTPS (POST /state) and caught up.
+    assert "recovering: restored n1b's state" in rd.process_log("n1a").read_text()
     # Nothing went in clear: the replicas' logs show no refused handshake or bad frame.
     for name in ("n1a", "n1b"):
         text = rd.process_log(name).read_text()
