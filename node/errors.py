@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from protocol.errors import DPCError
 
-__all__ = ["ActionError", "ConfigError", "ConsistencyError", "NodeError", "RunLogError", "SimulationDeadlock"]
+__all__ = ["ActionError", "ConfigError", "ConsistencyError", "NodeError",
+           "PeerAuthenticationError", "RunLogError", "SimulationDeadlock"]
 
 
 class ConfigError(DPCError):
@@ -32,3 +33,10 @@ class RunLogError(NodeError):
 
 class ActionError(NodeError):
     """An action's request was wrong (unknown name, bad field): a 400 with this message."""
+
+
+class PeerAuthenticationError(DPCError, ConnectionError):
+    """The process at the other end of a new data connection failed the handshake (a wrong
+    or missing token, the wrong name for its address, a protocol violation): no connection.
+    A ``ConnectionError``, so that whoever connects treats it as a peer it cannot reach
+    (and retries or turns to another replica); node/net/auth.py logs why."""

@@ -13,6 +13,7 @@ run            play a scenario's fault schedule on a real cluster, then check it
 torture        seeded random schedules on real clusters, every run checked           torture.py
 soak           a long run under load and faults: memory and buffer growth per minute  soak.py
 check          verify a run's logs against a reference evaluation                     check.py
+fuzz           seeded malformed frames against the wire codec (sans-IO)               fuzz.py
 bench          core and throughput benchmarks                                         bench*.py
 =============  =====================================================================  =============
 
@@ -138,6 +139,17 @@ def _parser() -> argparse.ArgumentParser:
                      help="where run dirs go (default: a temporary directory)")
     sim.add_argument("--keep", action="store_true", help="keep the run dirs of valid runs too")
 
+    fuzz = sub.add_parser(
+        "fuzz", help="random and mutated frames against the wire codec: only refusals or "
+                     "valid messages may come out")
+    fuzz.add_argument("--frames", type=int, default=1_000_000,
+                      help="how many frames (default 1,000,000)")
+    fuzz.add_argument("--seed", type=int, default=1, help="the seed, >= 0 (default 1)")
+    fuzz.add_argument("--out", type=Path, default=None, metavar="FILE",
+                      help="write the bad frames kept (JSON lines) for --replay")
+    fuzz.add_argument("--replay", type=Path, default=None, metavar="FILE",
+                      help="judge again the frames an --out FILE holds (no new frames)")
+
     run = sub.add_parser("run", help="play a scenario's fault schedule on a real cluster, then check it")
     run.add_argument("scenario", type=Path, metavar="SCENARIO.toml")
     run.add_argument("--run-dir", type=Path, default=None,
@@ -246,6 +258,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 cluster=args.config, minutes=args.minutes, warmup=args.warmup,
                 fault_every=args.fault_every, sample=args.sample, rate=args.rate,
                 seed=args.seed, run_dir=args.run_dir))
+        if args.command == "fuzz":
+            from ops_scripts.harness.fuzz import replay, run_fuzz
+
+            if args.replay is not None:
+                return replay(args.replay)
+            return run_fuzz(args.frames, args.seed, args.out)
         if args.command == "run":
             from ops_scripts.harness.runner import run_scenario
 

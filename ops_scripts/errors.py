@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from protocol.errors import DPCError
 
-__all__ = ["BenchFailed", "CheckError", "FaultError", "HistoryError", "InjectError", "ProcessError", "ScenarioError", "ScheduleError"]
+__all__ = ["BenchFailed", "CheckError", "FaultError", "FuzzError", "HistoryError", "InjectError", "ProcessError", "ScenarioError", "ScheduleError"]
 
 
 class BenchFailed(DPCError):
@@ -41,3 +41,8 @@ class ScenarioError(DPCError):
 
 class ScheduleError(DPCError):
     """A fault schedule that cannot be played (the message names the fault and key)."""
+
+
+class FuzzError(DPCError):
+    """``dpc fuzz`` cannot run: a message class without samples, an invalid sample, a bad
+    argument, or a replay file it did not write."""

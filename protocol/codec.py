@@ -42,8 +42,9 @@ __all__ = [
 
 #: The protocol version this side speaks (the frame's version byte). Peers of another
 #: version are refused on their first frame, with both versions named. 2: HeartbeatRequest
-#: carries the sender's acks, HeartbeatResponse each stream's frontier (``protocol/payloads.py``).
-VERSION: Final = 2
+#: carries the sender's acks, HeartbeatResponse each stream's frontier (``protocol/payloads.py``);
+#: 3: every connection opens with the authentication handshake (Hello, Challenge, Proof).
+VERSION: Final = 3
 #: Default limit on a frame's length field (version + type + payload bytes).
 DEFAULT_MAX_FRAME_SIZE: Final = 16 * 1024 * 1024
 #: Bytes before the payload: 4-byte length, version byte, message-type byte.
@@ -115,6 +116,17 @@ class FrameDecoder:
     @property
     def max_frame_size(self) -> int:
         return self._limit
+
+    @max_frame_size.setter
+    def max_frame_size(self, limit: int) -> None:
+        """Bound the frames decoded from now on (a frame whose header already arrived was
+        checked against the limit of its time). A connection lowers it until its peer has
+        authenticated (node/net/auth.py)."""
+        if type(limit) is not int or not 2 <= limit <= _LENGTH_LIMIT:
+            raise LocalProtocolError(
+                f"max_frame_size must be an integer in 2..{_LENGTH_LIMIT}, got {show(limit)}"
+            )
+        self._limit = limit
 
     @property
     def buffered(self) -> int:

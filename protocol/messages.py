@@ -30,16 +30,20 @@ __all__ = [
     "MESSAGE_TYPES",
     "Ack",
     "Batch",
+    "Challenge",
     "ConsistencyState",
     "HeartbeatRequest",
     "HeartbeatResponse",
+    "Hello",
     "Message",
     "MessageType",
+    "Proof",
     "ReconcileGrant",
     "ReconcileRefuse",
     "ReconcileRequest",
     "Subscribe",
     "Unsubscribe",
+    "sender_of",
 ]
 
 
@@ -72,6 +76,9 @@ class MessageType(IntEnum):
     RECONCILE_REQUEST = 7
     RECONCILE_GRANT = 8
     RECONCILE_REFUSE = 9
+    HELLO = 10
+    CHALLENGE = 11
+    PROOF = 12
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +193,37 @@ class ReconcileRefuse:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """The first message on every connection, from the side that opened it: the process
+    ``name`` (a name of the cluster config) and a fresh random ``nonce`` (hex).
+
+    The handshake (node/net/auth.py, proofs in :mod:`protocol.handshake`): ``Hello`` ->
+    :class:`Challenge` -> :class:`Proof`; nothing else is accepted before it completes."""
+
+    name: str
+    nonce: str
+
+
+@dataclass(frozen=True, slots=True)
+class Challenge:
+    """The answer to a :class:`Hello`: the serving process's ``name``, its own fresh
+    ``nonce``, and its ``proof`` that it holds the cluster token (an HMAC over both names
+    and both nonces: the token never crosses the wire)."""
+
+    name: str
+    nonce: str
+    proof: str
+
+
+@dataclass(frozen=True, slots=True)
+class Proof:
+    """The opener's proof that it holds the cluster token, over both names and nonces (a
+    replayed proof fails: the server's nonce is new on every connection)."""
+
+    proof: str
+
+
 #: Any message of the protocol.
 Message: TypeAlias = (
     Batch
@@ -197,6 +235,9 @@ Message: TypeAlias = (
     | ReconcileRequest
     | ReconcileGrant
     | ReconcileRefuse
+    | Hello
+    | Challenge
+    | Proof
 )
 
 #: Message class -> wire code.
@@ -210,9 +251,28 @@ MESSAGE_TYPES: Mapping[type[Message], MessageType] = {
     ReconcileRequest: MessageType.RECONCILE_REQUEST,
     ReconcileGrant: MessageType.RECONCILE_GRANT,
     ReconcileRefuse: MessageType.RECONCILE_REFUSE,
+    Hello: MessageType.HELLO,
+    Challenge: MessageType.CHALLENGE,
+    Proof: MessageType.PROOF,
 }
 
 #: Wire code -> message class.
 MESSAGE_CLASSES: Mapping[MessageType, type[Message]] = {
     code: cls for cls, code in MESSAGE_TYPES.items()
 }
+
+
+def sender_of(message: Message) -> str | None:
+    """The process ``message`` says it comes from (None: it names none). On an
+    authenticated connection this must be the process the connection authenticated as
+    (node/config/roles.py); fault injection learns a connection's peer by it."""
+    match message:
+        case Subscribe() | Unsubscribe() | Ack():
+            return message.subscriber
+        case HeartbeatRequest():
+            return message.sender
+        case HeartbeatResponse() | ReconcileRequest() | ReconcileGrant() | ReconcileRefuse():
+            return message.replica
+        case Hello() | Challenge():
+            return message.name
+    return None

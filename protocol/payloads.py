@@ -40,11 +40,14 @@ from .messages import (
     MESSAGE_TYPES,
     Ack,
     Batch,
+    Challenge,
     ConsistencyState,
     HeartbeatRequest,
     HeartbeatResponse,
+    Hello,
     Message,
     MessageType,
+    Proof,
     ReconcileGrant,
     ReconcileRefuse,
     ReconcileRequest,
@@ -237,6 +240,9 @@ _SIMPLE: dict[type[Message], _Spec] = {
         ReconcileRequest,
         ReconcileGrant,
         ReconcileRefuse,
+        Hello,
+        Challenge,
+        Proof,
     )
 }
 

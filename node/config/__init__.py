@@ -8,6 +8,7 @@ everything downstream gets a :class:`ClusterConfig` whose times are integer micr
 * ``model.py``: the data model (frozen dataclasses);
 * ``load.py``: TOML to model, defaults;
 * ``check.py``: cross-checks (names, ports, streams, client subscriptions);
+* ``roles.py``: who may send what to whom on the data plane (pure), read by node/net/auth.py;
 * ``read.py``: typed readers of TOML tables, with the file and key in every error;
 * ``datafile.py``: a file source's data file (``package:`` files, column types, event
   times and their order), read at load and by the source's generator.
@@ -22,11 +23,12 @@ from node.config.model import (
     NodeSettings,
     ReplicaConfig,
     SourceConfig,
+    TlsFiles,
 )
 from node.errors import ConfigError
 
 __all__ = [
     "DEFAULT_HOST", "DEFAULT_SETTINGS", "AttributeGen", "ClientConfig", "ClusterConfig",
-    "ConfigError", "NodeConfig", "NodeSettings", "ReplicaConfig", "SourceConfig",
+    "ConfigError", "NodeConfig", "NodeSettings", "ReplicaConfig", "SourceConfig", "TlsFiles",
     "load_config", "parse_config",
 ]

@@ -107,6 +107,7 @@ from node.config.model import (
     NodeSettings,
     ReplicaConfig,
     SourceConfig,
+    TlsFiles,
 )
 from node.config.read import MISSING, NAME_RE, US, Table, config_error
 from node.errors import ConfigError
@@ -161,6 +162,8 @@ def parse_config(raw: Mapping[str, Any], path: Path) -> ClusterConfig:
     token = cluster.string("token", nonempty=True)
     control_host = cluster.string("control_host", DEFAULT_HOST, nonempty=True)
     consumer_grace = cluster.seconds("consumer_grace", DEFAULT_CONSUMER_GRACE)
+    authenticate = cluster.boolean("authenticate", True)
+    tls = _tls(cluster.table("tls")) if cluster.has("tls") else None
     cluster.finish()
     base = _settings(defaults, DEFAULT_SETTINGS)
     defaults.finish()
@@ -196,7 +199,26 @@ def parse_config(raw: Mapping[str, Any], path: Path) -> ClusterConfig:
         streams=streams,
         raw=raw,
         consumer_grace=consumer_grace,
+        authenticate=authenticate,
+        tls=tls,
     )
+
+
+def _tls(t: Table) -> TlsFiles:
+    """``[cluster.tls]``: three PEM files, each relative to the config file, read at load
+    (a missing or unreadable one is a ConfigError naming its key, before any process)."""
+    files = {}
+    for key in ("cert", "key", "ca"):
+        path = (t.file.parent / t.string(key, nonempty=True)).resolve()
+        try:
+            head = path.read_bytes()[:4096]
+        except OSError as e:
+            raise config_error(t.file, t.key(key), f"cannot read {path}: {e.strerror}") from None
+        if b"-----BEGIN" not in head:
+            raise config_error(t.file, t.key(key), f"{path} is not a PEM file (no -----BEGIN)")
+        files[key] = path
+    t.finish()
+    return TlsFiles(**files)
 
 
 # ------------------------------------------------------------------------------ sections

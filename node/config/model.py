@@ -28,6 +28,7 @@ __all__ = [
     "NodeSettings",
     "ReplicaConfig",
     "SourceConfig",
+    "TlsFiles",
 ]
 
 
@@ -127,6 +128,18 @@ class ClientConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class TlsFiles:
+    """``[cluster.tls]``: PEM files (absolute paths) that turn on TLS on every data and
+    control connection (node/net/tls.py). ``cert`` (with its ``key``) is what each process
+    presents, as a server and as a client; it must name every host of the cluster; ``ca``
+    is what each process trusts, for servers and clients alike."""
+
+    cert: Path
+    key: Path
+    ca: Path
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterConfig:
     path: Path
     name: str
@@ -139,6 +152,11 @@ class ClusterConfig:
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
     # How long a consumer never heard from holds output buffers' trimming (state/buffer.py).
     consumer_grace: int = DEFAULT_CONSUMER_GRACE
+    # Whether data-plane connections open with the token handshake and speak only for the
+    # process they authenticated as (node/net/auth.py, node/config/roles.py).
+    authenticate: bool = True
+    # TLS on data and control planes ([cluster.tls]); None: plain TCP and HTTP.
+    tls: TlsFiles | None = None
 
     def replica(self, name: str) -> ReplicaConfig:
         for node in self.nodes.values():

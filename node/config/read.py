@@ -115,6 +115,12 @@ class Table:
             raise self.fail(k, expected, v)
         return v
 
+    def boolean(self, k: str, default: Any = MISSING) -> bool:
+        v = self._take(k, default, "true or false")
+        if not isinstance(v, bool):
+            raise self.fail(k, "true or false", v)
+        return v
+
     def integer(
         self, k: str, default: Any = MISSING, *, lo: int | None = None, hi: int | None = None
     ) -> int:

@@ -37,14 +37,7 @@ from typing import TYPE_CHECKING
 
 from node.faults.shaping import LinkShape, Mailbox
 from node.net.transport import Connection
-from protocol.messages import (
-    Ack,
-    HeartbeatRequest,
-    Message,
-    ReconcileRequest,
-    Subscribe,
-    Unsubscribe,
-)
+from protocol.messages import Message, sender_of
 
 if TYPE_CHECKING:
     from node.faults.rules import Faults
@@ -59,18 +52,6 @@ _YIELD_EVERY = 64
 _IN_FLIGHT = 1024
 # How long close() lets delayed sends leave after the last one is due (as TCP's close).
 _FLUSH_GRACE = 1.0
-
-
-def _sender(message: Message) -> str | None:
-    """The name of the process that sent ``message``, if the message says it."""
-    match message:
-        case Subscribe() | Unsubscribe() | Ack():
-            return message.subscriber
-        case HeartbeatRequest():
-            return message.sender
-        case ReconcileRequest():
-            return message.replica
-    return None
 
 
 class FaultyConnection:
@@ -143,7 +124,7 @@ class FaultyConnection:
                 if self._ended is None:
                     return None  # the peer ended the stream
             else:
-                if self.peer_name is None and (name := _sender(message)) is not None:
+                if self.peer_name is None and (name := sender_of(message)) is not None:
                     self.peer_name = name
                     faults._learned(self)
                 if self._ended is None and not faults._rules and not faults._shapes:
@@ -199,7 +180,7 @@ class FaultyConnection:
 
     def _after_read(self, message: Message) -> tuple[float, Message]:
         now = asyncio.get_running_loop().time()
-        if self.peer_name is None and (name := _sender(message)) is not None:
+        if self.peer_name is None and (name := sender_of(message)) is not None:
             self.peer_name = name
             self._faults._learned(self)
         shape = self._shape()

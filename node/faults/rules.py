@@ -257,7 +257,9 @@ class FaultyTransport:
         faults = self._faults
 
         async def wrapped(conn: Connection) -> None:
-            faulty = faults.wrap(conn)
+            # An authenticated connection (node/net/auth.py) names its process at once;
+            # otherwise the first message that names its sender does.
+            faulty = faults.wrap(conn, getattr(conn, "identity", None))
             try:
                 await handler(faulty)
             finally:

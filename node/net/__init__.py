@@ -5,6 +5,11 @@
 * ``tcp.py``: asyncio streams on loopback or a real network;
 * ``memory.py``: in-process, with partition / delay / drop controls, for fast deterministic
   tests and the simulation (``dpc simulate``);
+* ``auth.py``: the handshake and identity binding on top of either (:func:`authenticated`
+  gives a process its transport); imported from ``node.net.auth``, not re-exported here,
+  since it reads the cluster config (node/config/roles.py), which this package must not
+  pull in for the code that only moves messages;
+* ``tls.py``: TLS contexts and control-plane URLs when the config gives certificates;
 * ``ports.py``: free ports for child processes.
 """
 

@@ -29,9 +29,12 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 import struct
 from typing import Any, NoReturn
 
+from node.config.model import TlsFiles
+from node.net.tls import client_context, server_context
 from node.net.transport import Handler, HandlerRunner
 from protocol.codec import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode
 from protocol.errors import RemoteProtocolError
@@ -107,6 +110,12 @@ class TcpConnection:
             messages.reverse()
             self._ready = messages
 
+    def limit_frames(self, limit: int | None) -> None:
+        """Accept frames of at most ``limit`` bytes from now on (None: the transport's
+        ``max_frame_size`` again): node/net/auth.py lowers it until the peer has
+        authenticated. Not part of the Connection interface (frames are TCP's)."""
+        self._decoder.max_frame_size = self._limit if limit is None else min(limit, self._limit)
+
     def abort(self) -> None:
         """Reset the connection at once: unsent and unread frames are dropped, the peer
         sees a reset (RST, else end of stream); ``receive`` then returns ``None`` and
@@ -142,7 +151,9 @@ class TcpConnection:
 class TcpServer:
     """A listening socket and the handler tasks of its connections."""
 
-    def __init__(self, handler: Handler, max_frame_size: int, log: logging.Logger) -> None:
+    def __init__(self, handler: Handler, max_frame_size: int, log: logging.Logger,
+                 tls: ssl.SSLContext | None = None, tls_timeout: float = 5.0) -> None:
+        self._tls, self._tls_timeout = tls, tls_timeout
         self._runner = HandlerRunner(handler, log)
         self._limit = max_frame_size
         self._server: asyncio.Server | None = None
@@ -152,7 +163,12 @@ class TcpServer:
         self._port = 0
 
     async def _start(self, host: str, port: int) -> None:
-        self._server = await asyncio.start_server(self._on_connect, host, port)
+        if self._tls is None:
+            self._server = await asyncio.start_server(self._on_connect, host, port)
+        else:  # a peer that does not complete the TLS handshake in time is dropped
+            self._server = await asyncio.start_server(
+                self._on_connect, host, port, ssl=self._tls,
+                ssl_handshake_timeout=self._tls_timeout)
         self._host, self._port = self._server.sockets[0].getsockname()[:2]
 
     @property
@@ -200,8 +216,11 @@ class TcpTransport:
 
     ``max_frame_size`` bounds the frames sent and accepted. ``hello_timeout`` bounds the
     opening handshake of ``connect`` (an unreachable host would otherwise hold a link for
-    the kernel's SYN retries, minutes); the first *message* on a connection is the
-    business of its handler (see ``Publisher``).
+    the kernel's SYN retries, minutes) and, with TLS, each side's TLS handshake; the first
+    *message* on a connection is the business of its handler (see ``Publisher``) or of
+    node/net/auth.py. ``tls`` ([cluster.tls], node/net/tls.py) runs every connection over
+    mutual TLS: servers ask for the cluster's certificate, and ``connect`` checks the
+    server's against the host it dialled.
     """
 
     def __init__(
@@ -209,19 +228,26 @@ class TcpTransport:
         *,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         hello_timeout: float = 5.0,
+        tls: TlsFiles | None = None,
         log: logging.Logger = _log,
     ) -> None:
         FrameDecoder(max_frame_size)  # validates the limit now, not at the first connection
         self.max_frame_size = max_frame_size
         self.hello_timeout = hello_timeout
+        self.tls = tls
         self._log = log
 
     async def serve(self, host: str, port: int, handler: Handler) -> TcpServer:
-        server = TcpServer(handler, self.max_frame_size, self._log)
+        ctx = None if self.tls is None else server_context(self.tls)
+        server = TcpServer(handler, self.max_frame_size, self._log, ctx, self.hello_timeout)
         await server._start(host, port)
         return server
 
     async def connect(self, host: str, port: int) -> TcpConnection:
         async with asyncio.timeout(self.hello_timeout):
-            reader, writer = await asyncio.open_connection(host, port)
+            if self.tls is None:
+                reader, writer = await asyncio.open_connection(host, port)
+            else:
+                reader, writer = await asyncio.open_connection(
+                    host, port, ssl=client_context(self.tls), server_hostname=host)
         return TcpConnection(reader, writer, self.max_frame_size)

@@ -15,6 +15,7 @@ status as a plain dict; metrics are derived from its ``counters`` and ``gauges``
 from __future__ import annotations
 
 import hmac
+import ssl
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
@@ -63,8 +64,11 @@ class ControlPlane:
         token: str,
         status: StatusFn,
         actions: Mapping[str, ActionFn],
+        tls: ssl.SSLContext | None = None,
     ) -> None:
+        """``tls``: serve HTTPS with this context ([cluster.tls], node/net/tls.py)."""
         self.name = name
+        self._tls = tls
         self.host = host
         self.port = port
         self._token = token.encode()
@@ -84,7 +88,8 @@ class ControlPlane:
     async def start(self) -> None:
         self._runner = web.AppRunner(self._app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True,
+                           ssl_context=self._tls)
         await site.start()
 
     async def stop(self) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from node.config.model import ClusterConfig
 from node.errors import NodeError
+from node.net.auth import authenticated
 from node.net.tcp import TcpTransport
 from node.procs.rundir import RunDir
 from node.streams.mutation import Mutation
@@ -50,7 +51,7 @@ def mutation_from_env(environ: Mapping[str, str] = os.environ) -> Mutation | Non
 
 def _component(config: ClusterConfig, name: str, run_dir: RunDir, recover: bool,  # type: ignore[no-untyped-def]
                mutation: Mutation | None):
-    transport = TcpTransport()
+    transport = authenticated(TcpTransport(tls=config.tls), config, name)
     if name in config.sources:
         from node.procs.source import Source
 

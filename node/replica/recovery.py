@@ -41,6 +41,7 @@ import aiohttp
 import orjson
 
 from node.config.model import ClusterConfig, ReplicaConfig
+from node.net.tls import control_url, url_context
 from node.procs.rundir import RunDir
 
 __all__ = [
@@ -90,9 +91,10 @@ async def http_state_ask(config: ClusterConfig, owner: str) -> AsyncIterator[Sta
     async with aiohttp.ClientSession(timeout=timeout, headers=headers) as http:
 
         async def ask(p: ReplicaConfig) -> dict[str, Any] | str:
-            url = f"http://{config.control_host}:{p.control_port}/state"
+            url = control_url(config, p.control_port, "state")
             try:
-                async with http.post(url, json={"for": owner}) as resp:
+                async with http.post(url, json={"for": owner},
+                                     ssl=url_context(config) or True) as resp:
                     body = await resp.read()
                     answer = orjson.loads(body) if body else {}
                     if resp.status == 200 and isinstance(answer.get("network"), dict):

@@ -44,6 +44,7 @@ from node.config.model import ClusterConfig
 from node.errors import ActionError, NodeError
 from node.faults.ops import Cut, Heal, Shape, Stall, Unstall, from_body
 from node.faults.rules import Faults, FaultyTransport
+from node.net.tls import server_context
 from node.net.transport import Transport
 from node.procs.control import ControlPlane
 from node.procs.rundir import JsonlTupleWriter, RunDir
@@ -195,6 +196,7 @@ class Replica:
                 {"checkpoint": self._checkpoint_action, "shutdown": self._shutdown_action(stop),
                  "fault": self._fault_action, "digest": self._digest_action,
                  "state": self.state_for_partner},
+                tls=None if self.config.tls is None else server_context(self.config.tls),
             )
             await control.start()
         log.info("replica %s of node %s serving data on %s:%d, control on %s:%d",

@@ -26,6 +26,10 @@ Invariants:
   old one, on whatever connection it was, unless it comes on a connection accepted before
   the one holding the subscription (a Subscribe that was late on an abandoned connection):
   that one is refused, so the newer connection keeps the feed.
+* In a process, the data port's transport authenticates every connection before this
+  handler sees it (node/net/auth.py), and refuses any message that does not speak for that
+  process or goes beyond its role (node/config/roles.py): what is dispatched here comes
+  from a process of the config, as itself.
 * Bad input from a peer (garbage bytes, a Batch, an unknown stream, a replay the buffer
   cannot serve, an unexpected message, silence for ``hello_timeout`` after connecting) is
   logged with the peer's name and closes that connection only (STYLE.md 9).

@@ -46,8 +46,10 @@ from typing import Any
 from node.clock import now_us
 from node.config.load import load_config
 from node.config.model import ClusterConfig, NodeConfig, SourceConfig
+from node.net.auth import authenticated
 from node.net.ports import free_port
 from node.net.tcp import TcpTransport
+from node.net.tls import control_url, url_context
 from node.procs.generators import make_generator
 from node.streams.link import InputLink
 from node.streams.publisher import Publisher
@@ -161,13 +163,21 @@ class _Feed:
     pool: list[tuple[Any, ...]] = field(default_factory=list)  # values, used cyclically
 
 
+def _tls_table(config: ClusterConfig) -> dict[str, Any]:
+    """``[cluster.tls]`` with absolute paths (the bench's config lives elsewhere), or none."""
+    tls = config.tls
+    if tls is None:
+        return {}
+    return {"tls": {"cert": str(tls.cert), "key": str(tls.key), "ca": str(tls.ca)}}
+
+
 class _Run:
     """The replica process and this process's sources and client (``stop`` ends the replica)."""
 
     def __init__(self, config: ClusterConfig, scale_keys: bool, run_dir: Path) -> None:
         self.config, self.scale_keys, self.node = config, scale_keys, _bench_node(config)
         self.replica, self.output = self.node.replicas[0].name, next(iter(self.node.outputs))
-        self.dir, self.transport = run_dir, TcpTransport()
+        self.dir, self.transport = run_dir, TcpTransport(tls=config.tls)
         self.base_rate = sum(config.sources[s].rate for s in self.node.inputs)
         self.feeds: list[_Feed] = []
         for s in (config.sources[s] for s in self.node.inputs):
@@ -189,7 +199,7 @@ class _Run:
         replica = dict(raw["nodes"][node.name]["replicas"][0], host="127.0.0.1",
                        data_port=data_port, control_port=self.control_port)
         doc: dict[str, dict[str, Any]] = {
-            "cluster": dict(raw["cluster"], control_host="127.0.0.1"),
+            "cluster": dict(raw["cluster"], control_host="127.0.0.1", **_tls_table(self.config)),
             "defaults": dict(raw.get("defaults", {})),
             "sources": {f.src.name: {"schema": list(f.src.schema), "host": "127.0.0.1",
                                      "port": ports[f.src.name], "rate": f.src.rate,
@@ -213,11 +223,16 @@ class _Run:
                               + "\n    ".join(lines[-15:]))
 
     async def start(self) -> None:
-        ports = {f.src.name: (await self.transport.serve("127.0.0.1", 0, f.pub.handle)).port
-                 for f in self.feeds}
-        # The replica binds these itself, later: pick them outside the ephemeral range.
+        # Every port is picked first (outside the ephemeral range): the config names them,
+        # and each process of it (the sources and the client here, the replica) proves to
+        # the others that it is the one the config names there (node/net/auth.py).
+        ports = {f.src.name: free_port() for f in self.feeds}
         data_port, self.control_port = free_port(), free_port()
         cfg = await asyncio.to_thread(self._write_config, ports, data_port)
+        config = await asyncio.to_thread(load_config, cfg)
+        for f in self.feeds:
+            as_source = authenticated(self.transport, config, f.src.name, log=log)
+            await as_source.serve("127.0.0.1", ports[f.src.name], f.pub.handle)
         out = await asyncio.to_thread(open, self.dir / "replica.out", "wb")
         with out:  # the child writes to its own copy of the descriptor
             self.proc = await asyncio.create_subprocess_exec(
@@ -225,7 +240,8 @@ class _Run:
                 "--run-dir", str(self.dir), stdout=out, stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True)
         # The link retries until the replica serves; its first boundary out means ready.
-        link = InputLink(self.transport, self.output, CLIENT, [("127.0.0.1", data_port)],
+        link = InputLink(authenticated(self.transport, config, CLIENT, log=log), self.output,
+                         CLIENT, [("127.0.0.1", data_port)],
                          self._on_output, log=log)
         self.tasks = [asyncio.create_task(self._generate()), asyncio.create_task(link.run()),
                       asyncio.create_task(self._watch(self.proc))]
@@ -301,7 +317,8 @@ class _Run:
             await self.moved.wait()
 
     def _state(self) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.control_port}/status", timeout=5) as r:
+        url = control_url(self.config, self.control_port, "status")
+        with urllib.request.urlopen(url, timeout=5, context=url_context(self.config)) as r:
             return str(json.load(r)["state"])
 
     async def step(self, rate: float, seconds: float) -> Step:

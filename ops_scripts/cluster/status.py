@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from node.config.model import ClusterConfig
+from node.net.tls import control_url, url_context
 
 __all__ = ["fetch_status", "print_status", "resolve_config"]
 
@@ -17,7 +18,8 @@ __all__ = ["fetch_status", "print_status", "resolve_config"]
 def fetch_status(config: ClusterConfig, replica: str, timeout: float = 1.0) -> dict[str, Any] | None:
     r = config.replica(replica)
     try:
-        with urllib.request.urlopen(f"http://{config.control_host}:{r.control_port}/status", timeout=timeout) as f:
+        with urllib.request.urlopen(control_url(config, r.control_port, "status"),
+                                    timeout=timeout, context=url_context(config)) as f:
             data: dict[str, Any] = json.load(f)
             return data
     except OSError:

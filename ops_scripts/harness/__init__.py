@@ -15,9 +15,13 @@ checkers of :mod:`ops_scripts.check` judge it.
   processes restarted and recorded).
 * ``soak.py``: ``dpc soak`` (memory and buffers over a long run); ``growth.py`` (pure):
   its rule, when a series grows steadily; ``soakreport.py``: its table and plot.
+* ``fuzz.py``: ``dpc fuzz`` (the wire codec against random and mutated frames, sans-IO);
+  ``fuzzcases.py``: its frames (valid samples of every message class, the mutations).
 """
 
-from ops_scripts.errors import InjectError, ScenarioError, ScheduleError
+from ops_scripts.errors import FuzzError, InjectError, ScenarioError, ScheduleError
+from ops_scripts.harness.fuzz import Finding, FuzzReport, Outcome, fuzz_codec, judge, run_fuzz
+from ops_scripts.harness.fuzzcases import SAMPLES, Case, Mutation, check_samples, frame_at
 from ops_scripts.harness.nemesis import Nemesis
 from ops_scripts.harness.runner import RunOutcome, play_scenario, run_scenario
 from ops_scripts.harness.scenario import Scenario, dump_scenario, load_scenario
@@ -28,8 +32,10 @@ from ops_scripts.harness.timeline import Timeline
 from ops_scripts.harness.torture import TortureOptions, run_torture
 
 __all__ = [
-    "Fault", "InjectError", "Nemesis", "RunOutcome", "Scenario", "ScenarioError",
-    "ScheduleError", "SimOptions", "SimResult", "SoakOptions", "Timeline", "TortureOptions",
-    "dump_scenario", "load_scenario", "parse_faults", "play_scenario", "random_faults",
-    "run_scenario", "run_soak", "run_torture", "simulate_many", "simulate_one",
+    "SAMPLES", "Case", "Fault", "Finding", "FuzzError", "FuzzReport", "InjectError", "Mutation",
+    "Nemesis", "Outcome", "RunOutcome", "Scenario", "ScenarioError", "ScheduleError",
+    "SimOptions", "SimResult", "SoakOptions", "Timeline", "TortureOptions", "check_samples",
+    "dump_scenario", "frame_at", "fuzz_codec", "judge", "load_scenario", "parse_faults",
+    "play_scenario", "random_faults", "run_fuzz", "run_scenario", "run_soak", "run_torture",
+    "simulate_many", "simulate_one",
 ]

@@ -32,6 +32,7 @@ from typing import Any
 
 from node.config.model import ClusterConfig
 from node.faults.ops import FaultOp
+from node.net.tls import control_url, url_context
 from ops_scripts.errors import FaultError
 
 __all__ = ["post_action", "send_fault"]
@@ -42,12 +43,12 @@ def post_action(config: ClusterConfig, replica: str, action: str, body: dict[str
     its JSON answer, or :class:`FaultError` naming the replica, the action and the reason."""
     r = config.replica(replica)
     req = urllib.request.Request(
-        f"http://{config.control_host}:{r.control_port}/{action}", data=json.dumps(body).encode(),
+        control_url(config, r.control_port, action), data=json.dumps(body).encode(),
         headers={"Authorization": f"Bearer {config.token}", "Content-Type": "application/json"},
         method="POST",
     )
     try:
-        with urllib.request.urlopen(req, timeout=5) as resp:
+        with urllib.request.urlopen(req, timeout=5, context=url_context(config)) as resp:
             data: dict[str, Any] = json.load(resp)
             return data
     except urllib.error.HTTPError as exc:

@@ -178,8 +178,14 @@ class Scenario:
 
 # ---------------------------------------------------------------- loading
 def _absolute_files(raw: Mapping[str, Any], anchor: Path) -> dict[str, Any]:
-    """``raw`` with every source's data ``file`` made absolute (relative to ``anchor``)."""
+    """``raw`` with every source's data ``file`` and the ``[cluster.tls]`` files made
+    absolute (relative to ``anchor``): a run's config lives in its run directory."""
     out: dict[str, Any] = copy.deepcopy(dict(raw))
+    tls = out.get("cluster", {}).get("tls") if isinstance(out.get("cluster"), dict) else None
+    if isinstance(tls, dict):
+        for key, value in tls.items():
+            if isinstance(value, str):
+                tls[key] = str((anchor / value).resolve())
     sources = out.get("sources")
     if isinstance(sources, dict):
         for src in sources.values():

@@ -59,6 +59,7 @@ from node.clock import now_us, use_clock
 from node.config.model import ClusterConfig, ReplicaConfig
 from node.errors import ActionError
 from node.faults.ops import FaultOp, Heal
+from node.net.auth import authenticated
 from node.net.memory import MemoryTransport
 from node.procs.client import Client
 from node.procs.entry import mutation_from_env
@@ -142,12 +143,12 @@ class _Cluster:
                 self._start_replica(r.name, recover=False)
         await asyncio.sleep(0.01)
         for name in self.config.clients:
-            self.clients[name] = c = Client(self.config, name, self.rd, self.net.for_process(name),
+            self.clients[name] = c = Client(self.config, name, self.rd, authenticated(self.net.for_process(name), self.config, name),
                                             mutation=self.mutation)
             self._run(name, c)
 
     def _start_replica(self, name: str, *, recover: bool) -> None:
-        r = Replica(self.config, name, self.rd, self.net.for_process(name), recover=recover,
+        r = Replica(self.config, name, self.rd, authenticated(self.net.for_process(name), self.config, name), recover=recover,
                     control=False, ask_state=self._asker(name), mutation=self.mutation)
         self.replicas[name] = r
         self.rules.forget(name)  # a new incarnation holds no rule: it gets them all again
@@ -185,7 +186,7 @@ class _Cluster:
             self._start_replica(name, recover=True)
 
     def _start_source(self, name: str) -> None:
-        self.sources[name] = s = Source(self.config, name, self.rd, self.net.for_process(name))
+        self.sources[name] = s = Source(self.config, name, self.rd, authenticated(self.net.for_process(name), self.config, name))
         self._run(name, s)
 
     def enforce(self) -> None:

@@ -25,6 +25,7 @@ import pytest
 from node.config.datafile import parse_event_time
 from node.config.load import load_config
 from node.config.model import ClusterConfig
+from node.net.auth import authenticated
 from node.net.ports import free_port
 from node.net.tcp import TcpTransport
 from node.procs.rundir import (
@@ -229,7 +230,7 @@ def test_a_slow_source_sends_boundaries_every_boundary_interval(
 
     async def boundary_times(n: int) -> list[int]:
         src = config.sources["s1"]
-        conn = await TcpTransport().connect(src.host, src.port)
+        conn = await authenticated(TcpTransport(), config, "n1a").connect(src.host, src.port)
         times: list[int] = []
         try:
             await conn.send(Subscribe("s1", "n1a", 0, 0))  # n1a is not running: we are it

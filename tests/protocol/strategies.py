@@ -14,10 +14,13 @@ from hypothesis import strategies as st
 from protocol.messages import (
     Ack,
     Batch,
+    Challenge,
     ConsistencyState,
     HeartbeatRequest,
     HeartbeatResponse,
+    Hello,
     Message,
+    Proof,
     ReconcileGrant,
     ReconcileRefuse,
     ReconcileRequest,
@@ -89,6 +92,9 @@ MESSAGE_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     ReconcileRequest: st.builds(ReconcileRequest, names, names, ints, ints),
     ReconcileGrant: st.builds(ReconcileGrant, names, ints),
     ReconcileRefuse: st.builds(ReconcileRefuse, names, ints, names),
+    Hello: st.builds(Hello, names, names),
+    Challenge: st.builds(Challenge, names, names, names),
+    Proof: st.builds(Proof, names),
 }
 
 #: Any valid message.

@@ -24,7 +24,9 @@ from protocol.messages import (
     ConsistencyState,
     HeartbeatRequest,
     HeartbeatResponse,
+    Hello,
     Message,
+    Proof,
     ReconcileGrant,
     ReconcileRequest,
     Subscribe,
@@ -101,9 +103,13 @@ class Scripted:
         (Ack("s", "b", 1), "b"),
         (HeartbeatRequest("b", 1), "b"),
         (ReconcileRequest("b", "n1", 1, 0), "b"),
+        (Hello("b", "00" * 16), "b"),
+        # Any message that names its sender (protocol.messages.sender_of): an answer has no
+        # business on an accepting end, but it names its sender all the same.
+        (HeartbeatResponse("b", 1, ConsistencyState.STABLE, {}, {}), "b"),
+        (ReconcileGrant("b", 1), "b"),
         (Batch("s", ()), None),
-        (HeartbeatResponse("b", 1, ConsistencyState.STABLE, {}, {}), None),
-        (ReconcileGrant("b", 1), None),
+        (Proof("00"), None),
     ],
 )
 async def test_the_accepting_end_learns_the_name_from_the_first_message(

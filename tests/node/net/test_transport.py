@@ -22,10 +22,13 @@ from protocol.messages import (
     MESSAGE_TYPES,
     Ack,
     Batch,
+    Challenge,
     ConsistencyState,
     HeartbeatRequest,
     HeartbeatResponse,
+    Hello,
     Message,
+    Proof,
     ReconcileGrant,
     ReconcileRefuse,
     ReconcileRequest,
@@ -163,6 +166,9 @@ SAMPLES: list[Message] = [
     ReconcileRequest("n1a", "n1", 3, 0),
     ReconcileGrant("n1b", 3),
     ReconcileRefuse("n1b", 3, "reconciling myself"),
+    Hello("n2a", "0f" * 16),
+    Challenge("n1a", "a1" * 16, "5e" * 32),
+    Proof("77" * 32),
 ]
 
 
