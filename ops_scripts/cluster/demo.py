@@ -174,17 +174,14 @@ def run_demo(seed: int = 7, method: str = "checkpoint", cluster_seconds: float =
     client), STABLE for ``cluster_seconds``; then s3 is cut off from both replicas for
     ``failure_seconds`` (longer than alpha*X = 2.7 s: tentative results), healed (both
     replicas reconcile, one after the other), drained and judged by ``dpc check``."""
-    from node.clock import now_us
     from node.config.load import load_config
     from node.faults.ops import Cut, Heal
     from node.procs.rundir import RunDir
     from ops_scripts.check.compose import run_check
-    from ops_scripts.cluster.launch import Launched, progress, stop_cluster
+    from ops_scripts.cluster.launch import progress, start_cluster, stop_cluster
     from ops_scripts.cluster.status import fetch_status
     from ops_scripts.errors import ProcessError
     from ops_scripts.harness.fault import send_fault
-    from ops_scripts.harness.history import HistoryWriter
-    from ops_scripts.harness.runner import start_recorded
 
     rd = RunDir(Path("runs") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}").ensure()
     text = (EXAMPLES / "basic.toml").read_text()
@@ -194,12 +191,8 @@ def run_demo(seed: int = 7, method: str = "checkpoint", cluster_seconds: float =
     replicas = [r.name for r in config.nodes["n1"].replicas]
     print(f"dpc demo: examples/basic.toml as real processes, reconciliation = {method}/redo, "
           f"run directory {rd.path}\n")
-    # Start-up in the run's history, as every harness records it: the checker then excuses
-    # the cold start instead of reporting its first results' delay against k*X (a new
-    # user read "EXCEEDED" in a demo that passed).
-    procs: list[Launched] = []
     try:
-        start_recorded(config, rd, HistoryWriter(rd.history, now_us), sys.stdout, procs)
+        procs = start_cluster(config, rd)
     except ProcessError as e:  # it printed why and stopped what it had started
         print(f"dpc demo: {e}", file=sys.stderr)
         return 1

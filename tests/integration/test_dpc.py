@@ -14,11 +14,11 @@ every wait for an outcome polls a condition.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import shutil
 import signal
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +29,9 @@ import pytest
 from node.config.load import load_config
 from node.config.model import ClusterConfig
 from node.faults.ops import Cut, Heal
+from node.net.auth import authenticated
 from node.net.ports import free_port
+from node.net.tcp import TcpTransport
 from node.procs.rundir import RunDir, read_jsonl_tuples
 from ops_scripts.check.availability import assess
 from ops_scripts.check.compose import run_check
@@ -37,7 +39,6 @@ from ops_scripts.cluster.launch import Launched, restart_process, start_cluster,
 from ops_scripts.cluster.status import fetch_status
 from ops_scripts.errors import FaultError
 from ops_scripts.harness.fault import post_action, send_fault
-from protocol.codec import encode
 from protocol.messages import Subscribe
 from protocol.tuples import Kind
 from tests.integration.test_cluster import wait_for
@@ -381,12 +382,24 @@ def test_a_failure_that_starts_during_stabilization(cluster: Any, tmp_path: Path
 
 
 def _subscribe_is_refused(c: Cluster, replica: str) -> None:
-    """Subscribe to ``replica``'s output like a downstream would: the connection is closed."""
+    """Subscribe to ``replica``'s output as the client would (authenticated as c1): the
+    connection is closed, without a Batch."""
     r = c.config.replica(replica)
-    with socket.create_connection((r.host, r.data_port), timeout=10) as sock:
-        sock.sendall(encode(Subscribe("n1.out", "c1", 0, 0)))
-        while sock.recv(4096):  # no Batch: the replica closes the connection
-            pass
+
+    async def subscribe() -> None:
+        conn = await authenticated(TcpTransport(), c.config, "c1").connect(r.host, r.data_port)
+        try:
+            await conn.send(Subscribe("n1.out", "c1", 0, 0))
+            async with asyncio.timeout(10):
+                try:
+                    msg = await conn.receive()
+                except OSError:  # reset rather than closed: refused all the same
+                    msg = None
+            assert msg is None, msg
+        finally:
+            await conn.close()
+
+    asyncio.run(subscribe())
 
 
 def test_a_killed_replica_restarts_recovers_and_rejoins(cluster: Any, tmp_path: Path) -> None:
