@@ -155,22 +155,21 @@ class AuthTransport:
     async def connect(self, host: str, port: int) -> AuthConnection:
         conn = await self._inner.connect(host, port)
         expected = self._names.get((host, port))
+        server: str | None = None
         try:
             async with asyncio.timeout(self.limits.handshake_timeout):
                 server = await self._open(conn, expected)
         except TimeoutError:
-            await conn.close()
             raise PeerAuthenticationError(
                 f"{self.me}: {host}:{port} did not complete the handshake within "
                 f"{self.limits.handshake_timeout:g} s") from None
         except (RemoteProtocolError, PeerAuthenticationError) as exc:
-            await conn.close()
             self._log.error("%s: refusing %s:%s (%s): %s", self.me, host, port,
                             expected or "a process the config does not name", exc)
             raise PeerAuthenticationError(f"{self.me}: {host}:{port}: {exc}") from None
-        except BaseException:
-            await conn.close()
-            raise
+        finally:
+            if server is None:  # refused, broken or cancelled: the connection goes with it
+                await conn.close()
         return AuthConnection(conn, server, self._from_server)
 
     async def _open(self, conn: Connection, expected: str | None) -> str:
