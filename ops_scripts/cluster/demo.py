@@ -182,13 +182,16 @@ def run_demo(seed: int = 7, method: str = "checkpoint", cluster_seconds: float =
     with a progress line every half second: the run's history then holds the start-up and
     the cut, as ``dpc check`` needs to excuse both (a demo that recorded neither printed
     "Delay_new ... EXCEEDED" for the results the cut delayed, in a run that passed)."""
+    from node.config.load import load_config
     from ops_scripts.harness.runner import play_scenario
     from ops_scripts.harness.scenario import Scenario
-    from ops_scripts.harness.schedule import Fault
+    from ops_scripts.harness.schedule import parse_faults
 
     del seed  # the real cluster's sources have their own seeds (examples/basic.toml)
     rd = Path("runs") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
-    cut = Fault(0.0, failure_seconds, "partition", {"shape": "source", "source": "s3"})
+    (cut,) = parse_faults([{"at": 0.0, "for": failure_seconds, "fault": "partition",
+                            "shape": "source", "source": "s3"}],
+                          load_config(EXAMPLES / "basic.toml"))
     scenario = Scenario.of_cluster(EXAMPLES / "basic.toml", name="demo", faults=[cut],
                                    settle=cluster_seconds, quiet=DEMO_QUIET,
                                    settings={"reconciliation": method})
