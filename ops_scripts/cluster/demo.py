@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import logging
 import random
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +52,10 @@ RATE = 100  # tuples per second per source
 DURATION = 20 * SECOND
 CUT = (4 * SECOND, 10 * SECOND)  # s3 unreachable for 6 s > alpha*X = 2.7 s
 STREAMS = ("s1", "s2", "s3")
+#: The real-process demo: seconds between the final heal and the drain (both replicas
+#: reconcile meanwhile), and between two progress lines.
+DEMO_QUIET = 6.0
+DEMO_PROGRESS = 0.5
 
 
 def demo_spec(method: str) -> dict[str, Any]:
@@ -173,60 +176,31 @@ def run_demo(seed: int = 7, method: str = "checkpoint", cluster_seconds: float =
     """``make demo``: examples/basic.toml as real processes (3 sources, 2 replicas, a
     client), STABLE for ``cluster_seconds``; then s3 is cut off from both replicas for
     ``failure_seconds`` (longer than alpha*X = 2.7 s: tentative results), healed (both
-    replicas reconcile, one after the other), drained and judged by ``dpc check``."""
+    replicas reconcile, one after the other), drained and judged by ``dpc check``.
+
+    It is a scenario played by the harness of ``dpc run`` (``ops_scripts/harness/runner.py``),
+    with a progress line every half second: the run's history then holds the start-up and
+    the cut, as ``dpc check`` needs to excuse both (a demo that recorded neither printed
+    "Delay_new ... EXCEEDED" for the results the cut delayed, in a run that passed)."""
     from node.config.load import load_config
-    from node.faults.ops import Cut, Heal
-    from node.procs.rundir import RunDir
-    from ops_scripts.check.compose import run_check
-    from ops_scripts.cluster.launch import progress, start_cluster, stop_cluster
-    from ops_scripts.cluster.status import fetch_status
-    from ops_scripts.errors import ProcessError
-    from ops_scripts.harness.fault import send_fault
+    from ops_scripts.harness.runner import play_scenario
+    from ops_scripts.harness.scenario import Scenario
+    from ops_scripts.harness.schedule import parse_faults
 
-    rd = RunDir(Path("runs") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}").ensure()
-    text = (EXAMPLES / "basic.toml").read_text()
-    config_path = rd.path / "config.toml"
-    config_path.write_text(text.replace('reconciliation = "checkpoint"', f'reconciliation = "{method}"'))
-    config = load_config(config_path)
-    replicas = [r.name for r in config.nodes["n1"].replicas]
-    print(f"dpc demo: examples/basic.toml as real processes, reconciliation = {method}/redo, "
-          f"run directory {rd.path}\n")
-    try:
-        procs = start_cluster(config, rd)
-    except ProcessError as e:  # it printed why and stopped what it had started
-        print(f"dpc demo: {e}", file=sys.stderr)
-        return 1
-    t0 = time.monotonic()
-
-    def show(seconds: float, until: Any = None) -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end and not (until is not None and until()):
-            time.sleep(0.5)  # the pace of the live lines
-            progress(config, rd, time.monotonic() - t0)
-
-    def all_stable() -> bool:
-        return all((st := fetch_status(config, r)) is not None and st["state"] == "STABLE"
-                   for r in replicas)
-
-    try:
-        show(cluster_seconds)
-        print(f"\n  -- cutting s3 off from {' and '.join(replicas)} for {failure_seconds:.0f} s "
-              "(s3 keeps producing; alpha*X = 2.7 s) --")
-        for r in replicas:
-            send_fault(config, r, Cut(("s3",)))
-        show(failure_seconds)
-        print("\n  -- healing: s3 replays what the replicas missed; they reconcile in turn --")
-        for r in replicas:
-            send_fault(config, r, Heal())
-        show(2.0)
-        show(15.0, until=all_stable)
-        print()
-        stopped = stop_cluster(procs, rd, drain=True)
-    finally:
-        stop_cluster(procs, rd, drain=False)
-    print()
-    checked = run_check(rd.path)
-    return 0 if stopped and checked == 0 else 1
+    del seed  # the real cluster's sources have their own seeds (examples/basic.toml)
+    rd = Path("runs") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
+    (cut,) = parse_faults([{"at": 0.0, "for": failure_seconds, "fault": "partition",
+                            "shape": "source", "source": "s3"}],
+                          load_config(EXAMPLES / "basic.toml"))
+    scenario = Scenario.of_cluster(EXAMPLES / "basic.toml", name="demo", faults=[cut],
+                                   settle=cluster_seconds, quiet=DEMO_QUIET,
+                                   settings={"reconciliation": method})
+    print(f"dpc demo: examples/basic.toml as real processes, reconciliation = {method}/redo: "
+          f"s3 is cut off from both replicas for {failure_seconds:g} s (longer than alpha*X = "
+          "2.7 s: results go tentative), then heals: both replicas reconcile, one after the "
+          "other, and dpc check judges the run\n")
+    outcome = play_scenario(scenario, rd, progress_every=DEMO_PROGRESS)
+    return outcome.code
 
 
 def run_simulated_demo(seed: int = 7, method: str = "checkpoint") -> int:

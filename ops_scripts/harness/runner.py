@@ -155,8 +155,11 @@ def start_recorded(config: ClusterConfig, rd: RunDir, history: HistoryWriter,
 class _Player:
     """One run of one scenario (the steps of the module docstring)."""
 
-    def __init__(self, scenario: Scenario, rd: RunDir, out: TextIO) -> None:
+    def __init__(self, scenario: Scenario, rd: RunDir, out: TextIO,
+                 progress_every: float | None = None) -> None:
         self.scenario, self.rd, self.out = scenario, rd, out
+        self.progress_every = progress_every
+        self.last_progress = time.monotonic()
         self.procs: list[Launched] = []
         self.problems: list[str] = []
         self.injected = 0
@@ -174,9 +177,14 @@ class _Player:
         self.say(f"PROBLEM: {text}")
 
     def wait_until(self, deadline: float) -> None:
-        """Sleep until ``deadline`` (monotonic), watching for processes that die unasked."""
+        """Sleep until ``deadline`` (monotonic), watching for processes that die unasked,
+        with a progress line every ``progress_every`` seconds (when set)."""
         while (left := deadline - time.monotonic()) > 0:
-            time.sleep(min(left, 0.5))
+            time.sleep(min(left, 0.5, self.progress_every or 0.5))
+            every = self.progress_every
+            if every is not None and time.monotonic() - self.last_progress >= every:
+                self.last_progress = time.monotonic()
+                progress(self.config, self.rd, self.last_progress - self.t0, self.out)
             dead = [p for p in self.procs if p.proc.poll() is not None]
             for p in dead:
                 self.procs.remove(p)
@@ -276,7 +284,7 @@ class _Player:
 
 
 def play_scenario(scenario: Scenario, run_dir: Path, out: TextIO | None = None, *,
-                  check: bool = True) -> RunOutcome:
+                  check: bool = True, progress_every: float | None = None) -> RunOutcome:
     """Play ``scenario`` in ``run_dir`` (created; new, or holding only a scenario.toml,
     which is replaced by the self-contained dump of ``scenario``) and check the run
     (``check=False``: leave that to ``dpc check RUN_DIR``, as ``dpc soak`` does: a long
@@ -293,7 +301,7 @@ def play_scenario(scenario: Scenario, run_dir: Path, out: TextIO | None = None, 
     print(f"dpc run: scenario {scenario.name!r}: {n} fault(s) over "
           f"{round(scenario.schedule_length, 3):g} s, settle {scenario.settle:g} s, quiet "
           f"{scenario.quiet:g} s; run dir {rd.path}", file=out, flush=True)
-    player = _Player(scenario, rd, out)
+    player = _Player(scenario, rd, out, progress_every)
     outcome = RunOutcome(0, rd.path)
     try:
         player.run()

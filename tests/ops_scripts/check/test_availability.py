@@ -5,6 +5,7 @@ the bound k*X on the example configs, the loader on a run directory, and the rep
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -201,6 +202,28 @@ def test_check_reports_availability_without_changing_the_verdict(tmp_path: Path)
     code, text, report = run(rd)
     assert code == 0 and "PASS" in text, text
     assert report["availability"][0]["exceeded"] and "EXCEEDED" in text
+
+
+def test_with_a_history_the_raw_delay_new_pronounces_no_verdict(tmp_path: Path) -> None:
+    """The first results arrive 5 s late, before the history's ``ready``: the start-up,
+    excused. The raw Delay_new (every new result) is 5 s; only the judged line speaks of
+    the bound (``make demo`` once printed "EXCEEDED" for its start-up in a run that passed)."""
+    rd, _, _ = write_run(tmp_path)
+    rows = read_jsonl_tuples(rd.client_log("c1"))
+    rd.client_log("c1").unlink()
+    late = 10
+    with JsonlTupleWriter(rd.client_log("c1")) as w:
+        for k, (_, t) in enumerate(rows):
+            w.write([t], t.tmax + (5 * SECOND if k < late else 1000))
+    ready = max(t.tmax for _, t in rows[:late]) + 5 * SECOND + 1
+    end = max(t.tmax for _, t in rows) + 10 * SECOND
+    rd.history.write_text("".join(json.dumps(e) + "\n" for e in [
+        {"t": 0, "event": "start", "config": str(rd.config), "name": "t"},
+        {"t": ready, "event": "ready"}, {"t": end, "event": "end"}]))
+    _, text, report = run(rd)
+    assert not report["availability"][0]["delays"]["late"], text  # the judged figure
+    assert "Delay_new 5.00 s over every new result, start-up and outages included" in text, text
+    assert "EXCEEDED" not in text and "0 over the bound 3.000 s" in text, text
 
 
 def test_check_with_a_missing_client_log_notes_it_and_keeps_its_code(tmp_path: Path) -> None:
