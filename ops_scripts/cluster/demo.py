@@ -180,8 +180,9 @@ def run_demo(seed: int = 7, method: str = "checkpoint", cluster_seconds: float =
 
     It is a scenario played by the harness of ``dpc run`` (``ops_scripts/harness/runner.py``),
     with a progress line every half second: the run's history then holds the start-up and
-    the cut, as ``dpc check`` needs to excuse both (a demo that recorded neither printed
-    "Delay_new ... EXCEEDED" for the results the cut delayed, in a run that passed)."""
+    the cut, so that ``dpc check`` judges the delays with both excused (a demo that
+    recorded neither was judged on no history, and printed "Delay_new ... EXCEEDED" for
+    its start-up in a run that passed)."""
     from node.config.load import load_config
     from ops_scripts.harness.runner import play_scenario
     from ops_scripts.harness.scenario import Scenario

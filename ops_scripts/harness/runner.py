@@ -180,7 +180,7 @@ class _Player:
         """Sleep until ``deadline`` (monotonic), watching for processes that die unasked,
         with a progress line every ``progress_every`` seconds (when set)."""
         while (left := deadline - time.monotonic()) > 0:
-            time.sleep(min(left, 0.5, self.progress_every or 0.5))
+            time.sleep(min(left, self.progress_every or 0.5, 0.5))  # pacing, not a test wait
             every = self.progress_every
             if every is not None and time.monotonic() - self.last_progress >= every:
                 self.last_progress = time.monotonic()
