@@ -83,6 +83,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from operator import itemgetter
 
+from node.clock import now_us
 from node.errors import NodeError
 from node.net.transport import Connection, Transport
 from node.streams.corrections import Address, Corrections, Handover
@@ -137,6 +138,10 @@ class InputLink:
         # resubscriptions overlap what the link already holds, so that duplicates reach it.
         self._overlap = mutation is Mutation.RESUBSCRIBE_OVERLAP
         self.producer: str | None = None  # "host:port" while connected
+        # When the main session in progress began (now_us; None: no session): the HA
+        # monitor's link rule judges a session at least its ``link_lag`` old by ``tmax.highest``
+        # (node/streams/upstream.py).
+        self.session_since: int | None = None
         self.batches_in = 0
         self.connects = 0  # connections that carried a Subscribe
         self.failures = 0  # connection attempts that failed
@@ -205,6 +210,7 @@ class InputLink:
             self._check(producer)
             self._next = self.producers.index(producer)
             self.current = producer  # the monitor's next look sees the switch as done
+        self.session_since = None  # the session being left is not the new producer's
         self._switching = True
         self._wake.set()
 
@@ -256,7 +262,7 @@ class InputLink:
                 try:
                     await self._session(handover.conn, address, name, (first, handover.fix))
                 finally:
-                    self.producer = None
+                    self.producer = self.session_since = None
                     await handover.conn.close()
             else:
                 # No await since _take_handover found none: the reader cannot hand this
@@ -272,7 +278,7 @@ class InputLink:
                     try:
                         await self._session(conn, address, name)
                     finally:
-                        self.producer = None
+                        self.producer = self.session_since = None
                         await conn.close()
             failed = None if self._switching else (host, port)
             if not self._switching:
@@ -383,6 +389,7 @@ class InputLink:
                 self.last_tentative_id,
             )
         self.producer = address
+        self.session_since = now_us()
         self._acked = 0  # the new producer has seen no ack of ours yet
         async with asyncio.TaskGroup() as tg:
             # The acker and the switch watcher end a session by closing the connection,
@@ -545,6 +552,7 @@ class InputLink:
             self.corrections = None
             self._next = self.producers.index(target)
             self.current = target  # the monitor's next look sees the move as done
+            self.session_since = None  # the session being left is not the new producer's
             self._switching = True
             self._wake.set()
         finally:

@@ -21,7 +21,11 @@ use: ``Resume.IDS`` is a plain resubscription, ``Resume.TMAX`` also arms the lin
 filter. The chooser's frontier rule (among UP_FAILURE replicas, one whose frontier is
 ahead of the current source's by more than ``lag`` takes over) gets the ``lag`` the owner
 passes: a replica its node's alpha*X, a client that of the node it reads (why alpha*X:
-the module docstring of node/streams/upstream.py). A link whose connection broke asks :meth:`choose` for its next producer, with the
+the module docstring of node/streams/upstream.py). The link rule (a STABLE source whose data
+reaches the link more than ``link_lag`` behind another STABLE replica's frontier is left
+for it) gets what the link received, once its session is ``link_lag`` old, with
+``link_lag`` = (misses + 1) * interval, the time heartbeats take to declare a silent
+replica failed. A link whose connection broke asks :meth:`choose` for its next producer, with the
 failed one excluded at once (no need to wait for missed heartbeats after a crash).
 
 Corrections source (paper section 4). When the choice names one (a STABILIZATION replica,
@@ -120,6 +124,8 @@ class UpstreamMonitor:
     ) -> None:
         self.owner = owner
         self.lag = lag
+        # The link rule's threshold: the time a silent replica takes to be declared failed.
+        self.link_lag = (misses + 1) * interval
         self.transport = transport
         self.links = {s: link for s, (link, _) in links.items()}
         self.replicas = {s: tuple(rs) for s, (_, rs) in links.items()}
@@ -179,6 +185,10 @@ class UpstreamMonitor:
             view[exclude] = ReplicaView(False, view[exclude].state)
         link = self.links[stream]
         current = None if exclude is not None else self.current(stream)
+        received = None  # the link rule judges a session once its replay had time to arrive
+        since = link.session_since
+        if current is not None and since is not None and _now() - since >= self.link_lag:
+            received = link.tmax.highest or 0
         return choose_upstream(
             stream,
             current,
@@ -187,6 +197,8 @@ class UpstreamMonitor:
             corrections=self.corrections(stream),
             holding_tentative=link.last_tentative_id > link.last_stable_id,
             current_reconciled=link.reconciled,
+            received=received,
+            link_lag=self.link_lag,
         )
 
     def _chooser(self, stream: str) -> Callable[[tuple[str, int] | None], tuple[str, int] | None]:

@@ -40,6 +40,10 @@ replica of the downstream node tends to choose alike:
 rank  candidate                                      why
 ====  =============================================  ======================================
 1     the current source, if STABLE (or reconciled)  no switch at all
+      and its link keeps up (link rule, below)
+1b    if the current STABLE source's link lags: the  its data reaches this consumer too
+      STABLE replica farthest ahead of what the      late: as good as failed (link rule)
+      link received by more than ``link_lag``
 2     the corrections source, if it became STABLE    already subscribed; its stream is ours
 3     any STABLE replica (smallest name)             stable data, property 1
 4     if the current source is UP_FAILURE: the       fresh tentative data beats a replica
@@ -86,6 +90,33 @@ Outputs that step by more than alpha*X (windows wider than it) can put one of tw
 progressing replicas a whole step ahead for a moment (heartbeats of different ages): the
 rule then switches on such a lead, a resubscription that the :class:`TmaxFilter` keeps
 free of duplicates; only a lag wider than the step would rule it out.
+
+Link rule (rank 1b; not in the paper). Heartbeats say whether a replica is alive and what
+it has published, not whether its data reaches this consumer: answers go ahead of pending
+batches, so a replica behind a throttled link (a bandwidth or delay fault, a slow network
+path) keeps answering while its results arrive seconds late, and the state rule keeps it
+(torture seed 301: c1 read n1b through a link limited to 100 kB/s for 2 s; 295 new results
+came up to 2.05 s after their input, bound X = 1 s, while n1a and n1c were STABLE and
+unimpaired). So the caller also passes ``received``: the largest tuple time the link has
+received (:attr:`TmaxFilter.highest`; earlier sessions count too, which can only hide a
+lag, never invent one; None: not judged, below). The current source's frontier
+*as this consumer sees it* is then the smaller of what it reports and ``received``. A
+current STABLE source is left for another STABLE replica whose frontier is ahead of that by
+more than ``link_lag`` (the farthest ahead, then the smallest name: :attr:`Resume.IDS`,
+case 1 or 2 below), and the frontier rule (rank 4) compares the same seen frontier.
+
+``link_lag`` is the consumer's failure-detection time, ``(misses + 1) * interval`` of its
+heartbeats: a link whose data lags by more than the time a silent replica takes to be
+declared failed is treated like one, so a slow link costs the consumer no more of its k*X
+budget than a crash does (a threshold of alpha*X would switch too late: the lagging results
+are already alpha*X late then, and the replay from the new source adds to it). Between two
+replicas that both progress on the same inputs and reach the consumer promptly, the seen
+frontiers differ by heartbeat age and batching (tens of ms against the paper's 400 ms), so
+the rule does not flap. ``received`` is None while the session is younger than
+``link_lag`` (the caller's clock): a new session's replay must have had the time to
+arrive before its link is judged, or a switch would be followed by another one at once.
+A consumer too slow to read any link (its own CPU starved) sees every source lag and may
+move once per ``link_lag``: each move is an id-based resubscription, exact (property 2).
 
 A STABILIZATION replica is never the data source: it is producing corrections, not fresh
 data. While the data source is not STABLE, an alive STABILIZATION replica is the
@@ -319,6 +350,8 @@ def choose_upstream(
     corrections: str | None = None,
     holding_tentative: bool = False,
     current_reconciled: bool = False,
+    received: int | None = None,
+    link_lag: int = 0,
 ) -> Choice:
     """Choose the data and corrections sources of ``stream`` (table in the module docstring).
 
@@ -328,12 +361,15 @@ def choose_upstream(
     ``current_reconciled`` whether the link received the current source's REC_DONE and no
     tentative tuple since (it then counts as STABLE, whatever its heartbeats still say),
     ``lag`` (>= 0, in tuple time: the consumer's alpha*X) how far another UP_FAILURE
-    replica's frontier must be ahead of the current UP_FAILURE source's to take over. A
+    replica's frontier must be ahead of the current UP_FAILURE source's to take over,
+    ``received`` (None: not judged) the largest tuple time the link has received and ``link_lag`` (>= 0) how far another STABLE replica's frontier must be ahead
+    of the current STABLE source's seen frontier to take over (the link rule). A
     name absent from ``view`` counts as dead. The result depends on the view's contents
     only, never on its iteration order.
     """
-    if lag < 0:
-        raise NodeError(f"choose_upstream: lag must be >= 0, got {lag} (stream {stream!r})")
+    if lag < 0 or link_lag < 0:
+        raise NodeError(f"choose_upstream: lag and link_lag must be >= 0, got {lag} and "
+                        f"{link_lag} (stream {stream!r})")
     usable = {n: v.state for n, v in view.items() if v.alive and v.state is not None}
     if current_reconciled and current is not None and usable.get(current) is STABILIZATION:
         usable[current] = STABLE  # its REC_DONE is in: the heartbeats lag behind the stream
@@ -347,11 +383,18 @@ def choose_upstream(
                 return option
         return among[0] if among else None
 
+    seen = 0  # the current source's frontier as this consumer sees it
+    if current is not None and current in view:
+        seen = view[current].frontier
+        if received is not None:
+            seen = min(seen, received)
     data = first(current, corrections, among=by_state[STABLE])
+    if data is not None and data == current and received is not None:  # rank 1b, the link rule
+        data = _ahead(current, seen, by_state[STABLE], view, link_lag)
     if data is None:
         data = first(current, among=by_state[UP_FAILURE])
         if data is not None and data == current:  # rank 4, the frontier rule
-            data = _ahead(current, by_state[UP_FAILURE], view, lag)
+            data = _ahead(current, seen, by_state[UP_FAILURE], view, lag)
     fixer = None
     if data is None or usable[data] is not STABLE:
         fixer = first(corrections, current, among=by_state[STABILIZATION])
@@ -367,13 +410,14 @@ def choose_upstream(
     return Choice(stream, data, fixer, resume)
 
 
-def _ahead(current: str, candidates: list[str], view: Mapping[str, ReplicaView],
+def _ahead(current: str, seen: int, candidates: list[str], view: Mapping[str, ReplicaView],
            lag: int) -> str:
-    """The candidate whose frontier is farthest ahead of ``current``'s by more than ``lag``
-    (ties: the first of ``candidates``, which are sorted by name), else ``current``."""
-    best, top = current, view[current].frontier + lag
+    """The candidate whose frontier is farthest ahead of ``seen`` (``current``'s frontier
+    as the consumer sees it) by more than ``lag`` (ties: the first of ``candidates``, which
+    are sorted by name), else ``current``."""
+    best, top = current, seen + lag
     for name in candidates:
-        if view[name].frontier > top:
+        if name != current and view[name].frontier > top:
             best, top = name, view[name].frontier
     return best
 

@@ -46,6 +46,10 @@ from tests.integration.test_cluster import wait_for
 from tests.paths import EXAMPLES
 
 SCENARIOS = sorted((EXAMPLES / "scenarios").glob("*.toml"))
+#: What a scenario must make happen besides a valid run: a process's log line. The throttled
+#: client's run is valid only if c1 leaves the replica behind the slow link (torture seed
+#: 301); this says it was the link rule's switch, not a start on the other replica.
+EXPECTED_LOG = {"throttled-client": ("c1", "input n1.out: switching from n1a to n1b (ids)")}
 #: Whether the replicas take {"cut", "direction", "kind"} and {"shape", ...} (node/faults/rules.py).
 
 
@@ -115,6 +119,9 @@ def test_example_scenario_runs_valid_and_exercises_dpc(path: Path, tmp_path: Pat
         assert tentative, "a failure longer than alpha*X left no tentative tuple at the client"
     # dpc run RUN_DIR/scenario.toml would replay the same schedule
     assert load_scenario(rd.path / "scenario.toml").faults == scenario.faults
+    if path.stem in EXPECTED_LOG:
+        process, line = EXPECTED_LOG[path.stem]
+        assert line in rd.process_log(process).read_text(), (process, line)
 
 
 def test_the_mutation_is_caught_on_real_processes(tmp_path: Path,

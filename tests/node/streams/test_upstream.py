@@ -28,6 +28,7 @@ U = ConsistencyState.UP_FAILURE
 Z = ConsistencyState.STABILIZATION
 IV = 100  # heartbeat interval (any unit: the tracker never reads a clock)
 LAG = 700  # the frontier rule's lag (alpha * X, in the same unit as the frontiers)
+LINK_LAG = 400  # the link rule's lag ((misses + 1) * interval)
 
 
 def up(alive: bool = True, state: ConsistencyState | None = S, frontier: int = 0) -> ReplicaView:
@@ -199,6 +200,8 @@ def choose(
     holding_tentative: bool = False,
     reconciled: bool = False,
     lag: int = LAG,
+    received: int | None = None,
+    link_lag: int = LINK_LAG,
 ) -> Choice:
     return choose_upstream(
         "out",
@@ -208,6 +211,8 @@ def choose(
         corrections=corrections,
         holding_tentative=holding_tentative,
         current_reconciled=reconciled,
+        received=received,
+        link_lag=link_lag,
     )
 
 
@@ -348,6 +353,71 @@ def test_two_progressing_replicas_do_not_flap() -> None:
 def test_a_negative_lag_is_refused() -> None:
     with pytest.raises(NodeError, match="lag must be >= 0"):
         choose("a", {"a": up(True, U)}, lag=-1)
+    with pytest.raises(NodeError, match="link_lag must be >= 0"):
+        choose("a", {"a": up(True, U)}, link_lag=-1)
+
+
+# --------------------------------------------------------------------- the link rule (rank 1b)
+def test_a_stable_source_whose_link_lags_is_left_for_the_farthest_stable_replica() -> None:
+    # Torture seed 301: b is STABLE and answers heartbeats, but its data reaches us through
+    # a throttled link: we hold up to 9_000 while a and c have published up to 10_000.
+    view = {"a": up(True, S, 10_000), "b": up(True, S, 10_000), "c": up(True, S, 10_050)}
+    assert choose("b", view, received=9_000) == Choice("out", "c", None, Resume.IDS)
+    # Behind by link_lag or less: kept (heartbeat age and batching, not a slow link).
+    assert choose("b", view, received=10_050 - LINK_LAG) == Choice("out", "b", None, Resume.KEEP)
+    # Not judged (a session younger than link_lag, or none): the paper's rule, kept.
+    assert choose("b", view, received=None) == Choice("out", "b", None, Resume.KEEP)
+    # Only a STABLE replica takes over: fresh tentative data does not beat stable data.
+    tentative_ahead = {"a": up(True, U, 20_000), "b": up(True, S, 10_000)}
+    assert choose("b", tentative_ahead, received=0) == Choice("out", "b", None, Resume.KEEP)
+    # Nor a dead one, whatever it published.
+    assert choose("b", {"a": dead(S, 20_000), "b": up(True, S, 10_000)},
+                  received=0) == Choice("out", "b", None, Resume.KEEP)
+
+
+def test_the_link_rule_follows_the_seen_frontier_of_an_up_failure_source() -> None:
+    # The frontier rule (rank 4) compares the current source's frontier as seen through its
+    # link: b reports 10_000 but only 9_000 reached us, and a is at 9_800.
+    view = {"a": up(True, U, 9_800), "b": up(True, U, 10_000)}
+    assert choose("b", view, holding_tentative=True).data == "b"
+    assert choose("b", view, holding_tentative=True, received=9_000) == Choice(
+        "out", "a", None, Resume.TMAX)
+    # What reached us beyond the heartbeat's report (an older answer) does not count more.
+    assert choose("b", view, holding_tentative=True, received=12_000).data == "b"
+
+
+def test_a_throttled_link_is_left_once_and_healthy_ones_do_not_flap() -> None:
+    """Three STABLE replicas progress by 100 a round (heartbeats of 0 to 200 old). Through
+    a healthy link the consumer holds what its source published up to 50 ago: no switch in
+    500 rounds. Then b's link is throttled to half the rate: one switch, as soon as the data
+    held lags the farthest frontier by more than link_lag, and none after (a's link is
+    healthy)."""
+    rng = random.Random(301)
+
+    def view(now: int) -> dict[str, ReplicaView]:
+        return {n: up(True, S, now - 100 * rng.randint(0, 2)) for n in ("a", "b", "c")}
+
+    current = "b"
+    for step in range(1, 500):
+        now = 10_000 + step * 100
+        c = choose(current, view(now), received=now - rng.randint(0, 50))
+        assert c.resume is Resume.KEEP
+    start, received, history = now, now, []
+    for step in range(1, 40):
+        now = start + step * 100
+        if current == "b":
+            received += 50  # the throttled link delivers half of what b publishes
+        else:
+            received = now - rng.randint(0, 50)
+        v = view(now)
+        c = choose(current, v, received=received)
+        if c.data != current:
+            ahead = max(f.frontier for f in v.values())
+            assert ahead > received + LINK_LAG and c.resume is Resume.IDS
+            history.append((step, c.data))
+        current = c.data or current
+    assert len(history) == 1 and history[0][1] != "b"
+    assert history[0][0] <= LINK_LAG // 50 + 5  # soon after the gap passed link_lag
 
 
 # ---------------------------------------------------------------- property 2: the four cases
@@ -440,6 +510,8 @@ def reference(
     holding: bool,
     reconciled: bool = False,
     lag: int = LAG,
+    received: int | None = None,
+    link_lag: int = LINK_LAG,
 ) -> tuple[str | None, str | None, Resume]:
     """The preference table as one ranking key (an independent formulation)."""
     if reconciled and current in view and view[current].alive and view[current].state is Z:
@@ -451,8 +523,12 @@ def reference(
         key=lambda n: (RANK[ok[n]], n != current, not (ok[n] is S and n == corrections), n),
         default=None,
     )
-    if data is not None and data == current and ok[data] is U:
-        ahead = [n for n in ok if ok[n] is U and view[n].frontier > view[current].frontier + lag]
+    if data is not None and data == current and (ok[data] is U or received is not None):
+        seen = view[current].frontier if received is None else min(view[current].frontier,
+                                                                   received)
+        margin = lag if ok[data] is U else link_lag
+        ahead = [n for n in ok if ok[n] is ok[data] and n != current
+                 and view[n].frontier > seen + margin]
         data = min(ahead, key=lambda n: (-view[n].frontier, n), default=current)
     fixer = None
     if data is None or ok[data] is not S:
@@ -484,6 +560,8 @@ maybe_name = st.one_of(st.none(), st.sampled_from([*NAMES, "ghost"]))
     st.booleans(),
     st.booleans(),
     st.integers(0, 3),
+    st.one_of(st.none(), st.integers(0, 6)),
+    st.integers(0, 3),
     st.randoms(use_true_random=False),
 )
 def test_choice_properties(
@@ -493,9 +571,11 @@ def test_choice_properties(
     holding: bool,
     reconciled: bool,
     lag: int,
+    received: int | None,
+    link_lag: int,
     rnd: random.Random,
 ) -> None:
-    c = choose(current, view, corrections, holding, reconciled, lag)
+    c = choose(current, view, corrections, holding, reconciled, lag, received, link_lag)
     # A STABILIZATION replica is the data source only as the reconciled current source.
     vouched = reconciled and current is not None and current in view
     if c.data is not None:
@@ -511,17 +591,25 @@ def test_choice_properties(
     # Deterministic, whatever the dict order.
     items = list(view.items())
     rnd.shuffle(items)
-    assert choose(current, dict(items), corrections, holding, reconciled, lag) == c
-    expected = reference(current, view, corrections, holding, reconciled, lag)
+    assert choose(current, dict(items), corrections, holding, reconciled, lag, received,
+                  link_lag) == c
+    expected = reference(current, view, corrections, holding, reconciled, lag, received,
+                         link_lag)
     assert (c.data, c.corrections, c.resume) == expected
     # Leaving a live UP_FAILURE current source for another UP_FAILURE replica takes a
     # frontier ahead by more than lag; a switch back would take the same the other way.
     if c.data is not None and c.data != current and current in view:
         was, now = view[current], view[c.data]
+        seen = was.frontier if received is None else min(was.frontier, received)
         if was.alive and was.state is U and now.state is U:
-            assert now.frontier > was.frontier + lag
+            assert now.frontier > seen + lag
             back = choose(c.data, view, corrections, holding, reconciled, lag)
             assert back.data == c.data
+        # The link rule leaves a live STABLE source only for a STABLE replica ahead of what
+        # reached us by more than link_lag, and only when the link was judged.
+        if was.alive and was.state is S and not (reconciled and current == c.data):
+            assert received is not None and now.state is S
+            assert now.frontier > seen + link_lag
 
 
 # ------------------------------------------------------------------------------ tmax filter
