@@ -21,9 +21,9 @@ use: ``Resume.IDS`` is a plain resubscription, ``Resume.TMAX`` also arms the lin
 filter. The chooser's frontier rule (among UP_FAILURE replicas, one whose frontier is
 ahead of the current source's by more than ``lag`` takes over) gets the ``lag`` the owner
 passes: a replica its node's alpha*X, a client that of the node it reads (why alpha*X:
-the module docstring of node/streams/upstream.py). The link rule (a STABLE source whose data
-reaches the link more than ``link_lag`` behind another STABLE replica's frontier is left
-for it) gets what the link received, once its session is ``link_lag`` old, with
+the module docstring of node/streams/upstream.py). The link rule (a STABLE source that reports a frontier more
+than ``link_lag`` ahead of what its link received is left for a STABLE replica that far
+ahead) gets what the link received, once its session is ``link_lag`` old, with
 ``link_lag`` = (misses + 1) * interval, the time heartbeats take to declare a silent
 replica failed. A link whose connection broke asks :meth:`choose` for its next producer, with the
 failed one excluded at once (no need to wait for missed heartbeats after a crash).

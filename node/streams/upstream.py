@@ -99,11 +99,21 @@ path) keeps answering while its results arrive seconds late, and the state rule 
 came up to 2.05 s after their input, bound X = 1 s, while n1a and n1c were STABLE and
 unimpaired). So the caller also passes ``received``: the largest tuple time the link has
 received (:attr:`TmaxFilter.highest`; earlier sessions count too, which can only hide a
-lag, never invent one; None: not judged, below). The current source's frontier
-*as this consumer sees it* is then the smaller of what it reports and ``received``. A
-current STABLE source is left for another STABLE replica whose frontier is ahead of that by
-more than ``link_lag`` (the farthest ahead, then the smallest name: :attr:`Resume.IDS`,
-case 1 or 2 below), and the frontier rule (rank 4) compares the same seen frontier.
+lag, never invent one; None: not judged, below). The current source's link *lags* when the
+source's own frontier is ahead of ``received`` by more than ``link_lag``: it says it
+published what has not reached us. Its frontier *as this consumer sees it* is then
+``received`` (else what it reports). A lagging current STABLE source is left for another
+STABLE replica whose frontier is ahead of that by more than ``link_lag`` (the farthest
+ahead, then the smallest name: :attr:`Resume.IDS`, case 1 or 2 below), and the frontier
+rule (rank 4) compares the same seen frontier.
+
+Why the current source's own frontier and not only the others': a source sends a batch
+when it publishes it and reports the frontier it reached on a later heartbeat answer, so
+through a healthy link the batch arrives first; but another replica's answer may report a
+step of the output before the current source's batch with the same step arrives (two
+connections, two processes). Outputs that step by more than ``link_lag`` (a 500 ms window
+with no boundary in between, examples/sim.toml's n2) would then move a consumer between two
+healthy replicas now and then: comparing the current source with itself rules that out.
 
 ``link_lag`` is the consumer's failure-detection time, ``(misses + 1) * interval`` of its
 heartbeats: a link whose data lags by more than the time a silent replica takes to be
@@ -383,13 +393,14 @@ def choose_upstream(
                 return option
         return among[0] if among else None
 
-    seen = 0  # the current source's frontier as this consumer sees it
-    if current is not None and current in view:
-        seen = view[current].frontier
-        if received is not None:
-            seen = min(seen, received)
+    # The current source's frontier as this consumer sees it: what it reports, unless its
+    # link lags (it reports more than link_lag beyond what the link received).
+    seen = view[current].frontier if current is not None and current in view else 0
+    lags = False
+    if received is not None and seen > received + link_lag:
+        lags, seen = True, received
     data = first(current, corrections, among=by_state[STABLE])
-    if data is not None and data == current and received is not None:  # rank 1b, the link rule
+    if data is not None and data == current and lags:  # rank 1b, the link rule
         data = _ahead(current, seen, by_state[STABLE], view, link_lag)
     if data is None:
         data = first(current, among=by_state[UP_FAILURE])
