@@ -184,6 +184,19 @@ class QueryNetwork:
         for _, s in self._serializers:
             s.replay_step = step
 
+    def episode_may_begin(self, now: int, stream: str | None = None) -> bool:
+        """Whether the next call, at ``now``, may make some SUnion release the first
+        tentative bucket of a failure episode: ``push`` of a batch on ``stream``, or
+        ``on_timer`` (``stream`` None). Everything the network holds before such a call was
+        released stable, so the node checkpoints then (ON_FAILURE checkpointing)."""
+        if stream is None:
+            return any(s.may_begin_episode(now, False) for _, s in self._serializers)
+        ops = self.operators
+        return any(
+            isinstance(op := ops[idx], Serializer) and op.may_begin_episode(now, True)
+            for idx, _ in self._consumers.get(stream, ())
+        )
+
     def truncate(self) -> None:
         """The node just took a checkpoint: every SUnion drops the buckets released
         before it (a replay never goes back further)."""

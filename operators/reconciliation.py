@@ -61,6 +61,12 @@ class Serializer(Rewindable):
         """Drop what no replay can need any more (right after the node took a checkpoint)."""
 
     @abstractmethod
+    def may_begin_episode(self, now: int, data: bool) -> bool:
+        """Whether a call at ``now`` (``data``: ``process`` of a batch; else ``on_timer``)
+        may release the first tentative bucket of a failure episode. False positives cost
+        a checkpoint; a false negative would break checkpoint/redo (ON_FAILURE)."""
+
+    @abstractmethod
     def replay(self, now: int) -> list[Tuple]:
         """One step of a reconciliation's replay: re-release what this call may."""
 

@@ -226,6 +226,17 @@ class SUnion(Operator, Serializer):
         self._drain(out)
         return out
 
+    def may_begin_episode(self, now: int, data: bool) -> bool:
+        # An episode begins only in _expire, when a pending bucket's deadline has passed:
+        # at the call's start (process drains what expired first, on_timer drains), or
+        # right after a batch made its own bucket due, which needs a zero wait.
+        if self._ftb is not None:
+            return False  # already in one
+        if data and self.wait == 0:
+            return True
+        deadline = self.next_deadline()
+        return deadline is not None and deadline <= now
+
     def replay(self, now: int) -> list[Tuple]:
         """After :meth:`rewind`: re-release the kept buckets (same as ``on_timer``)."""
         return self.on_timer(now)

@@ -22,7 +22,11 @@ The format (``examples/README.md`` has the long version)::
     bucket = 0.1               # SUnion bucket width, seconds (> 0)
     heartbeat_interval = 0.1   # seconds, 0 < h <= 0.1
     heartbeat_misses = 3       # integer >= 1
-    checkpoint_interval = 0.2  # seconds (> 0)
+    checkpointing = "on_failure"  # "on_failure": checkpoint right before a failure's first
+                               # tentative release (free while nothing fails);
+                               # "periodic": every checkpoint_interval
+    checkpoint_interval = 0.2  # seconds (> 0); on_failure: how often SUnions forget
+                               # what they released stable
     reconciliation = "checkpoint"  # "checkpoint" | "undo"
     up_failure = "process"         # "delay" | "process"
     stabilization = "process"      # "suspend" | "delay" | "process"
@@ -239,6 +243,9 @@ def _settings(t: Table, base: NodeSettings) -> NodeSettings:
             "stabilization", base.stabilization, choices=("suspend", "delay", "process")
         ),
         replay_step=t.integer("replay_step", base.replay_step, lo=1),
+        checkpointing=t.string(
+            "checkpointing", base.checkpointing, choices=("on_failure", "periodic")
+        ),
     )
 
 

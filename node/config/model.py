@@ -63,6 +63,7 @@ class NodeSettings:
     up_failure: str  # "delay" | "process"
     stabilization: str  # "suspend" | "delay" | "process"
     replay_step: int = 10  # SUnion buckets re-released per event-loop turn when reconciling
+    checkpointing: str = "on_failure"  # "on_failure" | "periodic" (node/replica/vocabulary.py)
 
     @property
     def wait(self) -> int:

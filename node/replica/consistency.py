@@ -10,12 +10,17 @@ performs the actions in list order, with no input processed between two actions 
 
 Theory of operation
 -------------------
-*STABLE.* A checkpoint every ``checkpoint_interval`` (200 ms), only here, and one at once on
-entering STABLE (the first ``Tick`` after :func:`start` takes checkpoint 0: checkpoint/redo
-always has a pre-failure state). None on entering UP_FAILURE: SUnion signals it in the call
-that released the first tentative bucket, so a checkpoint then would restore the failure.
-(The paper's "checkpoint when going into UP_FAILURE" is at the *start* of the alpha*X wait,
-which SUnion does not signal; the 200 ms checkpoints cover it, as in the paper's runs.)
+*STABLE.* Checkpoints are taken only here, in one of two ways (``Policy.checkpointing``).
+PERIODIC: one every ``checkpoint_interval`` (200 ms), and one at once on entering STABLE
+(the first ``Tick`` after :func:`start` takes checkpoint 0: checkpoint/redo always has a
+pre-failure state). ON_FAILURE: one right before the network call that may release an
+SUnion's first tentative bucket (``EpisodeImminent``, fed by the runtime before that call:
+the network is quiescent between calls, and all it holds is stable), the paper's
+"checkpoint when going into UP_FAILURE" taken at the end of the alpha*X wait instead of its
+start; the periodic ``Tick`` then only lets the SUnions forget what they released
+(``ForgetReleased``), which no redo can need. Never a checkpoint *after* the first
+tentative release: SUnion signals UP_FAILURE in the call that made it, so a checkpoint then
+would restore the failure.
 
 *UP_FAILURE.* SUnion delays or processes (``SetSUnionMode``). An SUnion that released
 tentative tuples (``UpFailure(sunion)``) is *failing* until its REC_REQUEST (``RecRequest(
@@ -82,7 +87,8 @@ is a refusal of our latest request, or the grant of it that completes every reac
 partner's; *complete*: every partner still reachable granted our pending request)::
 
   state          event               guard                           actions -> next
-  STABLE         Tick                checkpoint due                  TakeCheckpoint
+  STABLE         Tick                checkpoint due                  TakeCheckpoint | ForgetReleased
+  STABLE         EpisodeImminent     ON_FAILURE (else none)          TakeCheckpoint
   STABLE         UpFailure                                           -> UP_FAILURE
   STABLE         PermissionAsked                                     Grant
   STABLE         PartnerAnswered     deciding (else none)            Log (stale)
@@ -127,7 +133,10 @@ from node.errors import ConsistencyError
 from node.replica.vocabulary import (
     Action,
     AskPermission,
+    Checkpointing,
+    EpisodeImminent,
     Event,
+    ForgetReleased,
     Grant,
     Log,
     Method,
@@ -154,7 +163,8 @@ from node.replica.vocabulary import (
 )
 
 __all__ = [
-    "TRANSITIONS", "Action", "AskPermission", "Event", "Grant", "Log", "MachineState",
+    "TRANSITIONS", "Action", "AskPermission", "Checkpointing", "EpisodeImminent", "Event",
+    "ForgetReleased", "Grant", "Log", "MachineState",
     "Method", "PartnerAnswered", "PartnerUnreachable", "Permission",
     "PermissionAsked", "Policy", "RecRequest", "Reconcile", "ReconciliationProgress", "Refuse",
     "ResumeNewInput", "SelfGrant", "SendRecDone", "SetSUnionMode", "StabilizationStrategy",
@@ -172,7 +182,7 @@ class MachineState:
     state: State
     since: int  # when ``state`` was entered
     sunion_mode: UpFailureStrategy  # the mode last set on the SUnions
-    last_checkpoint_at: int | None = None  # None: one is due at once
+    last_checkpoint_at: int | None = None  # None: due at once (ON_FAILURE: last forget)
     permission: Permission = Permission.NONE
     next_ask_at: int | None = None  # when to ask (again), while a reconciliation awaits one
     request: int = 0  # number of our latest AskPermission
@@ -318,7 +328,15 @@ def _checkpoint_if_due(m: MachineState, e: Tick) -> Step:
     last = m.last_checkpoint_at
     if last is not None and e.now < last + m.policy.checkpoint_interval:
         return m, []
+    if m.policy.checkpointing is Checkpointing.ON_FAILURE:
+        return replace(m, last_checkpoint_at=e.now), [ForgetReleased()]
     return replace(m, last_checkpoint_at=e.now, checkpoints=m.checkpoints + 1), [TakeCheckpoint()]
+
+
+def _checkpoint_before_episode(m: MachineState, e: EpisodeImminent) -> Step:
+    if m.policy.checkpointing is not Checkpointing.ON_FAILURE:
+        return m, []  # the periodic checkpoints cover it
+    return replace(m, checkpoints=m.checkpoints + 1), [TakeCheckpoint()]
 
 
 def _fail(m: MachineState, e: UpFailure) -> Step:
@@ -434,6 +452,7 @@ Handler: TypeAlias = Callable[[MachineState, Any], Step]
 #: (state, event type) -> handler, read-only. A pair that is absent is illegal.
 TRANSITIONS: Mapping[tuple[State, type[Any]], Handler] = MappingProxyType({
     (_S, Tick): _checkpoint_if_due,
+    (_S, EpisodeImminent): _checkpoint_before_episode,
     (_S, UpFailure): _fail,
     (_S, PermissionAsked): _answer,
     (_S, PartnerAnswered): _answered_late,

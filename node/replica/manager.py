@@ -84,6 +84,7 @@ def policy_of(node: NodeConfig, replica: str) -> cm.Policy:
         up_failure=cm.UpFailureStrategy(st.up_failure),
         stabilization=cm.StabilizationStrategy(st.stabilization),
         method=cm.Method(st.reconciliation),
+        checkpointing=cm.Checkpointing(st.checkpointing),
         checkpoint_interval=st.checkpoint_interval,
         rank=rank,
     )
@@ -132,6 +133,7 @@ class Manager:
         # Test-only: the machine never hears that its inputs were corrected.
         self._stuck = mutation is Mutation.STUCK_RECONCILIATION
         self.checkpoints = CheckpointStore()
+        self._on_failure = policy.checkpointing is cm.Checkpointing.ON_FAILURE
         # The machine counts the answers of exactly the partners asked.
         policy = replace(policy, partners=tuple(p.name for p in self.partners))
         self.machine, actions = cm.start(policy, now())
@@ -182,6 +184,18 @@ class Manager:
         finally:
             self._busy = False
             self._wake.set()
+
+    def before_network_call(self, now: int, stream: str | None = None) -> None:
+        """Call before ``push`` (of a batch on ``stream``) or ``on_timer`` (``stream``
+        None) at ``now``: if that call may begin a failure episode, the machine hears it
+        first, and with ON_FAILURE checkpointing takes its checkpoint now, while all the
+        network holds is stable. (Nothing to do with PERIODIC: its checkpoints cover it.)"""
+        if (
+            self._on_failure
+            and self.machine.state is cm.State.STABLE
+            and self.network.episode_may_begin(now, stream)
+        ):
+            self.feed(cm.EpisodeImminent(now))
 
     def wake(self) -> None:
         """The network's deadline may have moved (a batch was pushed): re-read it."""
@@ -265,6 +279,7 @@ class Manager:
                 continue
             now = self._now()
             if network is not None and network <= now:
+                self.before_network_call(now)
                 self._emit(self.network.on_timer(now), now)
             machine = cm.next_deadline(self.machine)  # the timer's signals may have moved it
             if machine is not None and machine <= now:
@@ -279,6 +294,8 @@ class Manager:
         now = self._now()
         if isinstance(a, cm.TakeCheckpoint):
             self.take_checkpoint(now)
+        elif isinstance(a, cm.ForgetReleased):
+            self.network.truncate()
         elif isinstance(a, cm.SetSUnionMode):
             self.network.set_mode(a.mode.value)
         elif isinstance(a, cm.AskPermission):

@@ -352,6 +352,7 @@ class Replica:
         await self.manager.input_open.wait()  # SUSPEND or a replay: hold new input
         now = now_us()
         self.counters["tuples_in"][stream] += len(tuples)
+        self.manager.before_network_call(now, stream)
         self._emit(self.network.push(stream, tuples, now), now)
         self.manager.wake()  # the network's next deadline may have moved
 

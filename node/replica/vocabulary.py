@@ -17,7 +17,8 @@ from typing import TypeAlias
 from node.errors import ConsistencyError
 
 __all__ = [
-    "Action", "AskPermission", "Event", "Grant", "Log", "Method", "PartnerAnswered",
+    "Action", "AskPermission", "Checkpointing", "EpisodeImminent", "Event", "ForgetReleased",
+    "Grant", "Log", "Method", "PartnerAnswered",
     "PartnerUnreachable", "Permission", "PermissionAsked", "Policy", "RecRequest", "Reconcile",
     "ReconciliationProgress", "Refuse", "ResumeNewInput", "SelfGrant", "SendRecDone",
     "SetSUnionMode", "StabilizationStrategy", "State", "SuspendNewInput", "TakeCheckpoint",
@@ -52,6 +53,21 @@ class Method(Enum):
     UNDO = "undo"  # UNDO_START into the SUnions: operators rebuild from their input logs
 
 
+class Checkpointing(Enum):
+    """When a replica checkpoints for checkpoint/redo.
+
+    PERIODIC: every ``checkpoint_interval`` in STABLE (the paper's runs). ON_FAILURE: once,
+    right before the network call that may release a failure episode's first tentative
+    bucket (``EpisodeImminent``): the paper's "checkpoint when entering UP_FAILURE", at the
+    end of the alpha*X wait rather than its start, which is the same state (nothing was
+    released meanwhile but stable buckets, which the redo then replays too). It costs
+    nothing while no failure happens, and a redo replays the failure only (no half
+    interval of stable input before it)."""
+
+    PERIODIC = "periodic"
+    ON_FAILURE = "on_failure"
+
+
 class Permission(Enum):
     NONE = "none"
     ASKED = "asked"
@@ -68,6 +84,8 @@ class Policy:
     up_failure: UpFailureStrategy = UpFailureStrategy.PROCESS
     stabilization: StabilizationStrategy = StabilizationStrategy.PROCESS
     method: Method = Method.CHECKPOINT
+    checkpointing: Checkpointing = Checkpointing.PERIODIC
+    #: PERIODIC: between two checkpoints; ON_FAILURE: between two ``ForgetReleased``.
     checkpoint_interval: int = 200_000
     permission_retry: int = 500_000
     #: How close to now a recovered replica's SUnions must release before it rejoins
@@ -101,6 +119,14 @@ class Tick:
 class UpFailure:
     now: int
     sunion: str  # this SUnion signalled UP_FAILURE (it released tentative tuples)
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeImminent:
+    """The network call about to run at ``now`` may release an SUnion's first tentative
+    bucket (``QueryNetwork.episode_may_begin``); fed before it, while STABLE only."""
+
+    now: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +165,7 @@ class ReconciliationProgress:
 
 
 Event: TypeAlias = (
-    Tick | UpFailure | RecRequest | PartnerAnswered | PartnerUnreachable | PermissionAsked
+    Tick | EpisodeImminent | UpFailure | RecRequest | PartnerAnswered | PartnerUnreachable | PermissionAsked
     | ReconciliationProgress
 )
 
@@ -148,6 +174,13 @@ Event: TypeAlias = (
 @dataclass(frozen=True, slots=True)
 class TakeCheckpoint:
     """Snapshot the network, then truncate every SUnion's kept buckets."""
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetReleased:
+    """ON_FAILURE checkpointing, in STABLE: truncate every SUnion's kept buckets without a
+    checkpoint. What they hold was released stable, and no episode begins without a
+    checkpoint taken after it (``EpisodeImminent``), so no redo will replay it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +245,6 @@ class Log:
 
 
 Action: TypeAlias = (
-    TakeCheckpoint | AskPermission | SelfGrant | Reconcile | SendRecDone | Grant | Refuse
+    TakeCheckpoint | ForgetReleased | AskPermission | SelfGrant | Reconcile | SendRecDone | Grant | Refuse
     | SuspendNewInput | ResumeNewInput | SetSUnionMode | Log
 )

@@ -120,8 +120,21 @@ class SUnionModel(RuleBasedStateMachine):
             self.episode = False
             self.rec_requests = 0
 
+    def _call(self, now: int, data: bool) -> bool:
+        """Before an SUnion call: whether it may begin an episode (``may_begin_episode``)."""
+        return self.u.may_begin_episode(now, data)
+
+    def _called(self, may_begin: bool, was_failing: bool) -> None:
+        """After it: an episode never begins where ``may_begin_episode`` said it could not
+        (ON_FAILURE checkpointing would then have no checkpoint before the failure)."""
+        assert was_failing or not self.u.in_failure or may_begin, \
+            "an episode began in a call that may_begin_episode ruled out"
+
     def _feed(self, port: int, batch: list[Tuple]) -> None:
-        self._out(self.u.process(port, batch, self.now))
+        may_begin, was_failing = self._call(self.now, True), self.u.in_failure
+        out = self.u.process(port, batch, self.now)
+        self._called(may_begin, was_failing)
+        self._out(out)
         self.delivered[port] += [t for t in batch if t.kind is S]
 
     def _send(self, port: int, items: list[Tuple], tentative: bool) -> None:
@@ -215,7 +228,10 @@ class SUnionModel(RuleBasedStateMachine):
         self.now += dt
         if fire_timer:
             while (due := self.u.next_deadline()) is not None and due <= self.now:
-                self._out(self.u.on_timer(due))
+                may_begin, was_failing = self._call(due, False), self.u.in_failure
+                out = self.u.on_timer(due)
+                self._called(may_begin, was_failing)
+                self._out(out)
             deadline = self.u.next_deadline()
             assert deadline is None or deadline > self.now, "a bucket overstayed its wait"
 
@@ -287,6 +303,24 @@ class SUnionModel(RuleBasedStateMachine):
         assert data_of(apply_undos(self.stream)) == expected
 
 
+class OnFailureCheckpointModel(SUnionModel):
+    """ON_FAILURE checkpointing: the checkpoint is taken right before the call that may
+    begin an episode, and the periodic rule only forgets what was released (truncate
+    without a checkpoint). The final equality proves the redo from that checkpoint."""
+
+    def _call(self, now: int, data: bool) -> bool:
+        may_begin = super()._call(now, data)
+        if may_begin and self.so.mode is SOutputMode.NORMAL:  # the node is STABLE
+            self.checkpoint = (self.u.snapshot(), self.so.snapshot())
+            self.u.truncate()
+        return may_begin
+
+    @precondition(lambda self: not self.u.in_failure and self.so.mode is SOutputMode.NORMAL)
+    @rule()
+    def take_checkpoint(self) -> None:
+        self.u.truncate()  # ForgetReleased
+
+
 class DelayUndoModel(SUnionModel):
     mode = "delay"
     recovery = "undo"
@@ -304,5 +338,6 @@ def _case(machine: Any) -> Any:
 
 
 TestProcessCheckpoint = _case(SUnionModel)
+TestProcessCheckpointOnFailure = _case(OnFailureCheckpointModel)
 TestDelayUndo = _case(DelayUndoModel)
 TestProcessCheckpointUndoStart = _case(ProcessCheckpointUndoStartModel)

@@ -18,7 +18,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from node.replica.consistency import (
     AskPermission,
+    Checkpointing,
+    EpisodeImminent,
     Event,
+    ForgetReleased,
     Grant,
     MachineState,
     Method,
@@ -86,6 +89,10 @@ class Node:
         # decision counted the other's grant (a lost message is silence too).
         self.grants: list[frozenset[int]] = [frozenset()] * n
         self.dead: list[str | None] = [None] * n  # None, "refuses" or "silent"
+        # A checkpoint was taken since the SUnions last forgot what they released: what a
+        # checkpoint/redo needs (with ON_FAILURE, the one taken right before the episode).
+        # Derived from the history, so not part of ``key``.
+        self.restorable = [False] * n
 
     def _fresh(self, i: int) -> MachineState:
         partners = tuple(NAMES[j] for j in range(self.n) if j != i)
@@ -96,6 +103,7 @@ class Node:
         new.m, new.net, new.awaiting = list(self.m), list(self.net), list(self.awaiting)
         new.seen, new.suspended = [list(x) for x in self.seen], list(self.suspended)
         new.episode, new.grants, new.dead = list(self.episode), list(self.grants), list(self.dead)
+        new.restorable = list(self.restorable)
         return new
 
     def key(self) -> Hashable:
@@ -127,7 +135,16 @@ class Node:
             if isinstance(a, TakeCheckpoint):
                 assert before.state is STABLE and after.state is STABLE, "checkpoint outside STABLE"
                 self.seen[i][0] += 1
+                self.restorable[i] = True
+            elif isinstance(a, ForgetReleased):
+                assert before.state is STABLE and after.state is STABLE, "forgetting outside STABLE"
+                self.restorable[i] = False
             elif isinstance(a, Reconcile):
+                # (ON_FAILURE only: the searches start PERIODIC machines without their
+                # checkpoint 0, which the runtime takes before any input.)
+                assert (a.method is not Method.CHECKPOINT or self.restorable[i]
+                        or self.policy.checkpointing is Checkpointing.PERIODIC), \
+                    "checkpoint/redo with no checkpoint since the SUnions last forgot"
                 assert after.state is STAB, "Reconcile without entering STABILIZATION"
                 self.grants[i] = self.decided_on(i, before, after, event, self_grant)
                 self.awaiting[i] = False
@@ -193,7 +210,8 @@ class Node:
         self.dead[i] = None
         self.m[i] = self._fresh(i)
         self.seen[i] = [0, 0]
-        self.feed(i, Tick(self.now))  # checkpoint 0
+        self.restorable[i] = False
+        self.feed(i, Tick(self.now))  # checkpoint 0 (PERIODIC)
 
     def tick_at_deadline(self, i: int) -> None:
         d = next_deadline(self.m[i])
@@ -336,10 +354,12 @@ class Replicas(RuleBasedStateMachine):
     @initialize(
         up=st.sampled_from(UpFailureStrategy), stab=st.sampled_from(StabilizationStrategy),
         method=st.sampled_from(Method), n=st.sampled_from((2, 3)),
+        checkpointing=st.sampled_from(Checkpointing),
     )  # fmt: skip
     def setup(self, up: UpFailureStrategy, stab: StabilizationStrategy, method: Method,
-              n: int) -> None:
-        self.node = Node(policy(up_failure=up, stabilization=stab, method=method), n)
+              n: int, checkpointing: Checkpointing) -> None:
+        self.node = Node(policy(up_failure=up, stabilization=stab, method=method,
+                                checkpointing=checkpointing), n)
 
     @property
     def n(self) -> Node:
@@ -381,7 +401,19 @@ class Replicas(RuleBasedStateMachine):
     @rule(data=st.data())
     def failure(self, data: st.DataObject) -> None:
         for i in self.pick(data, self._failable):
+            if self.n.m[i].state is STABLE:
+                # The runtime's order: the call that releases the first tentative bucket
+                # is announced first (QueryNetwork.episode_may_begin).
+                self.n.feed(i, EpisodeImminent(self.n.now))
             self.n.feed(i, UpFailure(self.n.now, U))
+
+    @precondition(lambda self: self._any(lambda i: self.n.m[i].state is STABLE))
+    @rule(data=st.data())
+    def false_alarm(self, data: st.DataObject) -> None:
+        # A call that might have begun an episode and did not (a bucket made ready by the
+        # same batch that found its deadline passed): a checkpoint for nothing.
+        for i in self.pick(data, lambda i: self.n.m[i].state is STABLE):
+            self.n.feed(i, EpisodeImminent(self.n.now))
 
     @precondition(lambda self: self._any(self._open))
     @rule(data=st.data())

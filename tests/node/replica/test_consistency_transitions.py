@@ -17,7 +17,10 @@ from node.replica.consistency import (
     TRANSITIONS,
     Action,
     AskPermission,
+    Checkpointing,
+    EpisodeImminent,
     Event,
+    ForgetReleased,
     Grant,
     Log,
     Method,
@@ -65,7 +68,7 @@ from tests.node.replica.consistency_world import (
 
 NOBODY = "no partner reachable: each refused the connection or left 3 requests unanswered"
 ALL_EVENTS: list[type[Any]] = [
-    Tick, UpFailure, RecRequest, PartnerAnswered, PartnerUnreachable, PermissionAsked,
+    Tick, EpisodeImminent, UpFailure, RecRequest, PartnerAnswered, PartnerUnreachable, PermissionAsked,
     ReconciliationProgress,
 ]  # fmt: skip
 
@@ -102,6 +105,24 @@ def test_stable_tick_checkpoints_at_once_then_every_interval() -> None:
     assert actions == [] and m.checkpoints == 1
     m, actions = step(m, Tick(201_000))
     assert actions == [TakeCheckpoint()] and m.checkpoints == 2
+
+
+@covers((STABLE, EpisodeImminent))
+def test_on_failure_checkpoints_right_before_an_episode_and_only_forgets_on_ticks() -> None:
+    on_failure = policy(checkpointing=Checkpointing.ON_FAILURE, checkpoint_interval=200 * MS)
+    m, _ = start(on_failure, 1000)
+    assert next_deadline(m) == 1000  # never stuck: the forgetting is periodic
+    m, actions = step(m, Tick(1000))
+    assert actions == [ForgetReleased()] and m.checkpoints == 0
+    assert next_deadline(m) == 201_000 and step(m, Tick(200_999))[1] == []
+    m, actions = step(m, EpisodeImminent(150 * MS))
+    assert actions == [TakeCheckpoint()] and m.checkpoints == 1 and m.state is STABLE
+    m, actions = step(m, EpisodeImminent(160 * MS))  # a false alarm before: another one
+    assert actions == [TakeCheckpoint()] and m.checkpoints == 2
+    assert step(m, Tick(201_000))[1] == [ForgetReleased()]
+    # PERIODIC: the 200 ms checkpoints cover the episode; nothing more to do.
+    m = stable()
+    assert step(m, EpisodeImminent(50 * MS)) == (m, [])
 
 
 @covers((STABLE, UpFailure))
@@ -438,9 +459,10 @@ def test_stabilization_ignores_answers_to_earlier_requests() -> None:
 
 
 # ------------------------------------------------------------------------- table and errors
-ILLEGAL = {(STABLE, RecRequest), (STABLE, ReconciliationProgress), (UP, ReconciliationProgress)}
+ILLEGAL = {(STABLE, RecRequest), (STABLE, ReconciliationProgress), (UP, ReconciliationProgress),
+           (UP, EpisodeImminent), (STAB, EpisodeImminent)}  # fmt: skip
 SAMPLE: dict[type[Any], Event] = {
-    Tick: Tick(1), UpFailure: UpFailure(1, U), RecRequest: RecRequest(1, U),
+    Tick: Tick(1), EpisodeImminent: EpisodeImminent(1), UpFailure: UpFailure(1, U), RecRequest: RecRequest(1, U),
     PartnerAnswered: granted(1, 1), PartnerUnreachable: PartnerUnreachable(1, "r1"),
     PermissionAsked: ASK, ReconciliationProgress: ReconciliationProgress(1, True),
 }  # fmt: skip

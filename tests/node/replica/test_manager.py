@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import pytest
 
@@ -30,14 +31,22 @@ LOG = logging.getLogger("test.manager")
 
 def make_manager(partners: Sequence[Partner] = (), transport: MemoryTransport | None = None,
                  *, emit: Emit | None = None, now: Callable[[], int] = lambda: 0,
-                 checkpoint: bool = True, mutation: Mutation | None = None) -> Manager:
+                 checkpoint: bool = True, mutation: Mutation | None = None,
+                 checkpointing: cm.Checkpointing | None = None) -> Manager:
     node = load_config(DEFAULT_CLUSTER).nodes["n1"]
     transport = transport or MemoryTransport().for_process("n1a")
-    manager = Manager("n1a", "n1", policy_of(node, "n1a"), QueryNetwork(node.network),
+    policy = policy_of(node, "n1a")
+    if checkpointing is not None:
+        policy = replace(policy, checkpointing=checkpointing)
+    manager = Manager("n1a", "n1", policy, QueryNetwork(node.network),
                       list(partners), transport, emit or (lambda out, now: None), now, log=LOG,
                       mutation=mutation)
     if checkpoint:
-        manager.feed(cm.Tick(0))  # checkpoint 0, as the deadline loop takes it at once
+        # Checkpoint 0 (PERIODIC), as the deadline loop takes it at once; ON_FAILURE: a
+        # checkpoint as if a failure had begun (the tests reconcile from it).
+        manager.feed(cm.Tick(0))
+        if policy.checkpointing is cm.Checkpointing.ON_FAILURE:
+            manager.feed(cm.EpisodeImminent(0))
     return manager
 
 
@@ -95,7 +104,7 @@ async def test_one_deadline_loop_serves_the_network_and_the_machine() -> None:
         emitted.append(out)
         manager.on_signals(out.signals, now)
 
-    manager = make_manager(emit=emit, now=lambda: clock[0])
+    manager = make_manager(emit=emit, now=lambda: clock[0], checkpointing=cm.Checkpointing.PERIODIC)
     manager.network.push("s1", [make_tuple(Kind.STABLE, 1, 10, 10, (0, 50))], 0)
     assert manager.network.next_deadline() == 700_000
     run = asyncio.create_task(manager.run())
@@ -111,6 +120,39 @@ async def test_one_deadline_loop_serves_the_network_and_the_machine() -> None:
     manager.wake()
     await until(lambda: manager.state is cm.State.UP_FAILURE, "the SUnion's release")
     assert [(op, s.kind) for op, s in emitted[0].signals] == [("u", Kind.UP_FAILURE)]
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+
+
+async def test_on_failure_checkpoints_right_before_the_timer_that_begins_an_episode() -> None:
+    """ON_FAILURE: no checkpoint while nothing fails (the machine's ticks only let the
+    SUnions forget), then one taken by the deadline loop right before the on_timer call that
+    releases the first tentative bucket: its SUnion has released nothing tentative yet."""
+    clock = [0]
+    states: list[cm.State] = []
+
+    def emit(out: NetworkOutput, now: int) -> None:
+        manager.on_signals(out.signals, now)
+        states.append(manager.state)
+
+    manager = make_manager(emit=emit, now=lambda: clock[0], checkpoint=False,
+                           checkpointing=cm.Checkpointing.ON_FAILURE)
+    # s1 sends a tuple and its boundary; s2 and s3 send nothing: bucket 0 waits.
+    manager.network.push("s1", [make_tuple(Kind.STABLE, 1, 10, 10, (0, 50)), boundary(100_000)], 0)
+    run = asyncio.create_task(manager.run())
+    clock[0] = 650_000  # ForgetReleased due at 0, 200, 400 and 600 ms: no checkpoint
+    manager.wake()
+    await until(lambda: manager.machine.last_checkpoint_at == 650_000, "the forgetting at 650 ms")
+    assert manager.machine.checkpoints == 0 and manager.checkpoints.last_seq is None
+    # Nothing from s2/s3 for bucket 0: its deadline (alpha*X = 0.7 s) passes, it goes out
+    # tentative, and a checkpoint was taken right before, while still STABLE.
+    clock[0] = 800_000
+    manager.wake()
+    await until(lambda: manager.state is cm.State.UP_FAILURE, "the SUnion's tentative release")
+    assert manager.machine.checkpoints == 1 and manager.checkpoints.last_seq == 1
+    snap = manager.checkpoints.latest().parts["u"]
+    assert snap["state"]["ftb"] is None and snap["state"]["buckets"][0][0] == 0  # bucket 0 pending
     run.cancel()
     with pytest.raises(asyncio.CancelledError):
         await run
