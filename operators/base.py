@@ -172,6 +172,9 @@ class Operator(ABC):
         #: Control-stream tuples (UP_FAILURE, REC_REQUEST) for the consistency manager;
         #: the query network drains this after every call.
         self.signals: list[Tuple] = []
+        #: Whether this instance logs its input for undo/redo (``uses_undo_log``, unless the
+        #: query network turned it off: fault tolerance off, ``QueryNetwork(undo_logs=False)``).
+        self.keeps_undo_log = self.uses_undo_log
         self.configure(params)
         params.finish()
         self._n_ports = n
@@ -239,6 +242,9 @@ class Operator(ABC):
             self._last_in_id = min(self._last_in_id, last_kept_id)
             out.append(undo(last_kept_id))
             return
+        if not self.keeps_undo_log:
+            raise OperatorError(f"{self.describe()}: got UNDO({last_kept_id}) on input {port} but "
+                                "keeps no undo log (the query network's undo logs are off)")
         self._undo_by_rebuild(port, last_kept_id, out)
 
     # ------------------------------------------------------------------ helpers
@@ -396,7 +402,7 @@ class Operator(ABC):
                     if t[0] is STABLE:
                         out[k] = t._replace(kind=TENTATIVE)
             return
-        if self.uses_undo_log:
+        if self.keeps_undo_log:
             self._log_entries(port, run)
         if not self._tainted and run[0][0] is TENTATIVE:
             self._set_taint(True, run[0][1])
@@ -408,7 +414,7 @@ class Operator(ABC):
             tentative = t[1] == TENTATIVE_BOUNDARY_ID
             if tentative and self.tentative_boundaries == "ignore":
                 return
-            if self.uses_undo_log and not self.preserves_ids:
+            if self.keeps_undo_log and not self.preserves_ids:
                 self._log_entries(port, (t,))
                 if not self._replaying:
                     self._boundary_log.append((self._seq - 1, port, t[2]))

@@ -61,7 +61,9 @@ class NetworkOutput:
 class QueryNetwork:
     """A built, validated query network. Never called concurrently; no I/O; no clock."""
 
-    def __init__(self, spec: NetworkSpec | Mapping[str, Any]) -> None:
+    def __init__(self, spec: NetworkSpec | Mapping[str, Any], *, undo_logs: bool = True) -> None:
+        """``undo_logs=False``: no operator logs its input for undo/redo (fault tolerance
+        off, for ``dpc bench overhead``); an UNDO reaching one then raises."""
         if not isinstance(spec, NetworkSpec):
             spec = NetworkSpec.from_dict(spec)
         self.spec = spec
@@ -73,6 +75,7 @@ class QueryNetwork:
         for name in order:
             o = by_name[name]
             op = create(o.type, o.name, [schemas[i] for i in o.inputs], o.params)
+            op.keeps_undo_log = op.keeps_undo_log and undo_logs
             schemas[name] = op.output_schema
             self._index[name] = len(self.operators)
             self.operators.append(op)

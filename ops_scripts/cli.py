@@ -14,7 +14,7 @@ torture        seeded random schedules on real clusters, every run checked      
 soak           a long run under load and faults: memory and buffer growth per minute  soak.py
 check          verify a run's logs against a reference evaluation                     check.py
 fuzz           seeded malformed frames against the wire codec (sans-IO)               fuzz.py
-bench          core and throughput benchmarks                                         bench*.py
+bench          core, throughput, overhead and latency benchmarks                      bench/*.py
 =============  =====================================================================  =============
 
 Only commands that work are registered (``simulate``, ``sweep`` and ``reconcile`` come with
@@ -33,6 +33,17 @@ from pathlib import Path
 from protocol.errors import DPCError
 
 __all__ = ["main"]
+
+
+def _widths(text: str) -> tuple[int, ...]:
+    """``--buckets 50,100,300``: bucket widths in whole milliseconds, each > 0."""
+    try:
+        widths = tuple(int(w) for w in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of ms: {text!r}") from None
+    if not widths or min(widths) <= 0:
+        raise argparse.ArgumentTypeError(f"bucket widths must be > 0 ms: {text!r}")
+    return widths
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -176,6 +187,24 @@ def _parser() -> argparse.ArgumentParser:
     thr.add_argument("--steps", type=int, default=8, help="at most this many rates are offered")
     thr.add_argument("--keys", choices=("scaled", "example"), default="scaled",
                      help="key domains scaled with the rate (default) or the config's as is")
+    ovh = which.add_parser(
+        "overhead",
+        help="highest rate one replica sustains with fault tolerance as configured vs off",
+    )
+    ovh.add_argument("--config", type=Path, default=Path("examples/basic.toml"), metavar="CLUSTER.toml")
+    ovh.add_argument("--seconds", type=float, default=3.0, help="seconds per offered rate")
+    ovh.add_argument("--start-rate", type=float, default=12_500, help="first rate offered, tuples/s")
+    ovh.add_argument("--max-rate", type=float, default=800_000, help="highest rate offered, tuples/s")
+    ovh.add_argument("--steps", type=int, default=14, help="at most this many rates per search")
+    ovh.add_argument("--repeat", type=int, default=1, help="pairs of searches (the median is reported)")
+    lat = which.add_parser(
+        "latency", help="result latency (mean, stdev, p50, p99) per SUnion bucket width at a low rate",
+    )
+    lat.add_argument("--config", type=Path, default=Path("examples/basic.toml"), metavar="CLUSTER.toml")
+    lat.add_argument("--rate", type=float, default=1_000, help="tuples/s over all sources")
+    lat.add_argument("--seconds", type=float, default=5.0, help="seconds per bucket width")
+    lat.add_argument("--buckets", type=_widths, default=(50, 100, 150, 200, 300), metavar="MS,MS,...",
+                     help="bucket widths in ms (default 50,100,150,200,300)")
     return p
 
 
@@ -277,6 +306,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_throughput_bench(args.config, seconds=args.seconds, start_rate=args.start_rate,
                                         max_rate=args.max_rate, max_steps=args.steps, keys=args.keys)
+        if args.command == "bench" and args.which == "overhead":
+            from ops_scripts.bench.overhead import run_overhead_bench
+
+            return run_overhead_bench(args.config, seconds=args.seconds, start_rate=args.start_rate,
+                                      max_rate=args.max_rate, steps=args.steps, repeat=args.repeat)
+        if args.command == "bench" and args.which == "latency":
+            from ops_scripts.bench.latency import run_latency_bench
+
+            return run_latency_bench(args.config, rate=args.rate, seconds=args.seconds,
+                                     widths_ms=args.buckets)
     except DPCError as e:
         print(f"dpc: error: {e}", file=sys.stderr)
         return 2

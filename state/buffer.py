@@ -176,8 +176,12 @@ class OutputBuffer:
         "stream",
     )
 
-    def __init__(self, stream: str) -> None:
+    def __init__(self, stream: str, *, retain: bool = True) -> None:
+        """``retain=False``: every append trims every stable tuple at once, whatever the
+        consumers acked (fault tolerance off, for ``dpc bench overhead``: no replay from
+        here is possible)."""
         self.stream = stream
+        self.retain = retain
         # _items[_head:] is held; _items[:_head] was trimmed and awaits compaction.
         self._items: list[Tuple] = []
         self._head = 0
@@ -246,7 +250,9 @@ class OutputBuffer:
             self._no_stable_after(batch, kinds, 0, self._items[self._tent][1])
         self._last_id = batch[last][1]
         self._items.extend(batch)
-        if self._free:
+        if not self.retain:
+            self._trim_to(self._last_stable_id)
+        elif self._free:
             self._trim()
 
     def _no_stable_after(self, batch: list[Tuple], kinds: list[Kind], k: int, tid: int) -> None:
@@ -493,6 +499,10 @@ class OutputBuffer:
                     continue  # the grace rule: it no longer holds trimming
                 return
             low = min(low, a)
+        self._trim_to(low)
+
+    def _trim_to(self, low: int) -> None:
+        """Drop the prefix through the last stable data tuple with id <= ``low``."""
         if low <= self._trimmed_up_to:
             return
         p = self._cut(low)

@@ -27,6 +27,8 @@ The format (``examples/README.md`` has the long version)::
                                # "periodic": every checkpoint_interval
     checkpoint_interval = 0.2  # seconds (> 0); on_failure: how often SUnions forget
                                # what they released stable
+    fault_tolerance = true     # false: no checkpoints, undo logs or output buffers (only
+                               # for dpc bench overhead: a failure is then not corrected)
     reconciliation = "checkpoint"  # "checkpoint" | "undo"
     up_failure = "process"         # "delay" | "process"
     stabilization = "process"      # "suspend" | "delay" | "process"
@@ -246,6 +248,7 @@ def _settings(t: Table, base: NodeSettings) -> NodeSettings:
         checkpointing=t.string(
             "checkpointing", base.checkpointing, choices=("on_failure", "periodic")
         ),
+        fault_tolerance=t.boolean("fault_tolerance", base.fault_tolerance),
     )
 
 

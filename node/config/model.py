@@ -64,6 +64,9 @@ class NodeSettings:
     stabilization: str  # "suspend" | "delay" | "process"
     replay_step: int = 10  # SUnion buckets re-released per event-loop turn when reconciling
     checkpointing: str = "on_failure"  # "on_failure" | "periodic" (node/replica/vocabulary.py)
+    #: False: no checkpoints, no undo logs, output buffers keep nothing (``dpc bench
+    #: overhead`` measures fault tolerance against this; a failure cannot be corrected).
+    fault_tolerance: bool = True
 
     @property
     def wait(self) -> int:

@@ -328,14 +328,14 @@ def _checkpoint_if_due(m: MachineState, e: Tick) -> Step:
     last = m.last_checkpoint_at
     if last is not None and e.now < last + m.policy.checkpoint_interval:
         return m, []
-    if m.policy.checkpointing is Checkpointing.ON_FAILURE:
+    if m.policy.checkpointing is not Checkpointing.PERIODIC:
         return replace(m, last_checkpoint_at=e.now), [ForgetReleased()]
     return replace(m, last_checkpoint_at=e.now, checkpoints=m.checkpoints + 1), [TakeCheckpoint()]
 
 
 def _checkpoint_before_episode(m: MachineState, e: EpisodeImminent) -> Step:
     if m.policy.checkpointing is not Checkpointing.ON_FAILURE:
-        return m, []  # the periodic checkpoints cover it
+        return m, []  # PERIODIC: its checkpoints cover it; OFF: none ever
     return replace(m, checkpoints=m.checkpoints + 1), [TakeCheckpoint()]
 
 

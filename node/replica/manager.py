@@ -61,6 +61,7 @@ from dataclasses import replace
 from typing import Any
 
 from node.config.model import NodeConfig
+from node.errors import NodeError
 from node.net.transport import Connection, Transport
 from node.replica import consistency as cm
 from node.streams.mutation import Mutation
@@ -84,7 +85,7 @@ def policy_of(node: NodeConfig, replica: str) -> cm.Policy:
         up_failure=cm.UpFailureStrategy(st.up_failure),
         stabilization=cm.StabilizationStrategy(st.stabilization),
         method=cm.Method(st.reconciliation),
-        checkpointing=cm.Checkpointing(st.checkpointing),
+        checkpointing=cm.Checkpointing(st.checkpointing if st.fault_tolerance else "off"),
         checkpoint_interval=st.checkpoint_interval,
         rank=rank,
     )
@@ -339,6 +340,9 @@ class Manager:
         self._wake.set()  # the network's timers follow the gate
 
     def _reconcile(self, method: cm.Method, now: int) -> None:
+        if self.machine.policy.checkpointing is cm.Checkpointing.OFF:
+            raise NodeError(f"{self.owner}: a failure needs reconciling, but fault tolerance "
+                            "is off (fault_tolerance = false: a setting for dpc bench overhead)")
         started = self._now()
         if method is cm.Method.CHECKPOINT:
             snap = self.checkpoints.latest().parts

@@ -124,7 +124,12 @@ class Replica:
         transport = FaultyTransport(transport, self.faults, config.addresses())
         self.transport = transport
         self.run_dir = run_dir
-        self.network = QueryNetwork(self.node.network)
+        ft = self.node.settings.fault_tolerance
+        if not ft:
+            log.warning("%s: fault tolerance is OFF (fault_tolerance = false): no checkpoints, "
+                        "no undo logs, output buffers keep nothing; a failure cannot be "
+                        "corrected (a setting for dpc bench overhead)", name)
+        self.network = QueryNetwork(self.node.network, undo_logs=ft)
         if mutation is Mutation.RESUBSCRIBE_OVERLAP:
             log.error("%s: TEST MUTATION %s: resubscriptions overlap (duplicates)", name,
                       mutation.value)
@@ -136,7 +141,7 @@ class Replica:
         self.fed_by = _outputs_fed_by(self.network.spec.operators, self.stream_of)
         buffers: dict[str, OutputBuffer] = {}
         for stream in self.node.outputs:
-            buf = OutputBuffer(stream)
+            buf = OutputBuffer(stream, retain=ft)
             buf.set_consumers(config.consumers_of(stream))
             buffers[stream] = buf
         self.buffers = buffers

@@ -66,6 +66,9 @@ class Checkpointing(Enum):
 
     PERIODIC = "periodic"
     ON_FAILURE = "on_failure"
+    #: Fault tolerance off (``fault_tolerance = false``): no checkpoint ever; the SUnions
+    #: forget as with ON_FAILURE; a reconciliation fails (the runtime raises).
+    OFF = "off"
 
 
 class Permission(Enum):

@@ -1,11 +1,20 @@
 """``dpc bench``: measurements as ratios against a baseline taken in the same run.
 
 * ``core.py``: ``dpc bench core``, the in-process operator chain against the codec;
+* ``replica.py``: the harness of the next three: one real replica process, fed and read
+  over loopback by the bench's own sources and client, and what *sustained* means;
 * ``throughput.py``: ``dpc bench throughput``, one real replica's sustained rate against
-  the raw codec + loopback limit.
+  the raw codec + loopback limit;
+* ``overhead.py``: ``dpc bench overhead``, that rate with fault tolerance as configured
+  against the same with it off;
+* ``latency.py``: ``dpc bench latency``, result latency per SUnion bucket width.
 """
 
 from ops_scripts.bench.core import run_core_bench
+from ops_scripts.bench.latency import run_latency_bench
+from ops_scripts.bench.overhead import run_overhead_bench
 from ops_scripts.bench.throughput import raw_rate, run_throughput_bench
 
-__all__ = ["raw_rate", "run_core_bench", "run_throughput_bench"]
+__all__ = [
+    "raw_rate", "run_core_bench", "run_latency_bench", "run_overhead_bench", "run_throughput_bench",
+]

@@ -2,85 +2,52 @@
 
 Both figures come from one run (DESIGN.md 7). **raw**: Batch frames of 100 ``(key, value)``
 tuples encoded here and sent over loopback TCP for ``seconds`` (0.5 to 2 s) to a child
-process that decodes (FrameDecoder) and iterates them. **replica**: ONE ``dpc node``
-process, the first replica of the first node fed by sources only (``n1a`` of
-``examples/basic.toml``), run from a copy of the config with free loopback ports, no other
-replica and a client ``bench`` (whose acks trim the output buffer). This process plays the
-sources (node-runtime Publishers; tuple time = wall-clock us; a boundary every
-``boundary_interval``) and the client (an InputLink; latency = arrival us - tmax of each
-output STABLE tuple, after a warm-up of min(0.5 s, a quarter of the step)).
-
-A rate R (tuples/s over all sources, split as in the config) offered for ``seconds`` is
-**sustained** when this process's backlog for the replica stayed under 1 s of input, the
-output's boundary passed the step's end within 1 s, >= 95% of R was offered, p99 latency
-<= 1 s, p50 of the last quarter of the outputs is within 100 ms of the first quarter's (a
-backlog growing by 5% of R fails a 3 s step), and the replica is STABLE. R doubles from
-``--start-rate`` until a failure or ``--max-rate``, then bisects (``--steps`` at most);
-between steps only boundaries flow until the output caught up. The query and the replica
-are the config's, unchanged; ``--keys scaled`` (default) grows each ``key`` domain with R
-(``n x R / the config's total rate``) so that the join's output per input tuple stays the
-example's (~0.3), where the config's 100 keys (``--keys example``) make the basic join emit
-~1e-4 R^2 results/s (1 M/s at 100,000/s). Speed is reported, never asserted.
+process that decodes (FrameDecoder) and iterates them. **replica**: the highest rate one
+replica process sustains (``ops_scripts/bench/replica.py`` says what the harness runs and
+what *sustained* means). R doubles from ``--start-rate`` until a failure or
+``--max-rate``, then bisects (``--steps`` at most); between steps only boundaries flow until
+the output caught up. The query and the replica are the config's, unchanged; ``--keys
+scaled`` (default) grows each ``key`` domain with R so that the join's output per input
+tuple stays the example's (~0.3), where the config's 100 keys (``--keys example``) make the
+basic join emit ~1e-4 R^2 results/s (1 M/s at 100,000/s). Speed is reported, never asserted.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import gc
-import itertools
-import json
 import logging
-import os
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
-from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from node.clock import now_us
 from node.config.load import load_config
-from node.config.model import ClusterConfig, NodeConfig, SourceConfig
-from node.net.auth import authenticated
-from node.net.ports import free_port
-from node.net.tcp import TcpTransport
-from node.net.tls import control_url, url_context
-from node.procs.generators import make_generator
-from node.streams.link import InputLink
-from node.streams.publisher import Publisher
+from ops_scripts.bench.replica import (
+    LATENCY_BOUND_S,
+    STABLE,
+    TIMEOUT,
+    TREND_US,
+    BenchReplica,
+    Step,
+    bench_node,
+    run_bench,
+    runtime_gc,
+)
 from ops_scripts.errors import BenchFailed
 from protocol.codec import FrameDecoder, encode
 from protocol.messages import Batch
-from protocol.tuples import Kind, boundary, make_tuple
-from state.buffer import OutputBuffer
+from protocol.tuples import make_tuple
 
-__all__ = ["LATENCY_BOUND_S", "Step", "raw_rate", "run_throughput_bench"]
+__all__ = [
+    "LATENCY_BOUND_S", "Step", "raw_rate", "run_throughput_bench", "search_sustained",
+]
 
-log = logging.getLogger("dpc.bench")
-LATENCY_BOUND_S = 1.0  # p99 bound; also: backlog < 1 s of input, output through within 1 s
-TREND_US = 100_000  # how much p50 may grow across a step
-AIM = 100_000
-CLIENT = "bench"
-POOL = 1 << 16  # attribute values drawn per source and rate, used cyclically
-TIMEOUT = 30.0  # replica start-up; catching up after an overloaded step
-STABLE, BOUNDARY = Kind.STABLE, Kind.BOUNDARY
-
-
-@dataclass
-class Step:
-    """One offered rate and what came of it (``failure`` empty: sustained)."""
-
-    rate: float
-    achieved: float = 0.0
-    outputs: int = 0
-    p50_ms: float = float("nan")
-    p99_ms: float = float("nan")
-    failure: str = ""
+AIM = 300_000  # tuples/s, and AIM_RAW of the raw rate (issue 15)
+AIM_RAW = 0.10
 
 
 def _stop(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
@@ -137,257 +104,31 @@ def raw_rate(seconds: float, frame: int = 100) -> float:
     return int(n) / float(secs)
 
 
-def _toml(v: Any) -> str:
-    """A TOML value (inline tables): JSON strings, numbers and booleans are TOML ones."""
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{json.dumps(k)} = {_toml(x)}" for k, x in v.items()) + "}"
-    return "[" + ", ".join(map(_toml, v)) + "]" if isinstance(v, list | tuple) else json.dumps(v)
-
-
-def _bench_node(config: ClusterConfig) -> NodeConfig:
-    for node in config.nodes.values():
-        if all(s in config.sources for s in node.inputs):
-            return node
-    raise BenchFailed(f"{config.path}: no node reads from sources only: nothing to drive")
-
-
-@dataclass
-class _Feed:
-    """One source stream played by this process (``sent``: tuples of the current step)."""
-
-    src: SourceConfig
-    share: float  # of the rate
-    pub: Publisher
-    next_id: int = 1
-    sent: int = 0
-    pool: list[tuple[Any, ...]] = field(default_factory=list)  # values, used cyclically
-
-
-def _tls_table(config: ClusterConfig) -> dict[str, Any]:
-    """``[cluster.tls]`` with absolute paths (the bench's config lives elsewhere), or none."""
-    tls = config.tls
-    if tls is None:
-        return {}
-    return {"tls": {"cert": str(tls.cert), "key": str(tls.key), "ca": str(tls.ca)}}
-
-
-class _Run:
-    """The replica process and this process's sources and client (``stop`` ends the replica)."""
-
-    def __init__(self, config: ClusterConfig, scale_keys: bool, run_dir: Path) -> None:
-        self.config, self.scale_keys, self.node = config, scale_keys, _bench_node(config)
-        self.replica, self.output = self.node.replicas[0].name, next(iter(self.node.outputs))
-        self.dir, self.transport = run_dir, TcpTransport(tls=config.tls)
-        self.base_rate = sum(config.sources[s].rate for s in self.node.inputs)
-        self.feeds: list[_Feed] = []
-        for s in (config.sources[s] for s in self.node.inputs):
-            buf = OutputBuffer(s.name)
-            buf.set_consumers([self.replica])
-            pub = Publisher(f"bench-{s.name}", {s.name: buf}, log=log)
-            self.feeds.append(_Feed(s, s.rate / self.base_rate, pub))
-        self.boundary_us = min(f.src.boundary_interval for f in self.feeds)
-        self.rate, self.t0, self.watermark, self.outputs, self.control_port = 0.0, 0, 0, 0, 0
-        self.window = (0, 0)  # outputs with tmax in [lo, hi) count for latency
-        self.latencies: list[int] = []
-        self.proc: asyncio.subprocess.Process | None = None
-        self.moved = asyncio.Event()  # set when the output's watermark moves or the replica dies
-        self.halted = ""  # why the search cannot go on
-        self.tasks: list[asyncio.Task[None]] = []
-
-    def _write_config(self, ports: dict[str, int], data_port: int) -> Path:
-        raw, node = self.config.raw, self.node
-        replica = dict(raw["nodes"][node.name]["replicas"][0], host="127.0.0.1",
-                       data_port=data_port, control_port=self.control_port)
-        doc: dict[str, dict[str, Any]] = {
-            "cluster": dict(raw["cluster"], control_host="127.0.0.1", **_tls_table(self.config)),
-            "defaults": dict(raw.get("defaults", {})),
-            "sources": {f.src.name: {"schema": list(f.src.schema), "host": "127.0.0.1",
-                                     "port": ports[f.src.name], "rate": f.src.rate,
-                                     "boundary_interval": f.src.boundary_interval / 1e6}
-                        for f in self.feeds},
-            "nodes": {node.name: dict(raw["nodes"][node.name], replicas=[replica])},
-            "clients": {CLIENT: {"stream": self.output}},
-        }
-        path = self.dir / "config.toml"
-        path.write_text("".join(f"[{sec}]\n" + "".join(f"{json.dumps(k)} = {_toml(v)}\n" for k, v in t.items())
-                                for sec, t in doc.items()), encoding="utf-8")
-        return path
-
-    def _check_alive(self, problem: str = "") -> None:
-        """Raise if the replica died (or ``problem``), with the end of its output."""
-        if self.proc is not None and self.proc.returncode is not None:
-            problem = f"died (exit {self.proc.returncode})"
-        if problem:
-            lines = (self.dir / "replica.out").read_text(errors="replace").splitlines()
-            raise BenchFailed(f"replica {self.replica} {problem}; its last lines:\n    "
-                              + "\n    ".join(lines[-15:]))
-
-    async def start(self) -> None:
-        # Every port is picked first (outside the ephemeral range): the config names them,
-        # and each process of it (the sources and the client here, the replica) proves to
-        # the others that it is the one the config names there (node/net/auth.py).
-        ports = {f.src.name: free_port() for f in self.feeds}
-        data_port, self.control_port = free_port(), free_port()
-        cfg = await asyncio.to_thread(self._write_config, ports, data_port)
-        config = await asyncio.to_thread(load_config, cfg)
-        for f in self.feeds:
-            as_source = authenticated(self.transport, config, f.src.name, log=log)
-            await as_source.serve("127.0.0.1", ports[f.src.name], f.pub.handle)
-        out = await asyncio.to_thread(open, self.dir / "replica.out", "wb")
-        with out:  # the child writes to its own copy of the descriptor
-            self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "ops_scripts.cli", "node", str(cfg), self.replica,
-                "--run-dir", str(self.dir), stdout=out, stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True)
-        # The link retries until the replica serves; its first boundary out means ready.
-        link = InputLink(authenticated(self.transport, config, CLIENT, log=log), self.output,
-                         CLIENT, [("127.0.0.1", data_port)],
-                         self._on_output, log=log)
-        self.tasks = [asyncio.create_task(self._generate()), asyncio.create_task(link.run()),
-                      asyncio.create_task(self._watch(self.proc))]
-        try:
-            async with asyncio.timeout(TIMEOUT):
-                await self._caught_up(now_us())
-        except TimeoutError:
-            self._check_alive(f"sent no boundary within {TIMEOUT:.0f} s")
-
-    async def _watch(self, proc: asyncio.subprocess.Process) -> None:
-        """Wake the waits for output when the replica exits: they then raise at once."""
-        await proc.wait()
-        self.moved.set()
-
-    async def stop(self, grace: float = 10.0) -> None:
-        """SIGTERM the replica, SIGKILL after ``grace`` seconds; waits until it exited."""
-        proc = self.proc
-        if proc is None or proc.returncode is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            async with asyncio.timeout(grace):
-                await proc.wait()
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
-
-    def _set_rate(self, rate: float) -> None:
-        scale = rate / self.base_rate if self.scale_keys else 1.0
-        for f in self.feeds:
-            attrs = {a: replace(g, n=max(g.n, round(g.n * scale))) if g.kind == "key" else g
-                     for a, g in f.src.attributes.items()}
-            if rate > 0:  # fresh values: the key domains depend on the rate
-                f.pool = list(itertools.islice(make_generator(replace(f.src, attributes=attrs)), POOL))
-            f.sent = 0
-        self.rate, self.t0 = rate, now_us()
-
-    async def _generate(self) -> None:
-        next_boundary = now_us()
-        while True:
-            now = now_us()
-            for f in self.feeds:
-                due = int((now - self.t0) * self.rate * f.share / 1e6) - f.sent
-                if due > 0:
-                    pool, n, i0 = f.pool, len(f.pool), f.next_id
-                    f.pub.publish(f.src.name, [make_tuple(STABLE, i, now, now, pool[i % n])
-                                               for i in range(i0, i0 + due)])
-                    f.next_id, f.sent = i0 + due, f.sent + due
-                if now >= next_boundary:
-                    f.pub.publish(f.src.name, [boundary(now)])
-            if now >= next_boundary:
-                next_boundary = now + self.boundary_us
-            await asyncio.sleep(0.002)  # like a source's generator loop
-
-    async def _on_output(self, stream: str, tuples: Any) -> None:
-        arrival, (lo, hi), lat = now_us(), self.window, self.latencies
-        for t in tuples:
-            k = t[0]
-            if k is STABLE:
-                if lo <= t[3] < hi:
-                    lat.append(arrival - t[3])
-            elif k is BOUNDARY and t[2] > self.watermark:
-                self.watermark = t[2]
-                self.moved.set()
-        self.outputs += len(tuples)
-
-    async def _caught_up(self, t: int) -> None:
-        """Return once the output's boundary passed tuple time ``t``; raise if the replica
-        dies meanwhile. The caller bounds the wait (``asyncio.timeout``)."""
-        while self.watermark < t:
-            self._check_alive()
-            self.moved.clear()
-            await self.moved.wait()
-
-    def _state(self) -> str:
-        url = control_url(self.config, self.control_port, "status")
-        with urllib.request.urlopen(url, timeout=5, context=url_context(self.config)) as r:
-            return str(json.load(r)["state"])
-
-    async def step(self, rate: float, seconds: float) -> Step:
-        """Offer ``rate`` for ``seconds``, wait until the output caught up, judge."""
-        res = Step(rate)
-        self._set_rate(rate)
-        start, out0, self.latencies = self.t0, self.outputs, []
-        self.window = (start + int(min(0.5, seconds / 4) * 1e6), start + int(seconds * 1e6))
-        while now_us() < self.window[1] and not res.failure:
-            await asyncio.sleep(0.05)
-            self._check_alive()
-            if sum(sub["pending"] for f in self.feeds for st in f.pub.stats().values()
-                   for sub in st["subscribers"].values()) > rate * LATENCY_BOUND_S:
-                res.failure = f"backlog over {LATENCY_BOUND_S:g} s of input"
-        end = now_us()
-        res.achieved = sum(f.sent for f in self.feeds) / ((end - start) / 1e6)
-        self._set_rate(0)
-        try:
-            async with asyncio.timeout(LATENCY_BOUND_S):
-                await self._caught_up(end)
-        except TimeoutError:
-            res.failure = res.failure or f"output not through the step's end in {LATENCY_BOUND_S:g} s"
-            try:
-                async with asyncio.timeout(TIMEOUT):
-                    await self._caught_up(end)
-            except TimeoutError:
-                self.halted = f"{self.replica} did not catch up in {TIMEOUT:.0f} s after {rate:,.0f}/s"
-        self.window, res.outputs = (0, 0), self.outputs - out0
-        lats, q = self.latencies, len(self.latencies) // 4
-        lat, first, last = sorted(lats), sorted(lats[:q]), sorted(lats[len(lats) - q:])
-        if lat:
-            res.p50_ms, res.p99_ms = lat[len(lat) // 2] / 1e3, lat[len(lat) * 99 // 100] / 1e3
-        state = "?" if self.halted else await asyncio.to_thread(self._state)
-        if state not in ("?", "STABLE"):  # UP_FAILURE: a bucket waited alpha*X, tentative out
-            self.halted = f"the replica left STABLE ({state})"
-        growth = last[q // 2] - first[q // 2] if q else 0
-        res.failure = res.failure or next((why for bad, why in (
-            (state not in ("?", "STABLE"), f"replica {state}"),
-            (res.achieved < 0.95 * rate, "this process could not offer the rate"),
-            (not lat, "no output data"),
-            (res.p99_ms > LATENCY_BOUND_S * 1e3, f"p99 over {LATENCY_BOUND_S:g} s"),
-            (growth > TREND_US, f"latency growing (p50 +{growth / 1e3:.0f} ms in the step)"),
-        ) if bad), "")
-        return res
-
-
-def _next_rate(steps: list[Step], start: float, max_rate: float) -> float | None:
-    """Double from ``start`` until a failure or ``max_rate``, then bisect (None: done)."""
+def _next_rate(steps: list[Step], start: float, max_rate: float,
+               precision: float = 0.1) -> float | None:
+    """Double from ``start`` until a failure or ``max_rate``, then bisect until the highest
+    rate sustained and the lowest not are within ``precision`` (None: done)."""
     lo = max((s.rate for s in steps if not s.failure), default=0.0)
     hi = min((s.rate for s in steps if s.failure), default=None)
     if hi is None:
         return None if lo >= max_rate else min(2 * lo if lo else start, max_rate)
-    return None if lo and hi / lo <= 1.1 else round((lo + hi) / 2 if lo else hi / 2, -2) or None
+    return None if lo and hi / lo <= 1 + precision else round((lo + hi) / 2 if lo else hi / 2, -2) or None
 
 
-async def _search(run: _Run, seconds: float, start: float, max_rate: float, n: int) -> list[Step]:
+async def search_sustained(run: BenchReplica, seconds: float, start: float, max_rate: float,
+                           n: int, precision: float = 0.1) -> list[Step]:
+    """Offer at most ``n`` rates (``_next_rate``), printing a row per step."""
     steps: list[Step] = []
     try:
         await run.start()
-        while len(steps) < n and not run.halted and (rate := _next_rate(steps, start, max_rate)):
+        while (len(steps) < n and not run.halted
+               and (rate := _next_rate(steps, start, max_rate, precision))):
             steps.append(s := await run.step(rate, seconds))
             print(f"  {len(steps):>4} {rate:>12,.0f} {s.achieved:>12,.0f} {s.outputs:>10,} "
                   f"{s.p50_ms:>9.1f} {s.p99_ms:>9.1f}   "
                   + (f"NOT sustained: {s.failure}" if s.failure else "sustained"), flush=True)
     finally:
-        for t in run.tasks:
-            t.cancel()
-        await asyncio.gather(*run.tasks, return_exceptions=True)
-        await run.stop()
+        await run.close()
     if run.halted:
         print(f"  search stopped: {run.halted}")
     return steps
@@ -401,7 +142,7 @@ def run_throughput_bench(config_path: Path = Path("examples/basic.toml"), second
     if seconds <= 0 or start_rate <= 0 or max_rate < start_rate or max_steps < 1:
         print("dpc bench throughput: need --seconds > 0, 0 < --start-rate <= --max-rate, --steps >= 1")
         return 2
-    node = _bench_node(config := load_config(config_path))
+    node = bench_node(config := load_config(config_path))
     rep, base = node.replicas[0].name, sum(config.sources[s].rate for s in node.inputs)
     ops = "; ".join(f"{o.name}={o.type}({', '.join(o.inputs)})" for o in node.network.operators)
     load = (f"key domains scaled with the rate R (n x R / {base:,.0f}): output per input tuple as "
@@ -411,39 +152,24 @@ def run_throughput_bench(config_path: Path = Path("examples/basic.toml"), second
           f"{ops}\n  workload: {load}\n  sustained: backlog < 1 s of input, output through each "
           f"step's end in 1 s, p99 <= {LATENCY_BOUND_S:g} s, p50 growing < {TREND_US // 1000} ms, "
           f"STABLE; {seconds:g} s per step")
-    gc.collect()
-    gc.freeze()  # as the node runtime does (DESIGN.md 7)
-    old = gc.get_threshold()
-    gc.set_threshold(100_000, 50, 100)
     logging.basicConfig(level=logging.ERROR)
-    try:
+    with runtime_gc(), tempfile.TemporaryDirectory(prefix="dpc-bench-") as tmp:
         print("  raw: encode -> loopback TCP -> decode + iterate ...", flush=True)
         raw = raw_rate(min(max(seconds, 0.5), 2.0))
         print(f"  {'step':>4} {'offered/s':>12} {'achieved/s':>12} {'outputs':>10} {'p50 ms':>9} "
               f"{'p99 ms':>9}   verdict", flush=True)
-        with tempfile.TemporaryDirectory(prefix="dpc-bench-") as tmp:
-            run = _Run(config, keys == "scaled", Path(tmp))
-            try:
-                import uvloop
-
-                with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-                    steps = runner.run(_search(run, seconds, start_rate, max_rate, max_steps))
-            except BenchFailed as e:
-                print(f"dpc bench throughput: FAILED: {e}", file=sys.stderr)
-                return 1
-            finally:
-                if run.proc is not None and run.proc.returncode is None:
-                    # The loop ended before _search's stop() could (a second Ctrl-C): by pid.
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(run.proc.pid, signal.SIGKILL)
-    finally:
-        gc.set_threshold(*old)
-        gc.unfreeze()
+        run = BenchReplica(config, keys == "scaled", Path(tmp))
+        try:
+            steps = run_bench(search_sustained(run, seconds, start_rate, max_rate, max_steps), [run])
+        except BenchFailed as e:
+            print(f"dpc bench throughput: FAILED: {e}", file=sys.stderr)
+            return 1
     b = max((s for s in steps if not s.failure), key=lambda s: s.rate, default=Step(0.0))
     rate = b.rate  # 0 (latencies nan) when no rate was sustained
     print(f"\n  {'figure':<44}{'tuples/s':>12}{'p50 ms':>9}{'p99 ms':>9}")
     print(f"  {'raw: encode + loopback TCP + decode':<44}{raw:>12,.0f}{'-':>9}{'-':>9}")
     print(f"  {f'replica {rep} sustained (STABLE)':<44}{rate:>12,.0f}{b.p50_ms:>9.1f}{b.p99_ms:>9.1f}")
-    print(f"\n  replica / raw = {rate / raw:.3f}")
+    print(f"\n  replica / raw = {rate / raw:.3f}   (aim >= {AIM_RAW:.2f}: "
+          f"{'met' if rate >= AIM_RAW * raw else 'NOT met'})")
     print(f"  replica rate  = {rate:,.0f} tuples/s   (aim >= {AIM:,}: {'met' if rate >= AIM else 'NOT met'})")
     return 0

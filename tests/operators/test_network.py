@@ -169,6 +169,32 @@ def test_checkpoint_restore_replay_equals_uninterrupted(seed: int, where: float)
     assert data(before + after)  # the scenario produced output at all
 
 
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**32))
+def test_without_undo_logs_the_output_is_the_same_and_nothing_is_logged(seed: int) -> None:
+    """Fault tolerance off (``dpc bench overhead``): the same results, no undo log kept."""
+    spec = basic_spec() if seed % 2 else join_spec()
+    steps = stream_inputs(random.Random(seed), list(spec["inputs"]), 40)
+    plain = QueryNetwork(spec, undo_logs=False)
+    assert run(plain, steps) == run(QueryNetwork(spec), steps)
+    assert all(not op._log and not op._markers for op in plain.operators)
+
+
+def test_an_undo_reaching_an_operator_without_undo_log_is_loud() -> None:
+    net = QueryNetwork(basic_spec(wait=50), undo_logs=False)
+    for s in ("s1", "s2", "s3"):
+        net.push(s, [stable(1, 10), boundary(100)], 0)
+    net.push("s1", [stable(2, 120)], 0)
+    assert [sig.kind for _, sig in net.on_timer(60).signals] == [Kind.UP_FAILURE]
+    for s in ("s1", "s2", "s3"):
+        net.push(s, [boundary(200)], 70)
+    # The filter passes the UNDO on (it preserves ids); the aggregate would rebuild from
+    # its undo log, and has none.
+    with pytest.raises(OperatorError, match=r"operator 'a' \(aggregate\): got UNDO\(3\) on input 0 "
+                                            "but keeps no undo log"):
+        net.undo_start(80)
+
+
 def test_snapshot_must_match_network() -> None:
     net = QueryNetwork(basic_spec())
     snap = net.snapshot()

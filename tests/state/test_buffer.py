@@ -24,6 +24,19 @@ def test_empty_buffer() -> None:
     assert b.replay(0, 5) == [U(0)]
 
 
+def test_a_buffer_that_retains_nothing_trims_every_stable_tuple_at_once() -> None:
+    """Fault tolerance off: whatever the consumers acked, only tentative tuples (and the
+    control tuples after the last stable one) stay."""
+    b = OutputBuffer("out1", retain=False)
+    b.set_consumers(("c1",))  # never acks
+    b.append([S(1), S(2), B(20)])
+    assert (list(b), b.trimmed_up_to, b.last_stable_id) == ([B(20)], 2, 2)
+    b.append([S(3), T(4), T(5)])
+    assert (list(b), b.trimmed_up_to) == ([T(4), T(5)], 3)
+    b.append([U(3), S(4), B(40)])
+    assert (list(b), b.trimmed_up_to) == ([B(40)], 4)
+
+
 def test_replay_without_tentatives_resumes_after_the_stable_id_with_its_controls() -> None:
     b = buf(B(5), S(1), S(2), B(20), S(3), B(30))
     assert b.replay(0, 0) == [B(5), S(1), S(2), B(20), S(3), B(30)]

@@ -291,6 +291,16 @@ BROKEN: dict[str, tuple[tuple[tuple[str, str], ...], str, list[str]]] = {
         "defaults.stabilization",
         ['one of "suspend", "delay", "process"', "found 'wait'"],
     ),
+    "bad checkpointing": (
+        (("[sources.s1]", '[defaults]\ncheckpointing = "never"\n\n[sources.s1]'),),
+        "defaults.checkpointing",
+        ['one of "on_failure", "periodic"', "found 'never'"],
+    ),
+    "fault tolerance not a boolean": (
+        (("[sources.s1]", '[defaults]\nfault_tolerance = "off"\n\n[sources.s1]'),),
+        "defaults.fault_tolerance",
+        ["found 'off'"],
+    ),
     "duplicate replica name": (
         (('name = "n2a"', 'name = "n1b"'),),
         "nodes.n2.replicas[0].name",
@@ -580,6 +590,17 @@ def test_parquet_file_source(tmp_path: Path) -> None:
     text = mutate(BASE, ("rate = 100.0\n", parquet))
     cfg = load_config(write(tmp_path, text))
     assert cfg.sources["s1"].file == (tmp_path / "d.parquet").resolve()
+
+
+def test_checkpointing_and_fault_tolerance_default_and_override_per_node(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, BASE))
+    assert {(n.settings.checkpointing, n.settings.fault_tolerance) for n in cfg.nodes.values()} \
+        == {("on_failure", True)}
+    text = mutate(BASE, ("[sources.s1]", '[defaults]\ncheckpointing = "periodic"\n'
+                                         "fault_tolerance = false\n\n[sources.s1]"))
+    cfg = load_config(write(tmp_path, text))
+    assert {(n.settings.checkpointing, n.settings.fault_tolerance) for n in cfg.nodes.values()} \
+        == {("periodic", False)}
 
 
 def test_consumer_grace_is_a_cluster_setting_in_seconds(tmp_path: Path) -> None:

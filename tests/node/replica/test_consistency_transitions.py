@@ -123,6 +123,11 @@ def test_on_failure_checkpoints_right_before_an_episode_and_only_forgets_on_tick
     # PERIODIC: the 200 ms checkpoints cover the episode; nothing more to do.
     m = stable()
     assert step(m, EpisodeImminent(50 * MS)) == (m, [])
+    # OFF (fault tolerance off): never a checkpoint; the SUnions forget all the same.
+    m, _ = start(policy(checkpointing=Checkpointing.OFF), 0)
+    m, actions = step(m, Tick(0))
+    assert actions == [ForgetReleased()]
+    assert step(m, EpisodeImminent(10 * MS)) == (m, []) and m.checkpoints == 0
 
 
 @covers((STABLE, UpFailure))

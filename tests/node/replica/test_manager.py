@@ -14,6 +14,7 @@ from dataclasses import replace
 import pytest
 
 from node.config.load import load_config
+from node.errors import NodeError
 from node.net.memory import MemoryTransport
 from node.net.transport import Connection
 from node.replica import consistency as cm
@@ -156,6 +157,14 @@ async def test_on_failure_checkpoints_right_before_the_timer_that_begins_an_epis
     run.cancel()
     with pytest.raises(asyncio.CancelledError):
         await run
+
+
+async def test_with_fault_tolerance_off_a_reconciliation_ends_the_replica_saying_why() -> None:
+    manager = make_manager(checkpointing=cm.Checkpointing.OFF)
+    assert manager.machine.checkpoints == 0  # the start-up tick only let the SUnions forget
+    manager.feed(cm.UpFailure(10, "u"))
+    with pytest.raises(NodeError, match="fault tolerance is off"):
+        manager.feed(cm.RecRequest(20, "u"))  # no partner to ask: it grants itself
 
 
 async def test_signals_of_one_call_are_events_per_sunion_up_failures_first() -> None:
