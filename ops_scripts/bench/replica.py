@@ -45,6 +45,7 @@ from node.net.tls import control_url, url_context
 from node.procs.generators import make_generator
 from node.streams.link import InputLink
 from node.streams.publisher import Publisher
+from ops_scripts.cluster.processes import read_rss
 from ops_scripts.errors import BenchFailed
 from protocol.tuples import Kind, boundary, make_tuple
 from state.buffer import OutputBuffer
@@ -75,6 +76,10 @@ class Step:
     p50_ms: float = float("nan")
     p99_ms: float = float("nan")
     failure: str = ""
+    #: The replica at the end of the offered period: RSS (MiB) and its /status gauges
+    #: (SUnion buffered tuples, output buffer tuples, live heap blocks).
+    rss_mib: float = float("nan")
+    gauges: dict[str, Any] = field(default_factory=dict)
 
 
 def _toml(v: Any) -> str:
@@ -268,10 +273,25 @@ class BenchReplica:
             self.moved.clear()
             await self.moved.wait()
 
-    def _state(self) -> str:
+    def _status(self) -> dict[str, Any]:
         url = control_url(self.config, self.control_port, "status")
         with urllib.request.urlopen(url, timeout=5, context=url_context(self.config)) as r:
-            return str(json.load(r)["state"])
+            status: dict[str, Any] = json.load(r)
+        return status
+
+    def _state(self) -> str:
+        return str(self._status()["state"])
+
+    async def _memory(self, res: Step) -> None:
+        """The replica's RSS and state gauges, now (the end of the offered period)."""
+        if self.proc is None or self.proc.returncode is not None:
+            return
+        rss = read_rss(self.proc.pid)
+        res.rss_mib = float("nan") if rss is None else rss / 2**20
+        g = (await asyncio.to_thread(self._status))["gauges"]
+        res.gauges = {"sunion_buffered": g["sunion_buffered"],
+                      "buffer_tuples": sum(g["buffer_tuples"].values()),
+                      "heap_blocks": g["heap_blocks"]}
 
     async def step(self, rate: float, seconds: float) -> Step:
         """Offer ``rate`` for ``seconds``, wait until the output caught up, judge."""
@@ -288,6 +308,7 @@ class BenchReplica:
         end = now_us()
         res.achieved = sum(f.sent for f in self.feeds) / ((end - start) / 1e6)
         self._set_rate(0)
+        await self._memory(res)
         try:
             async with asyncio.timeout(LATENCY_BOUND_S):
                 await self._caught_up(end)

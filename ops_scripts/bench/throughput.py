@@ -169,6 +169,11 @@ def run_throughput_bench(config_path: Path = Path("examples/basic.toml"), second
     print(f"\n  {'figure':<44}{'tuples/s':>12}{'p50 ms':>9}{'p99 ms':>9}")
     print(f"  {'raw: encode + loopback TCP + decode':<44}{raw:>12,.0f}{'-':>9}{'-':>9}")
     print(f"  {f'replica {rep} sustained (STABLE)':<44}{rate:>12,.0f}{b.p50_ms:>9.1f}{b.p99_ms:>9.1f}")
+    if b.gauges:
+        g = b.gauges
+        print(f"  memory of {rep} at {rate:,.0f} tuples/s: RSS {b.rss_mib:,.1f} MiB; SUnion "
+              f"{g['sunion_buffered']:,} tuples buffered, output buffer {g['buffer_tuples']:,} "
+              f"tuples, live heap {g['heap_blocks']:,} blocks")
     print(f"\n  replica / raw = {rate / raw:.3f}   (aim >= {AIM_RAW:.2f}: "
           f"{'met' if rate >= AIM_RAW * raw else 'NOT met'})")
     print(f"  replica rate  = {rate:,.0f} tuples/s   (aim >= {AIM:,}: {'met' if rate >= AIM else 'NOT met'})")

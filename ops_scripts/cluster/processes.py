@@ -23,7 +23,7 @@ from pathlib import Path
 from node.procs.rundir import RunDir
 from ops_scripts.errors import ProcessError
 
-__all__ = ["PidProcess", "alive", "find_pid", "runs_node"]
+__all__ = ["PidProcess", "alive", "find_pid", "read_rss", "runs_node"]
 
 
 def alive(pid: int) -> bool:
@@ -40,6 +40,19 @@ def alive(pid: int) -> bool:
         return True  # no /proc (or it just went): trust kill(0)
     state = stat.rsplit(")", 1)[-1].split()[:1]  # the field after "(comm)"
     return state not in (["Z"], ["X"])
+
+
+def read_rss(pid: int) -> int | None:
+    """``pid``'s resident set size in bytes (``/proc/PID/status`` VmRSS); None once it has
+    gone (or is a zombie, which has no VmRSS)."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024  # in kB
+    return None
 
 
 def _cmdline(pid: int) -> list[str] | None:

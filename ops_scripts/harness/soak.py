@@ -58,7 +58,7 @@ from typing import Any, TextIO
 from node.config.load import load_config
 from node.config.model import ClusterConfig
 from node.procs.rundir import RunDir
-from ops_scripts.cluster.processes import alive, runs_node
+from ops_scripts.cluster.processes import alive, read_rss, runs_node
 from ops_scripts.cluster.status import fetch_status
 from ops_scripts.errors import ScenarioError, ScheduleError
 from ops_scripts.harness.growth import MIB, default_warmup
@@ -67,7 +67,7 @@ from ops_scripts.harness.scenario import Scenario
 from ops_scripts.harness.schedule import Fault, parse_faults, random_faults
 from ops_scripts.harness.soakreport import print_report
 
-__all__ = ["SOAK_KINDS", "Sampler", "SoakOptions", "read_rss", "run_soak", "soak_schedule"]
+__all__ = ["SOAK_KINDS", "Sampler", "SoakOptions", "run_soak", "soak_schedule"]
 
 #: The fault kinds a soak draws (the others shape links for good or stall reconciliation).
 SOAK_KINDS = ("partition", "kill", "pause", "delay")
@@ -129,19 +129,6 @@ def soak_schedule(config: ClusterConfig, rng: random.Random, *, seconds: float,
 
 
 # ---------------------------------------------------------------- sampling
-def read_rss(pid: int) -> int | None:
-    """``pid``'s resident set size in bytes (``/proc/PID/status`` VmRSS); None once it has
-    gone (or is a zombie, which has no VmRSS)."""
-    try:
-        text = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024  # in kB
-    return None
-
-
 class Sampler(threading.Thread):
     """Samples the processes of a run (module docstring, step 2) until ``seconds`` after
     every process was ready, or :meth:`stop`. A failure of its own is kept in ``error``

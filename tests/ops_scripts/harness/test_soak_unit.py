@@ -18,13 +18,13 @@ import pytest
 from node.config.load import load_config
 from node.procs.rundir import RunDir
 from ops_scripts.cli import main
+from ops_scripts.cluster.processes import read_rss
 from ops_scripts.harness.growth import MIB
 from ops_scripts.harness.soak import (
     SOAK_KINDS,
     Sampler,
     SoakOptions,
     progress_line,
-    read_rss,
     run_soak,
     soak_scenario,
     soak_schedule,
