@@ -14,7 +14,7 @@ torture        seeded random schedules on real clusters, every run checked      
 soak           a long run under load and faults: memory and buffer growth per minute  soak.py
 check          verify a run's logs against a reference evaluation                     check.py
 fuzz           seeded malformed frames against the wire codec (sans-IO)               fuzz.py
-bench          core, throughput, overhead and latency benchmarks                      bench/*.py
+bench          core, throughput, overhead, latency and failover benchmarks            bench/*.py
 =============  =====================================================================  =============
 
 Only commands that work are registered (``simulate``, ``sweep`` and ``reconcile`` come with
@@ -203,6 +203,12 @@ def _parser() -> argparse.ArgumentParser:
     lat.add_argument("--config", type=Path, default=Path("examples/basic.toml"), metavar="CLUSTER.toml")
     lat.add_argument("--rate", type=float, default=1_000, help="tuples/s over all sources")
     lat.add_argument("--seconds", type=float, default=5.0, help="seconds per bucket width")
+    fo = which.add_parser(
+        "failover", help="time from a kill, a stop or a cut of the replica a client reads to its "
+                         "next new result",
+    )
+    fo.add_argument("--config", type=Path, default=Path("examples/basic.toml"), metavar="CLUSTER.toml")
+    fo.add_argument("--trials", type=int, default=5, help="faults of each kind")
     lat.add_argument("--buckets", type=_widths, default=(50, 100, 150, 200, 300), metavar="MS,MS,...",
                      help="bucket widths in ms (default 50,100,150,200,300)")
     return p
@@ -311,6 +317,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_overhead_bench(args.config, seconds=args.seconds, start_rate=args.start_rate,
                                       max_rate=args.max_rate, steps=args.steps, repeat=args.repeat)
+        if args.command == "bench" and args.which == "failover":
+            from ops_scripts.bench.failover import run_failover_bench
+
+            return run_failover_bench(args.config, trials=args.trials)
         if args.command == "bench" and args.which == "latency":
             from ops_scripts.bench.latency import run_latency_bench
 

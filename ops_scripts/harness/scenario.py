@@ -76,6 +76,7 @@ __all__ = [
     "Scenario",
     "dump_scenario",
     "load_scenario",
+    "move_to_free_ports",
 ]
 
 #: The top-level tables of a cluster config (inline in a self-contained scenario).
@@ -144,13 +145,7 @@ class Scenario:
             for src in sources.values():
                 src["rate"] = float(self.source_rate)
         if ports == "free":
-            control_host = raw.get("cluster", {}).get("control_host", "127.0.0.1")
-            for src in sources.values():
-                src["port"] = free_port(src.get("host", "127.0.0.1"))
-            for node in raw.get("nodes", {}).values():
-                for r in node.get("replicas", []):
-                    r["data_port"] = free_port(r.get("host", "127.0.0.1"))
-                    r["control_port"] = free_port(control_host)
+            move_to_free_ports(raw)
         return raw
 
     def effective_config_text(self, ports: Literal["free", "keep"] = "free") -> str:
@@ -174,6 +169,19 @@ class Scenario:
             name=self.name, cluster=cluster, faults=self.faults, settle=self.settle,
             quiet=self.quiet, source_rate=self.source_rate, settings=self.settings,
             seed=self.seed, inline=inline, base=self.path.parent)
+
+
+def move_to_free_ports(raw: dict[str, Any]) -> None:
+    """Move every listening port of a cluster's tables (sources, replica data and control
+    ports) to a free one (``node/net/ports.py``), in place: other runs on this machine may
+    hold the file's ports."""
+    control_host = raw.get("cluster", {}).get("control_host", "127.0.0.1")
+    for src in raw.get("sources", {}).values():
+        src["port"] = free_port(src.get("host", "127.0.0.1"))
+    for node in raw.get("nodes", {}).values():
+        for r in node.get("replicas", []):
+            r["data_port"] = free_port(r.get("host", "127.0.0.1"))
+            r["control_port"] = free_port(control_host)
 
 
 # ---------------------------------------------------------------- loading

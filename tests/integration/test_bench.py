@@ -1,6 +1,7 @@
-"""``dpc bench throughput`` as a real process, with tiny settings: it starts a replica
-process, measures both figures and their ratio, stops what it started, exits 0. No speed
-is asserted (shared machines): only that the measurement completed and was reported."""
+"""``dpc bench throughput``, ``overhead``, ``latency`` and ``failover`` as real processes,
+with tiny settings: each starts its replica (or cluster) processes, measures, stops what it
+started, exits 0. No speed is asserted (shared machines): only that the measurement
+completed and was reported."""
 
 from __future__ import annotations
 
@@ -113,3 +114,18 @@ def test_bench_latency_refuses_nonsense(args: list[str]) -> None:
     r = subprocess.run([DPC, "bench", "latency", *args], capture_output=True, text=True,
                        timeout=30, check=False, cwd=ROOT)
     assert r.returncode == 2, r.stdout + r.stderr
+
+
+def test_bench_failover_reports_each_kind_of_fault() -> None:
+    r = subprocess.run(
+        [DPC, "bench", "failover", "--trials", "1", "--config", str(ROOT / "examples" / "basic.toml")],
+        capture_output=True, text=True, timeout=240, check=False, cwd=ROOT,
+    )
+    out = r.stdout
+    assert r.returncode == 0, out + r.stderr
+    for kind in ("kill", "stop", "cut"):
+        trial = re.search(rf"^\s+{kind}\s+1: (n1a|n1b)\s+([\d.]+) ms$", out, re.M)
+        assert trial and float(trial.group(2)) > 0, out
+        assert re.search(rf"^\s+{kind}\s+1\s+[\d.]+\s+[\d.]+\s+\d+   (met|NOT met)$", out, re.M), out
+    # The kill's aim is 100 ms; the silent ones wait for heartbeat detection (3 x 100 ms).
+    assert re.search(r"^\s+stop\s+1\s+[\d.]+\s+[\d.]+\s+350   ", out, re.M), out

@@ -1,0 +1,245 @@
+"""``dpc bench failover``: how long a client waits for its next new result after the replica
+it reads fails.
+
+A real cluster (the config's, every port moved to a free one, sources unlimited) runs in a
+temporary run directory with its own client processes. Each trial finds the replica that
+serves the first client (its ``/status``: who holds the client's subscription), notes the
+last data id the client logged, makes the fault, and waits for the first data tuple with a
+higher id in the client's log: the fault-to-next-new-result time is its ``arrival`` (the
+client's clock, the same machine's) minus the instant the fault was made. Three kinds,
+``--trials`` times each, in turn:
+
+* ``kill``: SIGKILL (the connection breaks: the client fails over at once);
+* ``stop``: SIGSTOP (silent: the client's heartbeats go unanswered, then it switches);
+* ``cut``: a blackhole cut of the replica from every other process (silent too).
+
+After each trial the fault is undone (a killed replica restarts with ``--recover``, a
+stopped one gets SIGCONT, a cut is healed) and the next waits until every replica is
+STABLE, none recovering, and the client receives again. The aim (issue 15): p50 and max
+<= 100 ms after a kill, <= heartbeat detection (misses x interval) + 50 ms after a silent
+failure. Reported, never asserted.
+"""
+
+from __future__ import annotations
+
+import io
+import signal
+import statistics
+import sys
+import tempfile
+import time
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+import tomli_w
+
+from node.config.load import load_config
+from node.config.model import ClusterConfig
+from node.faults.ops import Cut, Heal
+from node.procs.rundir import RunDir
+from ops_scripts.cluster.launch import (
+    Launched,
+    restart_process,
+    start_cluster,
+    stop_cluster,
+    wait_until,
+)
+from ops_scripts.cluster.status import fetch_status
+from ops_scripts.errors import BenchFailed, DPCError
+from ops_scripts.harness.fault import send_fault
+from ops_scripts.harness.scenario import move_to_free_ports
+
+__all__ = ["KINDS", "run_failover_bench"]
+
+KINDS = ("kill", "stop", "cut")
+KILL_AIM_MS = 100.0
+SILENT_SLACK_MS = 50.0
+WAIT_S = 30.0  # for a new result, or for the cluster to settle after a trial
+_DATA = {"STABLE", "TENTATIVE"}
+
+
+class _ClientLog:
+    """The data tuples a client logged, read incrementally (a torn last line waits)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset, self.last_id = path, 0, 0
+        self.rows: list[tuple[int, int]] = []  # (id, arrival us) of data tuples, in order
+
+    def poll(self) -> None:
+        if not self.path.exists():
+            return
+        with self.path.open("rb") as f:
+            f.seek(self.offset)
+            chunk = f.read()
+        end = chunk.rfind(b"\n") + 1
+        self.offset += end
+        for line in chunk[:end].splitlines():
+            row = orjson.loads(line)
+            if row["kind"] in _DATA:
+                self.rows.append((row["id"], row["arrival"]))
+                self.last_id = max(self.last_id, row["id"])
+
+    def first_new(self, after_id: int, since_us: int) -> int | None:
+        """The arrival of the first data tuple logged with an id above ``after_id``, at or
+        after ``since_us`` (None: none yet)."""
+        self.poll()
+        return next((a for i, a in self.rows if i > after_id and a >= since_us), None)
+
+
+def _config(config_path: Path, rd: RunDir) -> ClusterConfig:
+    raw = tomllib.loads(config_path.read_text(encoding="utf-8"))
+    move_to_free_ports(raw)
+    for src in raw.get("sources", {}).values():
+        src.pop("limit", None)  # the run ends when the bench stops it
+    path = rd.path / "config.toml"
+    path.write_text(tomli_w.dumps(raw), encoding="utf-8")
+    return load_config(path)
+
+
+def _serving(config: ClusterConfig, client: str) -> str | None:
+    """The one replica that holds ``client``'s subscription (None: none, or several)."""
+    stream = config.clients[client].stream
+    holders = []
+    for node in config.nodes.values():
+        for r in node.replicas:
+            out = ((fetch_status(config, r.name) or {}).get("outputs") or {}).get(stream, {})
+            if client in out.get("subscribers", {}):
+                holders.append(r.name)
+    return holders[0] if len(holders) == 1 else None
+
+
+def _settled(config: ClusterConfig) -> bool:
+    """Every replica answers, STABLE, none recovering."""
+    for node in config.nodes.values():
+        for r in node.replicas:
+            st = fetch_status(config, r.name)
+            if st is None or st["state"] != "STABLE" or st["recovery"]["recovering"]:
+                return False
+    return True
+
+
+def _until(cond: Callable[[], bool], what: str, procs: list[Launched]) -> None:
+    if not wait_until(cond, WAIT_S, procs):
+        dead = [p.name for p in procs if p.proc.poll() is not None]
+        raise BenchFailed(f"waiting for {what}: " + (f"{', '.join(dead)} died" if dead
+                                                    else f"not within {WAIT_S:g} s"))
+
+
+class _Bench:
+    """The running cluster and the trials made on it."""
+
+    def __init__(self, config: ClusterConfig, rd: RunDir, procs: list[Launched]) -> None:
+        self.config, self.rd, self.procs = config, rd, procs
+        self.client = next(iter(config.clients))
+        self.log = _ClientLog(rd.client_log(self.client))
+        self.others = {r.name: [p for p in (*config.sources, *config.clients,
+                                            *(x.name for n in config.nodes.values()
+                                              for x in n.replicas)) if p != r.name]
+                       for n in config.nodes.values() for r in n.replicas}
+
+    def _proc(self, name: str) -> Launched:
+        return next(p for p in self.procs if p.name == name)
+
+    def receiving(self) -> bool:
+        before = self.log.last_id
+        self.log.poll()
+        return self.log.last_id > before
+
+    def settle(self) -> None:
+        _until(lambda: _settled(self.config), "every replica STABLE", self.procs)
+        _until(lambda: _serving(self.config, self.client) is not None,
+               f"{self.client} to read from one replica", self.procs)
+        _until(self.receiving, f"{self.client} to receive", self.procs)
+
+    def trial(self, kind: str) -> tuple[str, float]:
+        """One fault of ``kind`` at the replica the client reads: (victim, ms to the next
+        new result). The fault is undone before returning."""
+        victim = _serving(self.config, self.client)
+        if victim is None:
+            raise BenchFailed(f"{self.client} reads from no single replica")
+        self.log.poll()
+        last = self.log.last_id
+        at = time.time_ns() // 1000
+        self._make(kind, victim)
+        try:
+            _until(lambda: self.log.first_new(last, at) is not None,
+                   f"{self.client}'s next new result after the {kind} of {victim}",
+                   [p for p in self.procs if p.name != victim])
+            arrival = self.log.first_new(last, at)
+            assert arrival is not None
+        finally:
+            self._undo(kind, victim)
+        return victim, (arrival - at) / 1000
+
+    def _make(self, kind: str, victim: str) -> None:
+        if kind == "kill":
+            p = self._proc(victim)
+            p.proc.send_signal(signal.SIGKILL)
+            p.proc.wait()
+        elif kind == "stop":
+            self._proc(victim).proc.send_signal(signal.SIGSTOP)
+        else:
+            send_fault(self.config, victim, Cut(tuple(self.others[victim])))
+
+    def _undo(self, kind: str, victim: str) -> None:
+        if kind == "kill":
+            self.procs.remove(self._proc(victim))
+            self.procs.append(restart_process(self.config, self.rd, victim))
+        elif kind == "stop":
+            self._proc(victim).proc.send_signal(signal.SIGCONT)
+        else:
+            send_fault(self.config, victim, Heal())
+
+
+def _aim_ms(config: ClusterConfig, kind: str) -> float:
+    if kind == "kill":
+        return KILL_AIM_MS
+    s = next(iter(config.nodes.values())).settings
+    return s.heartbeat_misses * s.heartbeat_interval / 1000 + SILENT_SLACK_MS
+
+
+def run_failover_bench(config_path: Path = Path("examples/basic.toml"), trials: int = 5) -> int:
+    """Print the fault-to-next-new-result times per kind: 0 when measured, 1 when the
+    cluster failed, 2 for nonsense arguments."""
+    if trials < 1:
+        print("dpc bench failover: need --trials >= 1")
+        return 2
+    if not load_config(config_path).clients:
+        print(f"dpc bench failover: {config_path} has no client to measure")
+        return 2
+    print(f"dpc bench failover: {config_path}: {trials} trial(s) of each of "
+          f"{', '.join(KINDS)} at the replica the client reads; the time from the fault to "
+          "the client's next new result", flush=True)
+    times: dict[str, list[float]] = {k: [] for k in KINDS}
+    with tempfile.TemporaryDirectory(prefix="dpc-bench-failover-") as tmp:
+        rd = RunDir(Path(tmp) / "run")
+        rd.ensure()
+        config = _config(config_path, rd)
+        procs: list[Launched] = []
+        try:
+            start_cluster(config, rd, out=_Quiet(), procs=procs)
+            bench = _Bench(config, rd, procs)
+            for kind in KINDS:
+                for i in range(1, trials + 1):
+                    bench.settle()
+                    victim, ms = bench.trial(kind)
+                    times[kind].append(ms)
+                    print(f"  {kind:<5} {i:>3}: {victim:<8} {ms:>8.1f} ms", flush=True)
+        except DPCError as e:
+            print(f"dpc bench failover: FAILED: {e} (logs: {rd.path / 'logs'})", file=sys.stderr)
+            return 1
+        finally:
+            stop_cluster(procs, rd, drain=False, out=_Quiet())
+    print(f"\n  {'fault':<6} {'trials':>6} {'p50 ms':>8} {'max ms':>8} {'aim ms':>8}   aim")
+    for kind in KINDS:
+        xs, aim = times[kind], _aim_ms(config, kind)
+        p50, worst = statistics.median(xs), max(xs)
+        verdict = "met" if worst <= aim else "NOT met"
+        print(f"  {kind:<6} {len(xs):>6} {p50:>8.1f} {worst:>8.1f} {aim:>8.0f}   {verdict}")
+    return 0
+
+
+class _Quiet(io.StringIO):
+    """Where the cluster's start and stop lines go (kept for a failure's message)."""
