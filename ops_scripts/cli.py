@@ -14,7 +14,7 @@ torture        seeded random schedules on real clusters, every run checked      
 soak           a long run under load and faults: memory and buffer growth per minute  soak.py
 check          verify a run's logs against a reference evaluation                     check.py
 fuzz           seeded malformed frames against the wire codec (sans-IO)               fuzz.py
-bench          core, throughput, overhead, latency and failover benchmarks            bench/*.py
+bench          core, throughput, overhead, latency, failover and peers benchmarks     bench/*.py
 =============  =====================================================================  =============
 
 Only commands that work are registered (``simulate``, ``sweep`` and ``reconcile`` come with
@@ -209,6 +209,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     fo.add_argument("--config", type=Path, default=Path("examples/basic.toml"), metavar="CLUSTER.toml")
     fo.add_argument("--trials", type=int, default=5, help="faults of each kind")
+    peers = which.add_parser(
+        "peers", help="the core query through our operators, Bytewax and Flink SQL (when "
+                      "installed: pip install '.[peers]')",
+    )
+    peers.add_argument("--tuples", type=int, default=600_000, help="tuples per engine")
     lat.add_argument("--buckets", type=_widths, default=(50, 100, 150, 200, 300), metavar="MS,MS,...",
                      help="bucket widths in ms (default 50,100,150,200,300)")
     return p
@@ -317,6 +322,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_overhead_bench(args.config, seconds=args.seconds, start_rate=args.start_rate,
                                       max_rate=args.max_rate, steps=args.steps, repeat=args.repeat)
+        if args.command == "bench" and args.which == "peers":
+            from ops_scripts.bench.peers import run_peers_bench
+
+            return run_peers_bench(tuples=args.tuples)
         if args.command == "bench" and args.which == "failover":
             from ops_scripts.bench.failover import run_failover_bench
 

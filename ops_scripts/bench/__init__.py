@@ -9,15 +9,19 @@
   against the same with it off;
 * ``latency.py``: ``dpc bench latency``, result latency per SUnion bucket width;
 * ``failover.py``: ``dpc bench failover``, a real cluster: the time from a fault of the
-  replica a client reads to the client's next new result.
+  replica a client reads to the client's next new result;
+* ``peers.py``: ``dpc bench peers``, the core query through our operators, Bytewax and
+  Flink SQL (PyFlink), each when installed.
 """
 
 from ops_scripts.bench.core import run_core_bench
 from ops_scripts.bench.failover import run_failover_bench
 from ops_scripts.bench.latency import run_latency_bench
 from ops_scripts.bench.overhead import run_overhead_bench
+from ops_scripts.bench.peers import run_peers_bench
 from ops_scripts.bench.throughput import raw_rate, run_throughput_bench
 
 __all__ = [
-    "raw_rate", "run_core_bench", "run_failover_bench", "run_latency_bench", "run_overhead_bench", "run_throughput_bench",
+    "raw_rate", "run_core_bench", "run_failover_bench", "run_latency_bench", "run_overhead_bench",
+    "run_peers_bench", "run_throughput_bench",
 ]

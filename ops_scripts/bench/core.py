@@ -27,7 +27,7 @@ from protocol.codec import FrameDecoder, encode
 from protocol.messages import Batch, Message
 from protocol.tuples import Kind, Tuple, boundary, make_tuple
 
-__all__ = ["CHAIN_SPEC", "make_frames", "run_core_bench"]
+__all__ = ["CHAIN_SPEC", "chain_loop", "make_frames", "run_core_bench"]
 
 BUCKET_US = 100_000
 STREAMS = ("s1", "s2", "s3")
@@ -97,7 +97,8 @@ def _bare(frames: list[bytes]) -> int:
     return n
 
 
-def _chain(frames: list[bytes]) -> int:
+def chain_loop(frames: list[bytes]) -> int:
+    """Decode ``frames`` and push them through :data:`CHAIN_SPEC`; the tuples fed."""
     decoder = FrameDecoder()
     net = QueryNetwork(CHAIN_SPEC)
     n = 0
@@ -139,7 +140,7 @@ def run_core_bench(tuples: int = 600_000, repeat: int = 3, frame: int = 100) -> 
         print("  bare loop (decode + iterate) ...", flush=True)
         bare_s, n_bare = _best(_bare, frames, repeat)
         print("  chain (decode + SUnion -> filter -> aggregate -> SOutput) ...", flush=True)
-        chain_s, n_chain = _best(_chain, frames, repeat)
+        chain_s, n_chain = _best(chain_loop, frames, repeat)
     finally:
         gc.set_threshold(*old)
         gc.unfreeze()

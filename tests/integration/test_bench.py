@@ -129,3 +129,20 @@ def test_bench_failover_reports_each_kind_of_fault() -> None:
         assert re.search(rf"^\s+{kind}\s+1\s+[\d.]+\s+[\d.]+\s+\d+   (met|NOT met)$", out, re.M), out
     # The kill's aim is 100 ms; the silent ones wait for heartbeat detection (3 x 100 ms).
     assert re.search(r"^\s+stop\s+1\s+[\d.]+\s+[\d.]+\s+350   ", out, re.M), out
+
+
+def test_bench_peers_measures_ours_and_reports_each_peer() -> None:
+    """Tiny: 3,000 tuples. A peer not installed (the suite does not install the ``peers``
+    extra) says so; one that is gets a rate and our ratio to it."""
+    r = subprocess.run([DPC, "bench", "peers", "--tuples", "3000"], capture_output=True, text=True,
+                       timeout=600, check=False, cwd=ROOT)
+    out = r.stdout
+    assert r.returncode == 0, out + r.stderr
+    assert re.search(r"^\s+ours\s+[\d,]+ tuples/s$", out, re.M), out
+    for peer in ("bytewax", "flink"):
+        rate = re.search(rf"^\s+{peer}\s+[\d,]+ tuples/s", out, re.M)
+        missing = re.search(rf"^\s+{peer}\s+not installed \(pip install '.\[peers\]'\)$", out, re.M)
+        failed = re.search(rf"^\s+{peer}\s+failed: ", out, re.M)
+        assert bool(rate) + bool(missing) == 1 and not failed, out
+        if rate:
+            assert re.search(rf"ours / {peer}\s+= \d+\.\d\d", out), out
