@@ -168,8 +168,8 @@ class ReconciliationProgress:
 
 
 Event: TypeAlias = (
-    Tick | EpisodeImminent | UpFailure | RecRequest | PartnerAnswered | PartnerUnreachable | PermissionAsked
-    | ReconciliationProgress
+    Tick | EpisodeImminent | UpFailure | RecRequest | PartnerAnswered | PartnerUnreachable
+    | PermissionAsked | ReconciliationProgress
 )
 
 
@@ -248,6 +248,6 @@ class Log:
 
 
 Action: TypeAlias = (
-    TakeCheckpoint | ForgetReleased | AskPermission | SelfGrant | Reconcile | SendRecDone | Grant | Refuse
-    | SuspendNewInput | ResumeNewInput | SetSUnionMode | Log
+    TakeCheckpoint | ForgetReleased | AskPermission | SelfGrant | Reconcile | SendRecDone | Grant
+    | Refuse | SuspendNewInput | ResumeNewInput | SetSUnionMode | Log
 )
