@@ -3,10 +3,11 @@ it reads fails.
 
 A real cluster (the config's, every port moved to a free one, sources unlimited) runs in a
 temporary run directory with its own client processes. Each trial finds the replica that
-serves the first client (its ``/status``: who holds the client's subscription), notes the
-last data id the client logged, makes the fault, and waits for the first data tuple with a
-higher id in the client's log: the fault-to-next-new-result time is its ``arrival`` (the
-client's clock, the same machine's) minus the instant the fault was made. Three kinds,
+serves the first client (its ``/status``: who holds the client's subscription), makes the
+fault, and waits for the first data tuple in the client's log with an id above both the
+last one the client had logged and the last one the victim had emitted (its output log):
+a result only the partner can have sent. The fault-to-next-new-result time is its
+``arrival`` (the client's clock, the same machine's) minus the instant the fault was made. Three kinds,
 ``--trials`` times each, in turn:
 
 * ``kill``: SIGKILL (the connection breaks: the client fails over at once);
@@ -88,6 +89,19 @@ class _ClientLog:
         return next((a for i, a in self.rows if i > after_id and a >= since_us), None)
 
 
+def _last_data_id(path: Path, tail: int = 1 << 16) -> int:
+    """The highest data id among the last lines of a JSONL tuple log (0: none)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(max(f.seek(0, 2) - tail, 0))
+            chunk = f.read()
+    except FileNotFoundError:
+        return 0
+    lines = chunk.splitlines()[1:-1] if len(chunk) >= tail else chunk.splitlines()[:-1]
+    ids = [row["id"] for row in map(orjson.loads, lines) if row["kind"] in _DATA]
+    return max(ids, default=0)
+
+
 def _config(config_path: Path, rd: RunDir) -> ClusterConfig:
     raw = tomllib.loads(config_path.read_text(encoding="utf-8"))
     move_to_free_ports(raw)
@@ -160,9 +174,13 @@ class _Bench:
         if victim is None:
             raise BenchFailed(f"{self.client} reads from no single replica")
         self.log.poll()
-        last = self.log.last_id
         at = time.time_ns() // 1000
         self._make(kind, victim)
+        # New: above what the client held and what the victim had emitted, so that its
+        # tuples still in flight when it failed do not count (the partner numbers the same
+        # results with the same ids).
+        stream = self.config.clients[self.client].stream
+        last = max(self.log.last_id, _last_data_id(self.rd.replica_output(victim, stream)))
         try:
             _until(lambda: self.log.first_new(last, at) is not None,
                    f"{self.client}'s next new result after the {kind} of {victim}",
