@@ -402,7 +402,7 @@ class Operator(ABC):
                     if t[0] is STABLE:
                         out[k] = t._replace(kind=TENTATIVE)
             return
-        if self.keeps_undo_log:
+        if self.uses_undo_log:
             self._log_entries(port, run)
         if not self._tainted and run[0][0] is TENTATIVE:
             self._set_taint(True, run[0][1])
@@ -414,9 +414,9 @@ class Operator(ABC):
             tentative = t[1] == TENTATIVE_BOUNDARY_ID
             if tentative and self.tentative_boundaries == "ignore":
                 return
-            if self.keeps_undo_log and not self.preserves_ids:
+            if self.uses_undo_log and not self.preserves_ids:
                 self._log_entries(port, (t,))
-                if not self._replaying:
+                if not self._replaying and self.keeps_undo_log:
                     self._boundary_log.append((self._seq - 1, port, t[2]))
             if tentative and not self._tainted:
                 self._set_taint(True, self._last_in_id + 1)
@@ -447,7 +447,9 @@ class Operator(ABC):
 
     # -- undo log ---------------------------------------------------------------
     def _log_entries(self, port: int, entries: Sequence[Tuple]) -> None:
-        if self._replaying:
+        # Without an undo log (``keeps_undo_log`` off) the entries are still numbered: the
+        # operators' state orders by these sequence numbers, so the output must not change.
+        if self._replaying or not self.keeps_undo_log:
             self.seq_base = self._seq
             self._seq += len(entries)
             return

@@ -173,6 +173,7 @@ class OutputBuffer:
         "_released",
         "_tent",
         "_trimmed_up_to",
+        "retain",
         "stream",
     )
 

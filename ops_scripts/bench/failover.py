@@ -48,9 +48,10 @@ from ops_scripts.cluster.launch import (
     wait_until,
 )
 from ops_scripts.cluster.status import fetch_status
-from ops_scripts.errors import BenchFailed, DPCError
+from ops_scripts.errors import BenchFailed
 from ops_scripts.harness.fault import send_fault
 from ops_scripts.harness.scenario import move_to_free_ports
+from protocol.errors import DPCError
 
 __all__ = ["KINDS", "run_failover_bench"]
 

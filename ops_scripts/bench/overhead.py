@@ -29,7 +29,10 @@ AIM_OVERHEAD = 0.10
 #: The search bisects until sustained and not sustained are within 2%: the throughput
 #: bench's 10% would not tell a 10% overhead from none.
 PRECISION = 0.02
-MODES = (("fault tolerance as configured", {}), ("fault tolerance off", {"fault_tolerance": False}))
+MODES: tuple[tuple[str, dict[str, object]], ...] = (
+    ("fault tolerance as configured", {}),
+    ("fault tolerance off", {"fault_tolerance": False}),
+)
 
 
 def _sustained(config_path: Path, settings: dict[str, object], seconds: float, start_rate: float,
