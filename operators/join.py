@@ -18,6 +18,13 @@ band`` (no future right tuple can match it), and symmetrically; a tuple that is 
 past that point on arrival is not stored at all. Eviction only trims state: the band is
 always checked on probe, so a stored tuple that could have been evicted never matches.
 
+Eviction costs what it evicts. Each side also keeps its stored tuples' ``(time, key)`` in
+arrival order (``_order``). While a side's arrivals are in time order (always, behind the
+SUnion that a join's inputs come from), the tuples to evict are a prefix of that order and
+of each key's list: popped from the front, no scan. A side whose arrivals went back in
+time (a join fed otherwise) is evicted by a full scan until it is in order again; both
+ways leave exactly the same state.
+
 Invariants: output order is arrival order (like union, the join is order-dependent
 across ports; SUnion upstream makes it deterministic); every future output involves a
 future input, so :meth:`oldest_time` is the min watermark; :meth:`oldest_seq` is the
@@ -26,7 +33,9 @@ smallest log seq among stored tuples.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Sequence
+from itertools import pairwise
 from operator import itemgetter
 from typing import Any
 
@@ -44,6 +53,7 @@ Stored = tuple[int, int, tuple[Value, ...], int]
 Side = dict[Any, list[Stored]]
 
 _NONE = 2**63  # "no stored tuple" for the min time / min seq trackers
+_FIRST = -(2**63)  # the last stored time before any
 
 
 @register
@@ -98,6 +108,8 @@ class Join(Operator):
         seq = self.seq_base
         min_time = self._min_time[port]
         min_seq = self._min_seq[port]
+        order = self._order[port]
+        last = self._last_time[port]
         for i, t in enumerate(tuples):
             v = t[4]
             k = key(v)
@@ -119,12 +131,17 @@ class Join(Operator):
                     mine[k] = [(tm, t[3], v, seq + i)]
                 else:
                     stored.append((tm, t[3], v, seq + i))
+                order.append((tm, k))
+                if tm < last:
+                    self._in_order[port] = False
+                last = tm
                 if tm < min_time:
                     min_time = tm
                 if min_seq == _NONE:
                     min_seq = seq + i
         self._min_time[port] = min_time
         self._min_seq[port] = min_seq
+        self._last_time[port] = last
 
     def on_boundary(self, port: int, out: list[Tuple]) -> None:
         for side in (0, 1):
@@ -134,18 +151,48 @@ class Join(Operator):
 
     def _evict(self, side: int, floor: int) -> None:
         """Drop side's stored tuples with time < floor; recompute its trackers."""
+        if not self._in_order[side]:
+            self._evict_by_scan(side, floor)
+            return
+        store, order = self._sides[side], self._order[side]
+        popleft = order.popleft
+        while order and order[0][0] < floor:
+            k = popleft()[1]
+            lst = store[k]
+            if len(lst) == 1:
+                del store[k]
+            else:
+                del lst[0]
+        if order:
+            tm, k = order[0]
+            self._min_time[side] = tm  # in time order: the first is the oldest
+            self._min_seq[side] = store[k][0][3]  # and the first to arrive
+        else:
+            self._min_time[side] = self._min_seq[side] = _NONE
+
+    def _evict_by_scan(self, side: int, floor: int) -> None:
+        """The same for a side whose arrivals went back in time: every key is scanned."""
         store = self._sides[side]
-        min_time = min_seq = _NONE
         for k in list(store):
             kept = [e for e in store[k] if e[0] >= floor]
-            if not kept:
+            if kept:
+                store[k] = kept
+            else:
                 del store[k]
-                continue
-            store[k] = kept
-            min_time = min(min_time, min(e[0] for e in kept))
-            min_seq = min(min_seq, kept[0][3])
-        self._min_time[side] = min_time
-        self._min_seq[side] = min_seq
+        self._reindex(side)
+
+    def _reindex(self, side: int) -> None:
+        """Rebuild side's arrival order, its trackers and whether it is in time order."""
+        entries = sorted(
+            ((e[3], e[0], k) for k, lst in self._sides[side].items() for e in lst),
+            key=itemgetter(0),
+        )
+        times = [tm for _, tm, _ in entries]
+        self._order[side] = deque((tm, k) for _, tm, k in entries)
+        self._in_order[side] = all(a <= b for a, b in pairwise(times))
+        self._last_time[side] = times[-1] if times else _FIRST
+        self._min_time[side] = min(times, default=_NONE)
+        self._min_seq[side] = entries[0][0] if entries else _NONE
 
     def oldest_seq(self) -> int | None:
         m = min(self._min_seq)
@@ -155,6 +202,11 @@ class Join(Operator):
         self._sides: tuple[Side, Side] = ({}, {})
         self._min_time = [_NONE, _NONE]
         self._min_seq = [_NONE, _NONE]
+        #: Per side: the stored tuples' (time, key) in arrival order, whether their times
+        #: never went back, and the last stored time.
+        self._order: list[deque[tuple[int, Any]]] = [deque(), deque()]
+        self._in_order = [True, True]
+        self._last_time = [_FIRST, _FIRST]
 
     # ------------------------------------------------------------------ snapshots
     def snapshot_state(self) -> Plain:
@@ -178,5 +230,4 @@ class Join(Operator):
             for time, tmax, values, seq in entries:
                 v = tuple(values)
                 store.setdefault(key(v), []).append((time, tmax, v, seq))
-                self._min_time[port] = min(self._min_time[port], time)
-                self._min_seq[port] = min(self._min_seq[port], seq)
+            self._reindex(port)

@@ -14,11 +14,15 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from node.errors import RunLogError
 from node.procs.rundir import (
     JsonlTupleWriter,
     RunDir,
+    _encode,
+    _encode_lines,
     read_client_parquet,
     read_jsonl_tuples,
     read_source_end,
@@ -138,10 +142,32 @@ def test_corrupt_middle_line_names_file_and_line(tmp_path: Path, line: bytes, wh
     assert str(path) in str(err.value) and "line 3" in str(err.value)
 
 
+_VALUE = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1),
+    st.floats(allow_nan=False, allow_infinity=False),
+    # Strings that look like the seam between two lines, as the batch encoder splits on it.
+    st.sampled_from(['},{"kind":"', '}\n{"kind":"STABLE"', '{"kind":"x"}', "\\", '"']),
+    st.text(),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(batch=st.lists(
+    st.builds(make_tuple, st.sampled_from(list(Kind)), st.integers(0, 2**40), st.integers(0, 2**40),
+              st.integers(0, 2**40), st.lists(_VALUE, max_size=4).map(tuple)),
+    max_size=8,
+))
+def test_a_batch_is_written_as_one_line_per_tuple_exactly(batch: list[Tuple]) -> None:
+    """The writer encodes a whole batch in one orjson call and splits it into lines: the
+    bytes are exactly one ``orjson.dumps`` per tuple, whatever the strings hold."""
+    expected = b"".join(orjson.dumps(_encode(t, 7)) + b"\n" for t in batch)
+    assert _encode_lines(batch, 7) == expected
+
+
 def test_unencodable_value_is_refused_with_the_file(tmp_path: Path) -> None:
     path = tmp_path / "c1.jsonl"
-    with JsonlTupleWriter(path) as w, pytest.raises(RunLogError, match=r"c1\.jsonl"):
-        w.write([make_tuple(Kind.STABLE, 1, 0, 0, (object(),))], 0)
+    with JsonlTupleWriter(path) as w, pytest.raises(RunLogError, match=r"c1\.jsonl: cannot encode tuple .*id=1, time=0, tmax=0, values=\(<object"):
+        w.write([S(1), make_tuple(Kind.STABLE, 1, 0, 0, (object(),))], 0)
     assert read_jsonl_tuples(path) == []
     w.close()  # idempotent
     with pytest.raises(RunLogError, match="after close"):
