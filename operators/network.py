@@ -151,6 +151,14 @@ class QueryNetwork:
         """Every operator's snapshot, by name (plain data)."""
         return {op.name: op.snapshot() for op in self.operators}
 
+    def checkpoint(self) -> dict[str, Plain]:
+        """What checkpoint/redo needs to :meth:`rewind` to this point, by operator name:
+        the snapshot of every operator, except that the operators that keep what recovery
+        needs give only what their ``rewind`` reads (``Rewindable.rewind_point``). Not for
+        :meth:`restore`: SUnion's buffered input is not in it."""
+        return {op.name: op.rewind_point() if isinstance(op, Rewindable) else op.snapshot()
+                for op in self.operators}
+
     def restore(self, snap: Mapping[str, Plain]) -> None:
         """Restore every operator from :meth:`snapshot` output (a fresh-instance restore).
         ``state.checkpoint.restore_checkpoint`` checks first that ``snap`` holds exactly
@@ -158,7 +166,8 @@ class QueryNetwork:
         restore_checkpoint(self._parts, snap)
 
     def rewind(self, snap: Mapping[str, Plain], now: int = 0) -> NetworkOutput:
-        """Checkpoint/redo: restore every operator from a checkpoint, except that operators
+        """Checkpoint/redo: restore every operator from a checkpoint (:meth:`checkpoint`,
+        or a whole :meth:`snapshot`), except that operators
         which keep what recovery needs ``rewind`` instead (SUnion keeps its corrected input
         buffer, SOutput its memory of what it emitted), then let every SUnion re-release its
         kept buckets through the network. Returns what the node emits (SOutput drops the

@@ -45,6 +45,14 @@ class Rewindable(ABC):
         keeping what recovery needs; return what must be emitted at once."""
 
 
+    @abstractmethod
+    def rewind_point(self) -> Plain:
+        """What :meth:`rewind` reads of a snapshot, and all a checkpoint keeps of this
+        operator: plain data, sharing nothing with the live operator. (SUnion's leaves out
+        its buffered input, which a rewind keeps: a checkpoint costs what its bookkeeping
+        does, not what the buffers hold.)"""
+
+
 class Serializer(Rewindable):
     """SUnion's side of reconciliation (operators/sunion.py)."""
 

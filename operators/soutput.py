@@ -118,6 +118,9 @@ class SOutput(Operator, OutputGuard):
             self._wait_id = wait_id
         return out
 
+    def rewind_point(self) -> Plain:
+        return self.snapshot()  # small: SOutput keeps no log and no tuples
+
     def end_reconciliation(self, now: int | None = None) -> list[Tuple]:
         """The node's stabilization completed: [REC_DONE] if this stream is reconciling."""
         if not self._rec_pending or self._dropping:

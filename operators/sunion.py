@@ -287,6 +287,20 @@ class SUnion(Operator, Serializer):
         self._rewind_to(start, replay=True)
         return []
 
+    def rewind_point(self) -> Plain:
+        # rewind reads only these: it keeps the buffered input (the corrected buckets).
+        return {
+            "type": self.type_name,
+            "base": {"last_id": self.last_id, "boundary_out": self._boundary_out},
+            "state": {
+                "next": self._next,
+                "ftb": self._ftb,
+                "undo_id": self._undo_id,
+                "undo_boundary": self._undo_boundary,
+                "rec_requested": self._rec_requested,
+            },
+        }
+
     # ------------------------------------------------------------------ data path
     def on_data(self, port: int, tuples: Sequence[Tuple], out: list[Tuple]) -> None:
         # The base flips its taint on a tentative run; ours lives in the episode flags.

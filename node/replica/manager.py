@@ -69,7 +69,7 @@ from operators import NetworkOutput, QueryNetwork
 from protocol.errors import RemoteProtocolError
 from protocol.messages import ReconcileGrant, ReconcileRefuse, ReconcileRequest
 from protocol.tuples import Kind
-from state.checkpoint import CheckpointStore, take_checkpoint
+from state.checkpoint import Checkpoint, CheckpointStore
 
 __all__ = ["Emit", "Manager", "Partner", "policy_of"]
 
@@ -327,8 +327,7 @@ class Manager:
         """Snapshot the network (STABLE only: the machine's action, or an operator's
         request through the control plane); returns the checkpoint's number."""
         seq = (self.checkpoints.last_seq or 0) + 1
-        parts = {op.name: op for op in self.network.operators}
-        self.checkpoints.put(take_checkpoint(parts, seq, now))
+        self.checkpoints.put(Checkpoint(seq, now, self.network.checkpoint()))
         self.network.truncate()  # buckets released before this checkpoint are never replayed
         return seq
 

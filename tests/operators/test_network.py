@@ -289,3 +289,24 @@ def test_rewind_replays_in_steps_and_is_caught_up_past_the_duplicates() -> None:
     net.truncate()  # after a checkpoint here, a rewind cannot go back before it
     with pytest.raises(OperatorError, match="truncated"):
         net.rewind(snap, 40)
+
+
+def test_a_checkpoint_leaves_out_the_buffers_and_rewinds_like_a_snapshot() -> None:
+    """``checkpoint()`` (what the runtime keeps) holds SUnion's bookkeeping, not its buffered
+    tuples, and a rewind to it does exactly what a rewind to the whole snapshot does."""
+    nets = [QueryNetwork(two_sunion_spec(wait=50)) for _ in range(2)]
+    for net in nets:
+        net.push("s1", [stable(k, 10 * k) for k in range(1, 30)] + [boundary(300)], 0)
+    points = [nets[0].snapshot(), nets[1].checkpoint()]
+    assert "buckets" in points[0]["u1"]["state"] and "buckets" not in points[1]["u1"]["state"]
+    assert len(orjson.dumps(points[1]["u1"])) < len(orjson.dumps(points[0]["u1"])) / 4
+    results = []
+    for net, point in zip(nets, points, strict=True):
+        net.push("s1", [stable(30, 310), stable(31, 350)], 5)
+        fail = net.on_timer(60)  # the pending bucket expires: tentative
+        assert net.in_failure and fail.signals
+        net.push("s1", [stable(32, 380), boundary(500)], 70)
+        results.append((net.rewind(point, 80).outputs, net.replay(90).outputs,
+                        net.end_reconciliation(95).outputs, net.digest_states()))
+    assert results[0] == results[1]
+    assert [t.kind for t in results[0][0]["out1"]].count(Kind.UNDO) == 1

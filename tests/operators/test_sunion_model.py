@@ -59,7 +59,7 @@ class SUnionModel(RuleBasedStateMachine):
         self.tent_id = [0] * N  # last id of the tentative version sent during a cut
         self.tent_base = [0] * N  # the last stable id delivered before the cut
         self.truth: list[Tuple] = []
-        self.checkpoint = (u.snapshot(), so.snapshot())
+        self.checkpoint = (u.rewind_point(), so.rewind_point())  # what the runtime keeps
         # The stream leaving the node, and what its invariants need.
         self.stream: list[Tuple] = []
         self.expect_id = 1
@@ -243,7 +243,7 @@ class SUnionModel(RuleBasedStateMachine):
     @precondition(lambda self: not self.u.in_failure and self.so.mode is SOutputMode.NORMAL)
     @rule()
     def take_checkpoint(self) -> None:
-        self.checkpoint = (self.u.snapshot(), self.so.snapshot())
+        self.checkpoint = (self.u.rewind_point(), self.so.rewind_point())
         self.u.truncate()
 
     @precondition(lambda self: self.u.in_failure)
@@ -311,7 +311,7 @@ class OnFailureCheckpointModel(SUnionModel):
     def _call(self, now: int, data: bool) -> bool:
         may_begin = super()._call(now, data)
         if may_begin and self.so.mode is SOutputMode.NORMAL:  # the node is STABLE
-            self.checkpoint = (self.u.snapshot(), self.so.snapshot())
+            self.checkpoint = (self.u.rewind_point(), self.so.rewind_point())
             self.u.truncate()
         return may_begin
 
