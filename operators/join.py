@@ -18,12 +18,12 @@ band`` (no future right tuple can match it), and symmetrically; a tuple that is 
 past that point on arrival is not stored at all. Eviction only trims state: the band is
 always checked on probe, so a stored tuple that could have been evicted never matches.
 
-Eviction costs what it evicts. Each side also keeps its stored tuples' ``(time, key)`` in
-arrival order (``_order``). While a side's arrivals are in time order (always, behind the
-SUnion that a join's inputs come from), the tuples to evict are a prefix of that order and
-of each key's list: popped from the front, no scan. A side whose arrivals went back in
-time (a join fed otherwise) is evicted by a full scan until it is in order again; both
-ways leave exactly the same state.
+Eviction costs what it evicts. Each side also keeps its stored tuples' keys in arrival
+order (``_order``, a key once per stored tuple). While a side's arrivals are in time
+order (always, behind the SUnion that a join's inputs come from), the tuples to evict are
+a prefix of that order and of each key's list: popped from the front, no scan. A side
+whose arrivals went back in time (a join fed otherwise) is evicted by a full scan until
+it is in order again; both ways leave exactly the same state.
 
 Invariants: output order is arrival order (like union, the join is order-dependent
 across ports; SUnion upstream makes it deterministic); every future output involves a
@@ -52,6 +52,7 @@ __all__ = ["Join"]
 Stored = tuple[int, int, tuple[Value, ...], int]
 Side = dict[Any, list[Stored]]
 
+_new = tuple.__new__
 _NONE = 2**63  # "no stored tuple" for the min time / min seq trackers
 _FIRST = -(2**63)  # the last stored time before any
 
@@ -103,7 +104,8 @@ class Join(Operator):
         key = self._keys[port]
         band = self.band
         floor = self.watermarks[1 - port] - band  # store only tuples with time >= floor
-        emit = self.emit
+        kind, last_id = self._out_kind, self.last_id
+        append = out.append
         left = port == 0
         seq = self.seq_base
         min_time = self._min_time[port]
@@ -118,20 +120,22 @@ class Join(Operator):
             if matches:
                 for e in matches:
                     et = e[0]
-                    if -band <= tm - et <= band:
-                        emit(
-                            out,
+                    if -band <= tm - et <= band:  # Operator.emit, inlined (per result)
+                        last_id += 1
+                        append(_new(Tuple, (
+                            kind,
+                            last_id,
                             tm if tm > et else et,
                             t[3] if t[3] > e[1] else e[1],
                             v + e[2] if left else e[2] + v,
-                        )
+                        )))
             if tm >= floor:
                 stored = mine.get(k)
                 if stored is None:
                     mine[k] = [(tm, t[3], v, seq + i)]
                 else:
                     stored.append((tm, t[3], v, seq + i))
-                order.append((tm, k))
+                order.append(k)
                 if tm < last:
                     self._in_order[port] = False
                 last = tm
@@ -142,6 +146,7 @@ class Join(Operator):
         self._min_time[port] = min_time
         self._min_seq[port] = min_seq
         self._last_time[port] = last
+        self.last_id = last_id
 
     def on_boundary(self, port: int, out: list[Tuple]) -> None:
         for side in (0, 1):
@@ -156,19 +161,18 @@ class Join(Operator):
             return
         store, order = self._sides[side], self._order[side]
         popleft = order.popleft
-        while order and order[0][0] < floor:
-            k = popleft()[1]
-            lst = store[k]
+        while order:
+            lst = store[order[0]]
+            if lst[0][0] >= floor:  # the oldest stored tuple is the first of its key's list
+                self._min_time[side] = lst[0][0]  # in time order: the first is the oldest
+                self._min_seq[side] = lst[0][3]  # and the first to arrive
+                return
             if len(lst) == 1:
-                del store[k]
+                del store[popleft()]
             else:
+                popleft()
                 del lst[0]
-        if order:
-            tm, k = order[0]
-            self._min_time[side] = tm  # in time order: the first is the oldest
-            self._min_seq[side] = store[k][0][3]  # and the first to arrive
-        else:
-            self._min_time[side] = self._min_seq[side] = _NONE
+        self._min_time[side] = self._min_seq[side] = _NONE
 
     def _evict_by_scan(self, side: int, floor: int) -> None:
         """The same for a side whose arrivals went back in time: every key is scanned."""
@@ -188,7 +192,7 @@ class Join(Operator):
             key=itemgetter(0),
         )
         times = [tm for _, tm, _ in entries]
-        self._order[side] = deque((tm, k) for _, tm, k in entries)
+        self._order[side] = deque(k for _, _, k in entries)
         self._in_order[side] = all(a <= b for a, b in pairwise(times))
         self._last_time[side] = times[-1] if times else _FIRST
         self._min_time[side] = min(times, default=_NONE)
@@ -202,9 +206,9 @@ class Join(Operator):
         self._sides: tuple[Side, Side] = ({}, {})
         self._min_time = [_NONE, _NONE]
         self._min_seq = [_NONE, _NONE]
-        #: Per side: the stored tuples' (time, key) in arrival order, whether their times
-        #: never went back, and the last stored time.
-        self._order: list[deque[tuple[int, Any]]] = [deque(), deque()]
+        #: Per side: the stored tuples' keys in arrival order, whether their times never
+        #: went back, and the last stored time.
+        self._order: list[deque[Any]] = [deque(), deque()]
         self._in_order = [True, True]
         self._last_time = [_FIRST, _FIRST]
 

