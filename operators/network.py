@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from operator import itemgetter
 from typing import Any
 
 from protocol.tuples import Kind, Schema, Tuple, make_tuple
@@ -45,6 +46,7 @@ from .spec import NetworkSpec
 
 __all__ = ["NetworkOutput", "QueryNetwork"]
 
+_KIND = itemgetter(0)
 _SERIALIZER = "sunion"
 _EXIT = "soutput"
 
@@ -332,12 +334,18 @@ class QueryNetwork:
         if not out:
             return
         if self._split[idx]:
+            # Cut after each BOUNDARY, found by list.index over the kinds (a C scan: a
+            # release is thousands of tuples and a handful of boundaries).
+            kinds = list(map(_KIND, out))
             start = 0
-            for k, t in enumerate(out):
-                if t[0] is Kind.BOUNDARY:
-                    self._route(idx, out[start : k + 1])
-                    self._run(idx + 1)
-                    start = k + 1
+            while True:
+                try:
+                    k = kinds.index(Kind.BOUNDARY, start)
+                except ValueError:
+                    break
+                self._route(idx, out[start : k + 1])
+                self._run(idx + 1)
+                start = k + 1
             if start < len(out):
                 self._route(idx, out[start:])
                 self._run(idx + 1)
