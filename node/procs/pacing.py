@@ -56,7 +56,13 @@ from enum import Enum
 from node.errors import NodeError
 from protocol.tuples import Kind, Tuple, Value, make_tuple
 
-__all__ = ["CAP", "EndReason", "EventClock", "RatePace", "Row", "Schedule"]
+__all__ = ["CAP", "EndReason", "EventClock", "RatePace", "Row", "Schedule", "next_multiple"]
+
+def next_multiple(t: int, step: int) -> int:
+    """The first multiple of ``step`` after ``t`` (a source's next boundary: boundaries on
+    the grid that SUnion's buckets are cut on, see node/procs/source.py)."""
+    return (t // step + 1) * step
+
 
 #: The most tuples one batch holds (one log flush, one publish).
 CAP = 10_000

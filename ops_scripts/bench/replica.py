@@ -43,6 +43,7 @@ from node.net.ports import free_port
 from node.net.tcp import TcpTransport
 from node.net.tls import control_url, url_context
 from node.procs.generators import make_generator
+from node.procs.pacing import next_multiple
 from node.streams.link import InputLink
 from node.streams.publisher import Publisher
 from ops_scripts.cluster.processes import read_rss
@@ -237,7 +238,7 @@ class BenchReplica:
         self.rate, self.t0 = rate, now_us()
 
     async def _generate(self) -> None:
-        next_boundary = now_us()
+        next_boundary = next_multiple(now_us(), self.boundary_us)  # as a source does
         while True:
             now = now_us()
             for f in self.feeds:
@@ -250,7 +251,7 @@ class BenchReplica:
                 if now >= next_boundary:
                     f.pub.publish(f.src.name, [boundary(now)])
             if now >= next_boundary:
-                next_boundary = now + self.boundary_us
+                next_boundary = next_multiple(now, self.boundary_us)
             await asyncio.sleep(0.002)  # like a source's generator loop
 
     async def _on_output(self, stream: str, tuples: Any) -> None:
