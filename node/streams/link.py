@@ -4,7 +4,10 @@ An :class:`InputLink` keeps one subscription to ``stream`` alive for ``subscribe
 connects to one of the stream's producers (replicas of the upstream node, or a source),
 sends ``Subscribe(stream, subscriber, last_stable_id, last_tentative_id)``, hands every
 Batch to ``on_batch`` and acknowledges what was processed. When the connection fails or
-ends it moves on to the next producer, round-robin, after ``retry_interval``;
+ends it moves on to the next producer, round-robin: at once when the producer had been
+serving it (a crashed replica's partner is not kept waiting for: ``dpc bench failover``),
+after ``retry_interval`` when it had not (a dead or refusing producer is not retried in a
+tight loop), and after ``retry_interval`` too when it is the only producer;
 ``switch_to`` moves it on at once (for an HA monitor that found a better replica), also
 while a connect is under way: that attempt is abandoned, not waited for (a connect to a
 blackholed producer would only end at its timeout).
@@ -255,6 +258,7 @@ class InputLink:
             self._next += 1
             self._switching = False
             self._wake.clear()
+            served_before = self.batches_in
             here, address = (host, port), f"{host}:{port}"
             taken = await self._take_handover(here, name)
             if taken is not None:
@@ -281,7 +285,8 @@ class InputLink:
                         self.producer = self.session_since = None
                         await conn.close()
             failed = None if self._switching else (host, port)
-            if not self._switching:
+            served = self.batches_in > served_before
+            if not self._switching and not (served and len(self.producers) > 1):
                 try:  # a switch or a REC_DONE handover cuts the pause short
                     async with asyncio.timeout(self._retry_interval):
                         await self._wake.wait()

@@ -251,13 +251,31 @@ def run_failover_bench(config_path: Path = Path("examples/basic.toml"), trials: 
             return 1
         finally:
             stop_cluster(procs, rd, drain=False, out=_Quiet())
-    print(f"\n  {'fault':<6} {'trials':>6} {'p50 ms':>8} {'max ms':>8} {'aim ms':>8}   aim")
+    print(f"\n  {'fault':<6} {'trials':>6} {'p50 ms':>8} {'max ms':>8} {'aim ms':>8}   aim     "
+          f"{'rule ms':>8}   rule")
     for kind in KINDS:
-        xs, aim = times[kind], _aim_ms(config, kind)
+        xs, aim, rule = times[kind], _aim_ms(config, kind), _rule_ms(config, kind)
         p50, worst = statistics.median(xs), max(xs)
-        verdict = "met" if worst <= aim else "NOT met"
-        print(f"  {kind:<6} {len(xs):>6} {p50:>8.1f} {worst:>8.1f} {aim:>8.0f}   {verdict}")
+        print(f"  {kind:<6} {len(xs):>6} {p50:>8.1f} {worst:>8.1f} {aim:>8.0f}   "
+              f"{'met' if worst <= aim else 'NOT met':<7} {rule:>8.0f}   "
+              f"{'met' if worst <= rule else 'NOT met'}")
+    s = next(iter(config.nodes.values())).settings
+    m, i = s.heartbeat_misses, s.heartbeat_interval / 1000
+    print(f"\n  aim: issue 15's, {KILL_AIM_MS:.0f} ms after a kill, misses x interval + "
+          f"{SILENT_SLACK_MS:.0f} ms after a silent failure. rule: what the liveness rule "
+          f"allows: a replica is failed after MORE than {m} unanswered probes (the paper's "
+          f"rule, node/streams/upstream.py), declared {m + 1} to {m + 2} intervals after the "
+          f"fault ({(m + 1) * i:.0f}..{(m + 2) * i:.0f} ms, by the fault's phase against the "
+          f"probes), + {SILENT_SLACK_MS:.0f} ms")
     return 0
+
+
+def _rule_ms(config: ClusterConfig, kind: str) -> float:
+    """The bound the liveness rule allows: detection at its latest, then the slack."""
+    if kind == "kill":
+        return KILL_AIM_MS
+    s = next(iter(config.nodes.values())).settings
+    return (s.heartbeat_misses + 2) * s.heartbeat_interval / 1000 + SILENT_SLACK_MS
 
 
 class _Quiet(io.StringIO):

@@ -198,6 +198,36 @@ async def test_losing_a_replica_switches_to_the_other_without_duplicates(net: Ne
     await b.stop()
 
 
+async def test_a_producer_that_was_serving_is_left_for_the_next_at_once(net: Net) -> None:
+    """No retry pause after a producer that served the link fails: its partner is tried at
+    once (with the pause, a client's failover after a kill took 100 ms more). A producer
+    that never served is still retried only after the pause: here, an hour."""
+    a, b = await Producer(net, name="a").start(), await Producer(net, name="b").start()
+    link, sink = make_link(net, [a.address, b.address], retry_interval=3600.0)
+    async with running(link.run()):
+        for p in (a, b):
+            await p.publish(stable(1, 20))
+        await wait_until(lambda: link.last_stable_id == 20)
+        await a.stop()
+        await b.publish(stable(21, 40))
+        await wait_until(lambda: link.last_stable_id == 40)  # well within the hour
+        assert link.producer == f"{net.host}:{b.port}"
+    assert [t.id for t in sink.raw] == list(range(1, 41))
+    await b.stop()
+
+
+async def test_producers_that_do_not_serve_are_retried_after_the_pause(net: Net) -> None:
+    a, b = await Producer(net, name="a").start(), await Producer(net, name="b").start()
+    for p in (a, b):
+        await p.stop()  # both refuse connections
+    link, _ = make_link(net, [a.address, b.address], retry_interval=3600.0)
+    async with running(link.run()):
+        await wait_until(lambda: link.failures >= 1)
+        for _ in range(200):
+            await asyncio.sleep(0)
+        assert link.failures == 1  # not retried in a tight loop
+
+
 async def test_switch_to_moves_the_subscription_and_resumes(net: Net) -> None:
     a, b = await Producer(net, name="a").start(), await Producer(net, name="b").start()
     link, sink = make_link(net, [a.address, b.address])
