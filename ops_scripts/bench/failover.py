@@ -259,13 +259,13 @@ def run_failover_bench(config_path: Path = Path("examples/basic.toml"), trials: 
         print(f"  {kind:<6} {len(xs):>6} {p50:>8.1f} {worst:>8.1f} {aim:>8.0f}   "
               f"{'met' if worst <= aim else 'NOT met':<7} {rule:>8.0f}   "
               f"{'met' if worst <= rule else 'NOT met'}")
-    s = next(iter(config.nodes.values())).settings
-    m, i = s.heartbeat_misses, s.heartbeat_interval / 1000
+    settings = next(iter(config.nodes.values())).settings
+    m, every_ms = settings.heartbeat_misses, settings.heartbeat_interval / 1000
     print(f"\n  aim: issue 15's, {KILL_AIM_MS:.0f} ms after a kill, misses x interval + "
           f"{SILENT_SLACK_MS:.0f} ms after a silent failure. rule: what the liveness rule "
           f"allows: a replica is failed after MORE than {m} unanswered probes (the paper's "
           f"rule, node/streams/upstream.py), declared {m + 1} to {m + 2} intervals after the "
-          f"fault ({(m + 1) * i:.0f}..{(m + 2) * i:.0f} ms, by the fault's phase against the "
+          f"fault ({(m + 1) * every_ms:.0f}..{(m + 2) * every_ms:.0f} ms, by the fault's phase against the "
           f"probes), + {SILENT_SLACK_MS:.0f} ms")
     return 0
 
