@@ -84,6 +84,10 @@ class Published:
     def boundaries(self) -> list[tuple[int, Tuple]]:
         return [(w, t) for w, t in self.tuples if t.kind is Kind.BOUNDARY]
 
+    def live_boundaries(self) -> list[tuple[int, Tuple]]:
+        """(when, boundary) of every boundary but the end of stream."""
+        return [(w, b) for w, b in self.boundaries() if b.time < END_OF_STREAM]
+
 
 def run_virtual(main: Callable[[VirtualTimeLoop, list[int]], Coroutine[Any, Any, Any]]) -> Any:
     """Run ``main(loop, skew)`` on virtual time; the process clock is the loop's plus
@@ -113,6 +117,26 @@ def start(config: ClusterConfig, rd: RunDir, net: MemoryTransport | None = None,
     return source, stop, asyncio.get_running_loop().create_task(source.run(stop))
 
 
+def published_over(tmp_path: Path, settings: str, *, seconds: float, after: float = 0.0,
+                   ) -> Published:
+    """What source s1 (its config line ``settings``) published in ``seconds`` of virtual
+    time, started ``after`` seconds into the run."""
+    config = cluster(tmp_path, settings)
+    rd = RunDir(tmp_path / "run").ensure()
+
+    async def main(loop: VirtualTimeLoop, skew: list[int]) -> Published:
+        await asyncio.sleep(after)
+        source, stop, task = start(config, rd)
+        seen = Published(source)
+        await asyncio.sleep(seconds)
+        stop.set()
+        await task
+        return seen
+
+    result: Published = run_virtual(main)
+    return result
+
+
 def test_a_source_that_falls_behind_catches_up_and_goes_on(tmp_path: Path) -> None:
     """Defect 1 of issue 13: a stall longer than 10,000 / rate seconds (here 13 s at 1000
     tuples/s) used to end the stream for good right after it."""
@@ -140,19 +164,8 @@ def test_a_source_that_falls_behind_catches_up_and_goes_on(tmp_path: Path) -> No
 def test_boundaries_go_out_every_interval_whatever_the_rate(tmp_path: Path) -> None:
     """Defect 5 of issue 13: at 2 tuples/s the loop slept until the next tuple was due, so
     boundaries went out every 0.5 s instead of every boundary_interval (0.1 s)."""
-    config = cluster(tmp_path, "rate = 2.0")
-    rd = RunDir(tmp_path / "run").ensure()
-
-    async def main(loop: VirtualTimeLoop, skew: list[int]) -> Published:
-        source, stop, task = start(config, rd)
-        seen = Published(source)
-        await asyncio.sleep(10.0)
-        stop.set()
-        await task
-        return seen
-
-    seen = run_virtual(main)
-    live = [(w, b) for w, b in seen.boundaries() if b.time < 2**62]  # not the end of stream
+    seen = published_over(tmp_path, "rate = 2.0", seconds=10.0)
+    live = seen.live_boundaries()
     assert 95 <= len(live) <= 101, len(live)  # 10 s / 0.1 s
     assert 19 <= len(seen.data()) <= 21
     times = [b.time for _, b in live]
@@ -169,20 +182,8 @@ def test_boundaries_go_out_on_the_grid_of_the_interval(tmp_path: Path) -> None:
     SUnion cuts buckets on), so the one that completes a bucket leaves as the bucket ends.
     With the interval counted from the source's start instead, a bucket waited up to one
     more interval for it (dpc bench latency: p50 1.3 buckets)."""
-    config = cluster(tmp_path, "rate = 50.0")
-    rd = RunDir(tmp_path / "run").ensure()
-
-    async def main(loop: VirtualTimeLoop, skew: list[int]) -> Published:
-        await asyncio.sleep(0.0371)  # start off the grid
-        source, stop, task = start(config, rd)
-        seen = Published(source)
-        await asyncio.sleep(3.0)
-        stop.set()
-        await task
-        return seen
-
-    seen = run_virtual(main)
-    live = [(w, b) for w, b in seen.boundaries() if b.time < 2**62]
+    seen = published_over(tmp_path, "rate = 50.0", seconds=3.0, after=0.0371)  # off the grid
+    live = seen.live_boundaries()
     assert len(live) >= 28
     for when, b in live:
         assert when % 100_000 <= 2_000, (when, b)  # at a multiple of 0.1 s (the loop's tick)
