@@ -32,7 +32,8 @@ The format (``examples/README.md`` has the long version)::
     reconciliation = "checkpoint"  # "checkpoint" | "undo"
     up_failure = "process"         # "delay" | "process"
     stabilization = "process"      # "suspend" | "delay" | "process"
-    replay_step = 10           # buckets re-released per event-loop turn while reconciling
+    replay_step = 10           # at most this many buckets re-released per event-loop turn
+                               # while reconciling (fewer when a turn took > interval/5)
 
     [sources.s1]
     schema = ["key", "value"]  # non-empty, distinct names

@@ -66,9 +66,13 @@ def _component(config: ClusterConfig, name: str, run_dir: RunDir, recover: bool,
         known = sorted([*config.sources, *config.clients,
                         *(r.name for n in config.nodes.values() for r in n.replicas)])
         raise NodeError(f"{config.path}: no process named {name!r}; known: {', '.join(known)}") from None
+    from node.procs.looplag import LoopLag
     from node.replica.runtime import Replica
 
-    return Replica(config, name, run_dir, transport, recover=recover, mutation=mutation)
+    # A stall is a turn as long as a heartbeat interval: one more and a heartbeat is missed.
+    interval = config.nodes[config.replica(name).node].settings.heartbeat_interval
+    lag = LoopLag(name, stall=interval / 1e6, log=logging.getLogger("dpc.replica"))
+    return Replica(config, name, run_dir, transport, recover=recover, mutation=mutation, loop_lag=lag)
 
 
 def _check_recoverable(config: ClusterConfig, name: str) -> None:

@@ -22,9 +22,16 @@ run in order with no other event in between.
 
 *Reconciliation replays in steps.* ``Reconcile`` rewinds the network to the last
 checkpoint (checkpoint/redo) or pushes UNDO_START into every SUnion (undo/redo); SUnion then
-re-releases its kept buckets ``replay_step`` buckets per event-loop turn (the replay task),
-so the replica keeps answering heartbeats and partners while it reconciles, and ``/status``
-shows the replay's progress. No new input and no timer reaches the network until the replay
+re-releases its kept buckets, at most ``replay_step`` buckets per event-loop turn (the replay
+task), so the replica keeps answering heartbeats and partners while it reconciles, and
+``/status`` shows the replay's progress. A step is also bounded in time: when one took longer
+than ``replay_budget`` (the runtime passes a fifth of the heartbeat interval), the next
+re-releases proportionally fewer buckets (:func:`next_replay_step`); a timed replay starts
+with a one-bucket step and doubles it while steps keep well within the budget. A bucket count alone
+does not bound a step: a loaded machine or a fast source made steps of 200 ms and more,
+the replica's heartbeat answers waited behind them, and its consumers declared it failed
+while it was only busy (test_strategy_combinations[process-process] flapped between
+replicas and broke X). No new input and no timer reaches the network until the replay
 is over (``input_open`` is clear): the paper's "a node suspends processing new input tuples
 while reconciling". Then the progress event that ends STABILIZATION is fed (caught up once
 every SOutput is past its duplicates). ``replay_gate`` is a fault hook: clear, it stalls the
@@ -71,9 +78,21 @@ from protocol.messages import ReconcileGrant, ReconcileRefuse, ReconcileRequest
 from protocol.tuples import Kind
 from state.checkpoint import Checkpoint, CheckpointStore
 
-__all__ = ["Emit", "Manager", "Partner", "policy_of"]
+__all__ = ["Emit", "Manager", "Partner", "next_replay_step", "policy_of"]
 
 Emit = Callable[[NetworkOutput, int], None]
+
+
+def next_replay_step(step: int, took: int, budget: int, cap: int) -> int:
+    """Buckets the next replay step may re-release, after a step of ``step`` buckets took
+    ``took`` µs, for steps of at most ``budget`` µs and ``cap`` buckets: proportionally
+    fewer after an overrun (never below 1), twice as many after a step under half the
+    budget (never above ``cap``), else the same. Pure: the manager's clock measures."""
+    if took > budget:
+        return max(1, step * budget // took)
+    if 2 * took < budget:
+        return min(cap, 2 * step)
+    return step
 
 
 def policy_of(node: NodeConfig, replica: str) -> cm.Policy:
@@ -116,6 +135,7 @@ class Manager:
         *,
         log: logging.Logger,
         replay_step: int | None = None,
+        replay_budget: int | None = None,
         on_state: Callable[[cm.State, int], None] | None = None,
         mutation: Mutation | None = None,
     ) -> None:
@@ -125,6 +145,8 @@ class Manager:
         self.node = node
         self.network = network
         network.set_replay_step(replay_step)
+        self._step_cap = replay_step
+        self._step_budget = replay_budget  # µs a replay step should take at most
         self.partners = list(partners)
         self.transport = transport
         self._emit = emit
@@ -343,24 +365,33 @@ class Manager:
             raise NodeError(f"{self.owner}: a failure needs reconciling, but fault tolerance "
                             "is off (fault_tolerance = false: a setting for dpc bench overhead)")
         started = self._now()
+        # Timed steps start with one bucket and grow while they keep well within budget.
+        first = 1 if self._step_budget is not None and self._step_cap is not None else self._step_cap
+        self.network.set_replay_step(first)
         if method is cm.Method.CHECKPOINT:
             snap = self.checkpoints.latest().parts
             out = self.network.rewind(snap, now)
         else:
             out = self.network.undo_start(now)
-        self._replay = self._spawn(self._replay_rest(method, started), "replay")
+        self._replay = self._spawn(self._replay_rest(method, started, first), "replay")
         self._gate_input()
         self._emit(out, now)  # the first step (its signals are fed after this step)
 
-    async def _replay_rest(self, method: cm.Method, started: int) -> None:
+    async def _replay_rest(self, method: cm.Method, started: int, step: int | None) -> None:
         """The replay's further steps, one per loop turn, then the progress event."""
-        steps = 1
+        steps, cap, budget = 1, self._step_cap, self._step_budget
+        took = self._now() - started  # the first step ran in _reconcile
         while self.network.replaying:
+            if step is not None and cap is not None and budget is not None:
+                step = next_replay_step(step, took, budget, cap)
+                self.network.set_replay_step(step)
             await asyncio.sleep(0)  # let heartbeats, partners and the control plane in
             await self.replay_gate.wait()
             now = self._now()
             self._emit(self.network.replay(now), now)
+            took = self._now() - now
             steps += 1
+        self.network.set_replay_step(self._step_cap)
         self._replay = None
         self._gate_input()
         now = self._now()

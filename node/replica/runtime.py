@@ -47,6 +47,7 @@ from node.faults.rules import Faults, FaultyTransport
 from node.net.tls import server_context
 from node.net.transport import Transport
 from node.procs.control import ControlPlane
+from node.procs.looplag import LoopLag
 from node.procs.rundir import JsonlTupleWriter, RunDir
 from node.procs.source import END_OF_STREAM
 from node.replica import consistency as cm
@@ -109,12 +110,16 @@ class Replica:
 
     def __init__(self, config: ClusterConfig, name: str, run_dir: RunDir, transport: Transport,
                  *, recover: bool = False, control: bool = True,
-                 ask_state: StateAsk | None = None, mutation: Mutation | None = None) -> None:
+                 ask_state: StateAsk | None = None, mutation: Mutation | None = None,
+                 loop_lag: LoopLag | None = None) -> None:
         """``control=False`` runs without the HTTP control plane (the simulation drives the
         replica's methods directly); ``ask_state`` replaces the HTTP request for a
         partner's state during recovery (node/replica/recovery.py); ``mutation`` is a
         test-only breakage of the input links or of the consistency manager
-        (node/streams/mutation.py), read from the environment by the entry point only."""
+        (node/streams/mutation.py), read from the environment by the entry point only;
+        ``loop_lag``: the process's event-loop gauge (node/procs/looplag.py), run and
+        reported in ``/status`` (real processes only)."""
+        self.loop_lag = loop_lag
         self.config = config
         self._control = control
         self._ask_state = ask_state
@@ -173,6 +178,8 @@ class Replica:
         self.manager = Manager(
             name, self.node.name, policy_of(self.node, name), self.network, partners,
             transport, self._emit, now_us, log=log, replay_step=self.node.settings.replay_step,
+            # A replay step leaves room for the heartbeat answers (manager docstring).
+            replay_budget=self.node.settings.heartbeat_interval // 5,
             on_state=lambda state, at: self._record_state(state.value, at), mutation=mutation,
         )
         self.started = now_us()
@@ -223,6 +230,8 @@ class Replica:
                     tasks.append(tg.create_task(self.monitor.run(), name="ha monitor"))
 
                 tasks.append(tg.create_task(start(), name="start"))
+                if self.loop_lag is not None:
+                    tasks.append(tg.create_task(self.loop_lag.run(), name="loop lag"))
                 # A bug in the data server's handler ends the replica (transport.py's rule).
                 tasks.append(tg.create_task(server.failed(), name="data server"))
                 await stop.wait()
@@ -519,5 +528,6 @@ class Replica:
                 # The process's live Python heap (blocks allocated, any size): what a leak
                 # grows. RSS also keeps what the allocator holds after a burst (dpc soak).
                 "heap_blocks": sys.getallocatedblocks(),
+                **(self.loop_lag.gauges() if self.loop_lag is not None else {}),
             },
         }

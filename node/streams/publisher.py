@@ -14,7 +14,10 @@ tuple published before is in the replay and every one published after is in the 
 list, exactly once. Each connection has one writer task, which sends each subscription's
 pending tuples as Batch frames of at most ``max_batch`` tuples, as soon as it can: no
 linger timer, so a lone tuple goes out at once, and under load tuples pile up while the
-previous frame drains and leave in full batches.
+previous frame drains and leave in full batches. A writer gives up the event loop after
+every ``FRAMES_PER_TURN`` frames: a socket that takes everything never suspends ``send``,
+and a long replay (a client switching replicas after a long failure: 100,000 tuples) sent
+in one turn held the process's heartbeat answers until its consumers declared it failed.
 
 Invariants:
 
@@ -81,11 +84,13 @@ from protocol.tuples import Tuple
 from state.buffer import AheadView, OutputBuffer
 from state.errors import ReplayAheadError, ReplayError
 
-__all__ = ["Publisher"]
+__all__ = ["FRAMES_PER_TURN", "Publisher"]
 
 # Drop the sent prefix of a pending list physically once it is this long and at least
 # half the list: O(1) amortized per tuple, without a memmove per batch.
 _COMPACT_MIN = 4096
+#: Frames a writer sends before it lets the other tasks of the process run (docstring).
+FRAMES_PER_TURN = 8
 
 
 class _Subscription:
@@ -459,6 +464,7 @@ class Publisher:
 
     async def _write_loop(self, session: _Session) -> None:
         conn, max_batch, high = session.conn, self._max_batch, self._high_water
+        frames = 0
         try:
             while True:
                 await session.wakeup.wait()
@@ -477,6 +483,9 @@ class Publisher:
                         busy = True
                         if sub.backlog < high:
                             self._notify_room()
+                        frames += 1
+                        if frames % FRAMES_PER_TURN == 0:
+                            await asyncio.sleep(0)  # heartbeats and the data path go on
         except OSError as exc:
             # The read loop notices the closed connection and ends the session.
             self._log.info(

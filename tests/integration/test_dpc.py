@@ -248,12 +248,14 @@ def test_strategy_combinations(cluster: Any, tmp_path: Path, up_failure: str,
     began = fail_until(c, ["s3"], lambda c: tentative_everywhere(["n1"])(c) and all(
         c.status(r)["gauges"]["sunion_buffered"] >= replay for r in c.replicas),
         f"{replay:,} input tuples kept for the replay")
-    hashes = c.drain()
+    final = c.drain()
     c.check()
-    assert_converged(hashes)
+    assert_converged(final)
     a = c.availability(since_us=began)
+    lag = {r: final[r]["gauges"]["loop_lag_max_ms"] for r in c.replicas}
     print(f"\n{up_failure}/{stabilization}: N_tentative {a.n_tentative}, Delay_new "
-          f"{a.delay_new_us / 1e6:.2f} s, X = {X} s: {'EXCEEDED' if a.exceeded else 'kept'}")
+          f"{a.delay_new_us / 1e6:.2f} s, X = {X} s: {'EXCEEDED' if a.exceeded else 'kept'}; "
+          f"longest event-loop turn (ms): {lag}")
     assert a.n_tentative > 0
     assert a.exceeded == (a.delay_new_us > a.bound_us)
     if (up_failure, stabilization) == ("process", "process"):

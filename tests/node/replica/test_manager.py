@@ -18,7 +18,7 @@ from node.errors import NodeError
 from node.net.memory import MemoryTransport
 from node.net.transport import Connection
 from node.replica import consistency as cm
-from node.replica.manager import Emit, Manager, Partner, policy_of
+from node.replica.manager import Emit, Manager, Partner, next_replay_step, policy_of
 from node.streams.mutation import Mutation
 from operators import NetworkOutput, QueryNetwork
 from ops_scripts.harness.simulate import DEFAULT_CLUSTER
@@ -33,7 +33,8 @@ LOG = logging.getLogger("test.manager")
 def make_manager(partners: Sequence[Partner] = (), transport: MemoryTransport | None = None,
                  *, emit: Emit | None = None, now: Callable[[], int] = lambda: 0,
                  checkpoint: bool = True, mutation: Mutation | None = None,
-                 checkpointing: cm.Checkpointing | None = None) -> Manager:
+                 checkpointing: cm.Checkpointing | None = None, replay_step: int | None = None,
+                 replay_budget: int | None = None) -> Manager:
     node = load_config(DEFAULT_CLUSTER).nodes["n1"]
     transport = transport or MemoryTransport().for_process("n1a")
     policy = policy_of(node, "n1a")
@@ -41,7 +42,7 @@ def make_manager(partners: Sequence[Partner] = (), transport: MemoryTransport | 
         policy = replace(policy, checkpointing=checkpointing)
     manager = Manager("n1a", "n1", policy, QueryNetwork(node.network),
                       list(partners), transport, emit or (lambda out, now: None), now, log=LOG,
-                      mutation=mutation)
+                      mutation=mutation, replay_step=replay_step, replay_budget=replay_budget)
     if checkpoint:
         # Checkpoint 0 (PERIODIC), as the deadline loop takes it at once; ON_FAILURE: a
         # checkpoint as if a failure had begun (the tests reconcile from it).
@@ -338,3 +339,61 @@ async def test_anything_else_in_the_partner_reader_ends_run_loudly() -> None:
     async with asyncio.timeout(5):
         with pytest.raises(CheckpointError, match="no checkpoint was put yet"):
             await run
+
+
+def test_a_replay_step_shrinks_after_an_overrun_and_grows_back_up_to_the_cap() -> None:
+    assert next_replay_step(10, took=100_000, budget=20_000, cap=10) == 2  # 5x over: a fifth
+    assert next_replay_step(1, took=500_000, budget=20_000, cap=10) == 1  # never below one
+    assert next_replay_step(2, took=15_000, budget=20_000, cap=10) == 2  # within: kept
+    assert next_replay_step(2, took=5_000, budget=20_000, cap=10) == 4  # well under: doubled
+    assert next_replay_step(8, took=0, budget=20_000, cap=10) == 10  # never above the cap
+
+
+async def test_a_replay_keeps_each_step_within_its_time_budget() -> None:
+    """The defect: a replay step was bounded by buckets only (``replay_step``), so on a
+    loaded machine one step ran for 200 ms and more, heartbeat answers waited behind it and
+    consumers declared a busy replica failed. Here re-releasing a bucket costs the manager's
+    clock 1 ms for the first 12 buckets, then 10 ms (the machine got loaded): the steps start
+    at one bucket, grow to the cap of 10 while cheap, and after the one step that overran
+    the 20 ms budget every step keeps within it; the replay still re-releases everything."""
+    clock = [0]
+    steps: list[int] = []
+
+    def emit(out: NetworkOutput, now: int) -> None:
+        manager.on_signals(out.signals, now)
+
+    def push(stream: str, tuples: list[Tuple], at: int) -> None:
+        clock[0] = at
+        emit(manager.network.push(stream, tuples, at), at)
+        manager.wake()
+
+    manager = make_manager(emit=emit, now=lambda: clock[0], replay_step=10, replay_budget=20_000)
+    net = manager.network
+
+    def costly(call: Callable[..., NetworkOutput]) -> Callable[..., NetworkOutput]:
+        def step(*args: object) -> NetworkOutput:
+            before = net.replay_progress()[0] if call.__name__ == "replay" else 0
+            out = call(*args)
+            # One s1 tuple a bucket: the tuples this step re-released are its buckets.
+            steps.append(net.replay_progress()[0] - before)
+            clock[0] += (1_000 if sum(steps) <= 12 else 10_000) * steps[-1]
+            return out
+        return step
+
+    net.rewind = costly(net.rewind)  # type: ignore[method-assign]
+    net.replay = costly(net.replay)  # type: ignore[method-assign]
+    run = asyncio.create_task(manager.run())
+    for b in range(40):  # s2 falls silent after its first boundary; s1 goes on
+        push("s1", [make_tuple(Kind.STABLE, b + 1, b * 100_000 + 10, b * 100_000 + 10, (b, 50)),
+                    boundary((b + 1) * 100_000)], b * 100_000)
+        if b == 0:
+            push("s2", [boundary(100_000)], 0)
+    await until(lambda: manager.state is cm.State.UP_FAILURE, "the tentative release")
+    push("s2", [boundary(40 * 100_000)], 4_000_000)  # s2 is back: every bucket is corrected
+    await until(lambda: manager.state is cm.State.STABLE, "the reconciliation")
+    assert sum(steps) >= 30 and steps[:4] == [1, 2, 4, 8], steps
+    overrun = next(i for i, n in enumerate(steps) if sum(steps[:i + 1]) > 12)
+    assert max(steps[overrun + 1:]) <= 2, f"steps after an overrun must keep within the budget: {steps}"
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run

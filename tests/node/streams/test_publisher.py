@@ -7,6 +7,7 @@ The helpers here (Producer, Sink, running) serve the link and bad-input tests to
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import AsyncIterator, Coroutine, Iterable, Sequence
 from contextlib import asynccontextmanager
@@ -17,7 +18,7 @@ import pytest
 from node.errors import NodeError
 from node.net.transport import Connection, Server
 from node.streams.link import InputLink
-from node.streams.publisher import Publisher
+from node.streams.publisher import FRAMES_PER_TURN, Publisher
 from protocol.messages import Ack, Batch, HeartbeatRequest, Message, Subscribe, Unsubscribe
 from protocol.tuples import DATA_KINDS, Kind, Tuple, make_tuple
 from protocol.undo_rule import apply_undos
@@ -205,6 +206,36 @@ async def test_frames_carry_at_most_max_batch_and_go_out_without_waiting(net: Ne
             await wait_until(lambda i=i: link.last_stable_id == i)
     assert [list(b) for _, b in sink.batches[-3:]] == [[S(101)], [S(102)], [S(103)]]
     assert sink.raw == stable(1, 103)
+    await prod.stop()
+
+
+async def test_a_long_replay_goes_out_in_slices_that_let_other_tasks_run(net: Net) -> None:
+    """The defect: the writer sent a subscription's whole replay (100,000 tuples for a
+    client that switched during a long failure) without giving up the event loop while the
+    socket took it, so the replica's heartbeat answers waited behind it and its consumers
+    declared it failed. Now between two turns of another task the writer sends at most
+    FRAMES_PER_TURN frames."""
+    prod = await Producer(net, max_batch=10).start()
+    await prod.publish(stable(1, 5000))
+    samples: list[int] = []
+
+    async def watch() -> None:
+        while True:
+            subs = prod.subscribers()
+            samples.append(subs["x"]["sent"] if "x" in subs else 0)
+            await asyncio.sleep(0)
+
+    async with running(watch()):
+        conn = await raw_subscribe(net, prod, "x", Subscribe("s", "x", 0, 0))
+        got = 0
+        async with asyncio.timeout(GUARD):
+            while got < 5000:
+                msg = await conn.receive()
+                assert isinstance(msg, Batch)
+                got += len(msg.tuples)
+    jumps = [b - a for a, b in itertools.pairwise(samples)]
+    assert max(jumps) <= FRAMES_PER_TURN * 10, f"the writer held the loop for {max(jumps)} tuples"
+    await conn.close()
     await prod.stop()
 
 
