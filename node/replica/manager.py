@@ -212,13 +212,17 @@ class Manager:
         """Call before ``push`` (of a batch on ``stream``) or ``on_timer`` (``stream``
         None) at ``now``: if that call may begin a failure episode, the machine hears it
         first, and with ON_FAILURE checkpointing takes its checkpoint now, while all the
-        network holds is stable. (Nothing to do with PERIODIC: its checkpoints cover it.)"""
-        if (
-            self._on_failure
-            and self.machine.state is cm.State.STABLE
-            and self.network.episode_may_begin(now, stream)
-        ):
-            self.feed(cm.EpisodeImminent(now))
+        network holds is stable. (Nothing to do with PERIODIC: its checkpoints cover it.)
+
+        With ON_FAILURE in STABLE the SUnions first forget what they released: the machine's
+        ``ForgetReleased``, which it allows at any STABLE instant (no redo replays from before
+        the checkpoint a failure takes, and that checkpoint comes after this, right below),
+        here at every call instead of every ``checkpoint_interval``: keeping 200 ms of
+        released input cost the replica 6% of its CPU at 90,000 tuples/s."""
+        if self._on_failure and self.machine.state is cm.State.STABLE:
+            self.network.truncate()
+            if self.network.episode_may_begin(now, stream):
+                self.feed(cm.EpisodeImminent(now))
 
     def wake(self) -> None:
         """The network's deadline may have moved (a batch was pushed): re-read it."""

@@ -397,3 +397,20 @@ async def test_a_replay_keeps_each_step_within_its_time_budget() -> None:
     run.cancel()
     with pytest.raises(asyncio.CancelledError):
         await run
+
+
+def test_on_failure_forgets_released_input_before_every_call_while_stable() -> None:
+    """ON_FAILURE, STABLE: what the SUnions released is forgotten before the next network
+    call (no redo can need it: a failure's checkpoint is taken after that, before the call),
+    not kept until the next checkpoint_interval tick; PERIODIC keeps it for its checkpoint."""
+    batch = [make_tuple(Kind.STABLE, 1, 10, 10, (0, 50)), boundary(100_000)]
+    kept = {}
+    for mode in (cm.Checkpointing.ON_FAILURE, cm.Checkpointing.PERIODIC):
+        manager = make_manager(checkpointing=mode)
+        for stream in ("s1", "s2"):  # bucket 0 complete: released stable
+            manager.before_network_call(0, stream)
+            manager.network.push(stream, batch, 0)
+        assert manager.network.released_to == 100_000 and manager.state is cm.State.STABLE
+        manager.before_network_call(1, "s1")
+        kept[mode] = manager.network.buffered
+    assert kept == {cm.Checkpointing.ON_FAILURE: 0, cm.Checkpointing.PERIODIC: 2}
