@@ -104,6 +104,7 @@ __all__ = [
     "read_source_end",
     "read_source_log",
     "read_source_trim",
+    "tail_jsonl_tuples",
     "write_client_parquet",
     "write_source_end",
     "write_source_trim",
@@ -449,6 +450,38 @@ def read_jsonl_tuples(path: str | os.PathLike[str]) -> list[tuple[int, Tuple]]:
         # Unparsable: the writer was killed mid-line; that batch never fully reached the OS.
         with contextlib.suppress(orjson.JSONDecodeError, ValueError):
             out.append(_decode(orjson.loads(torn)))
+    return out
+
+
+def tail_jsonl_tuples(path: str | os.PathLike[str], n: int) -> list[tuple[int, Tuple]]:
+    """The last ``n`` complete rows of a JSONL tuple log (fewer if it has fewer), reading only
+    the file's end: what a live log's reader polls (how fresh is what a client receives).
+    A torn last line is left out; a bad complete line raises :class:`RunLogError`."""
+    p = Path(path)
+    size = 1024
+    while True:
+        try:
+            with p.open("rb") as f:
+                f.seek(0, os.SEEK_END)
+                end = f.tell()
+                f.seek(max(0, end - size))
+                data = f.read()
+        except OSError as e:
+            raise RunLogError(f"tuple log {p}: cannot read: {e}") from None
+        lines = data.split(b"\n")[:-1]  # the last piece is torn or empty
+        whole = len(data) == end  # the window holds the file's start: every line is whole
+        if not whole:
+            lines = lines[1:]  # the first piece may start mid-line
+        if len(lines) >= n or whole:
+            break
+        size *= 4
+    out: list[tuple[int, Tuple]] = []
+    for line in lines[-n:] if n else []:
+        try:
+            out.append(_decode(orjson.loads(line)))
+        except (orjson.JSONDecodeError, ValueError) as e:
+            raise RunLogError(f"tuple log {p}, near its end: corrupt line ({e}): "
+                              f"{line[:120].decode('utf-8', 'replace')!r}") from None
     return out
 
 

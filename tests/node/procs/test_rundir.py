@@ -27,6 +27,7 @@ from node.procs.rundir import (
     read_jsonl_tuples,
     read_source_end,
     read_source_log,
+    tail_jsonl_tuples,
     write_client_parquet,
     write_source_end,
 )
@@ -92,6 +93,21 @@ def test_jsonl_round_trip(tmp_path: Path) -> None:
     with JsonlTupleWriter(path) as w:
         w.write([S(4)], 40)
     assert read_jsonl_tuples(path) == [*expected, (40, S(4))]
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 300, 5000])
+def test_the_tail_of_a_log_is_its_last_rows_and_leaves_a_torn_line_out(tmp_path: Path,
+                                                                       n: int) -> None:
+    path = tmp_path / "c1.jsonl"
+    rows = [(10 * i, make_tuple(Kind.STABLE, i, 1000 + i, 997 + i, (f"k{i}", i, 0.5, None)))
+            for i in range(1, 1001)]
+    with JsonlTupleWriter(path) as w:
+        for arrival, t in rows:
+            w.write([t], arrival)
+    assert tail_jsonl_tuples(path, n) == rows[len(rows) - min(n, len(rows)):]
+    with path.open("ab") as f:
+        f.write(b'{"kind": "STAB')  # a writer killed mid-line
+    assert tail_jsonl_tuples(path, n) == rows[len(rows) - min(n, len(rows)):]
 
 
 def test_truncated_last_line_is_dropped_and_cut_by_the_next_writer(tmp_path: Path) -> None:
