@@ -163,14 +163,15 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
-def client_live(c: Cluster, client: str = "c1", rows: int = 50) -> bool:
-    """The client receives results as they are made: each of its last ``rows`` data tuples
-    arrived less than X/2 after its input (steady state: a bucket or two). Until then it is
-    still catching up with what the sources produced while the cluster started (seconds of
-    it on a loaded machine): a failure begun earlier measures that catch-up, not DPC."""
+def client_live(c: Cluster, client: str = "c1", rows: int = 100) -> bool:
+    """The client receives results as they are made: its last ``rows`` log lines hold
+    some data tuples (boundaries are lines too), each arrived less than X/2 after its input
+    (steady state: a bucket or two). Until then it is still catching up with what the
+    sources produced while the cluster started (seconds of it on a loaded machine): a
+    failure begun earlier measures that catch-up, not DPC."""
     got = [(a, t) for a, t in tail_jsonl_tuples(c.rd.client_log(client), rows)
            if t.kind in (Kind.STABLE, Kind.TENTATIVE)]
-    return len(got) == rows and all(a - t.tmax < X * 1e6 / 2 for a, t in got)
+    return len(got) >= 10 and all(a - t.tmax < X * 1e6 / 2 for a, t in got)
 
 
 def fail_until(c: Cluster, peers: list[str], until: Any, what: str) -> int:
