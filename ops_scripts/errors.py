@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from protocol.errors import DPCError
 
-__all__ = ["BenchFailed", "CheckError", "FaultError", "FuzzError", "HistoryError", "InjectError", "ProcessError", "ScenarioError", "ScheduleError"]
+__all__ = ["BenchFailed", "CheckError", "ClusterError", "FaultError", "FuzzError", "HistoryError", "IngestError", "InjectError", "ProcessError", "ReferenceJobError", "ScenarioError", "ScheduleError"]
 
 
 class BenchFailed(DPCError):
@@ -46,3 +46,18 @@ class ScheduleError(DPCError):
 class FuzzError(DPCError):
     """``dpc fuzz`` cannot run: a message class without samples, an invalid sample, a bad
     argument, or a replay file it did not write."""
+
+
+class ClusterError(DPCError):
+    """The standalone cluster did not come up (the message quotes both processes' logs)."""
+
+
+class IngestError(DPCError):
+    """A run directory or one of its logs cannot be made into tables (the message names
+    the run directory or the file, and the line)."""
+
+
+class ReferenceJobError(DPCError):
+    """The reference job cannot run: a session whose executors run another Python, tables
+    that contradict a run's config, or no reference computed yet (the message says which
+    run, stream or file)."""

@@ -97,6 +97,7 @@ __all__ = [
     "JsonlTupleWriter",
     "RunDir",
     "SourceTrim",
+    "decode_row",
     "iter_source_batches",
     "iter_source_log",
     "read_client_parquet",
@@ -406,8 +407,9 @@ class JsonlTupleWriter:
         self.close()
 
 
-def _decode(obj: Any) -> tuple[int, Tuple]:
-    """One parsed line -> (arrival, tuple); ValueError saying what is wrong."""
+def decode_row(obj: Any) -> tuple[int, Tuple]:
+    """One parsed line of a JSONL tuple log -> (arrival, tuple); ValueError saying what is
+    wrong (what every reader of these logs accepts: this one function decides)."""
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, found {type(obj).__name__}")
     missing = [f for f in _FIELDS if f not in obj]
@@ -442,14 +444,14 @@ def read_jsonl_tuples(path: str | os.PathLike[str]) -> list[tuple[int, Tuple]]:
     out: list[tuple[int, Tuple]] = []
     for n, line in enumerate(lines, start=1):
         try:
-            out.append(_decode(orjson.loads(line)))
+            out.append(decode_row(orjson.loads(line)))
         except (orjson.JSONDecodeError, ValueError) as e:
             text = line[:120].decode("utf-8", "replace")
             raise RunLogError(f"tuple log {p}, line {n}: corrupt line ({e}): {text!r}") from None
     if torn:
         # Unparsable: the writer was killed mid-line; that batch never fully reached the OS.
         with contextlib.suppress(orjson.JSONDecodeError, ValueError):
-            out.append(_decode(orjson.loads(torn)))
+            out.append(decode_row(orjson.loads(torn)))
     return out
 
 
@@ -478,7 +480,7 @@ def tail_jsonl_tuples(path: str | os.PathLike[str], n: int) -> list[tuple[int, T
     out: list[tuple[int, Tuple]] = []
     for line in lines[-n:] if n else []:
         try:
-            out.append(_decode(orjson.loads(line)))
+            out.append(decode_row(orjson.loads(line)))
         except (orjson.JSONDecodeError, ValueError) as e:
             raise RunLogError(f"tuple log {p}, near its end: corrupt line ({e}): "
                               f"{line[:120].decode('utf-8', 'replace')!r}") from None

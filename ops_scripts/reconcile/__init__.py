@@ -1,0 +1,1 @@
+"""``dpc reconcile``: offline output reconciliation on Spark (docs/reconcile.md)."""

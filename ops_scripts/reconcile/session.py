@@ -1,0 +1,97 @@
+"""The Spark session of a process, and the Java check before it (issue 16).
+
+Role: the one place ``dpc reconcile`` (and its tests and bench) get Spark from. Spark runs
+embedded (``local[*]``) unless a master is named; every ``--conf`` setting passes through.
+A process holds one session: building one costs seconds (a JVM), so the test suite and a
+reconcile of many runs reuse it.
+
+Java: PySpark starts a JVM; without a working ``java`` (17 or newer) it fails with a page of
+stack trace. :func:`java_problem` says in one line what is missing, before any of that.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["DEFAULT_MASTER", "JAVA_MIN", "java_problem", "spark_session", "stop_session"]
+
+DEFAULT_MASTER = "local[*]"
+JAVA_MIN = 17
+
+_session: SparkSession | None = None
+_master: str | None = None
+
+
+def java_problem(java: str | None = None) -> str | None:
+    """None when a Java runtime Spark can use is there; else one line saying what is
+    missing. ``java``: the executable to try (default: ``$JAVA_HOME/bin/java``, else
+    ``java`` on the PATH)."""
+    if java is None:
+        home = os.environ.get("JAVA_HOME")
+        java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    if not java or not os.path.exists(java):
+        return (f"Spark needs Java {JAVA_MIN} or newer: no java found (install a JDK {JAVA_MIN}, "
+                "e.g. apt install openjdk-17-jre-headless, or set JAVA_HOME)")
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"Spark needs Java {JAVA_MIN} or newer: {java} -version failed: {exc}"
+    m = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
+    if out.returncode != 0 or m is None:
+        return f"Spark needs Java {JAVA_MIN} or newer: {java} -version says nothing usable"
+    major = int(m.group(1)) if m.group(1) != "1" else int(m.group(2) or 0)
+    if major < JAVA_MIN:
+        return f"Spark needs Java {JAVA_MIN} or newer: {java} is Java {major}"
+    return None
+
+
+def spark_session(master: str | None = None, conf: Mapping[str, str] | None = None) -> SparkSession:
+    """The process's Spark session, built on first use: ``master`` (default
+    ``spark.master`` in ``conf``, else ``local[*]``) and every ``conf`` setting. Asking
+    again returns the same session; asking for another master is an error (stop first)."""
+    global _session, _master
+    conf = dict(conf or {})
+    master = master or conf.pop("spark.master", None) or DEFAULT_MASTER
+    conf.pop("spark.master", None)
+    if _session is not None:
+        if master != _master:
+            raise ValueError(f"a Spark session on {_master} is already running in this process; "
+                             f"stop it before asking for one on {master}")
+        return _session
+    from pyspark.sql import SparkSession
+
+    # Python workers run this interpreter (the venv's: pyarrow, orjson and the package),
+    # not whatever `python3` the PATH finds first.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.master(master)
+        .appName("dpc reconcile")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        # Small local jobs: a few partitions, not the default 200.
+        .config("spark.sql.shuffle.partitions", str(max(2, 2 * (os.cpu_count() or 1))))
+        .config("spark.sql.session.timeZone", "UTC")
+    )
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    _session = builder.getOrCreate()
+    _session.sparkContext.setLogLevel("ERROR")
+    _master = master
+    return _session
+
+
+def stop_session() -> None:
+    """Stop the process's session (a new one may then be built, on any master)."""
+    global _session, _master
+    if _session is not None:
+        _session.stop()
+    _session = _master = None

@@ -1,0 +1,33 @@
+"""The Java check and the process's one Spark session (ops_scripts/reconcile/session.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ops_scripts.reconcile.session import java_problem, spark_session
+
+
+def test_java_17_is_there() -> None:
+    assert java_problem() is None
+
+
+def test_a_missing_or_old_java_is_one_line_saying_so(tmp_path: Path) -> None:
+    assert "no java found" in (java_problem(str(tmp_path / "nope")) or "")
+    old = tmp_path / "java"
+    old.write_text('#!/bin/sh\necho \'openjdk version "11.0.2" 2019-01-15\' >&2\n')
+    old.chmod(0o755)
+    assert java_problem(str(old)) == f"Spark needs Java 17 or newer: {old} is Java 11"
+    ancient = tmp_path / "java8"
+    ancient.write_text('#!/bin/sh\necho \'java version "1.8.0_292"\' >&2\n')
+    ancient.chmod(0o755)
+    assert java_problem(str(ancient)) == f"Spark needs Java 17 or newer: {ancient} is Java 8"
+
+
+def test_the_session_is_one_per_process(spark: Any) -> None:
+    assert spark_session() is spark
+    assert spark.range(10).selectExpr("sum(id) AS s").collect()[0]["s"] == 45
+    with pytest.raises(ValueError, match="already running"):
+        spark_session("spark://127.0.0.1:1")
