@@ -1,0 +1,226 @@
+"""The reference as a Spark job, stage 1: one task per run (docs/reconcile.md).
+
+Role: the "expected" side of ``dpc reconcile``: for every run ingested
+(``ops_scripts/reconcile/tables.py``), the STABLE tuples a failure-free run emits on every
+node output stream. Stage 1 computes them with the operators themselves, by the very
+function ``dpc check`` uses (``ops_scripts.check.reference.reference_outputs``), so the
+reference is exact by construction; Spark spreads the runs over the executors.
+
+Theory of operation. The driver makes a DataFrame of the run labels and directories
+(``Tables.runs``: one row per run, tiny) and places run i in partition i (an explicit
+partitioner, not a hash: two runs never share a task, and no task is empty). Then
+``mapInArrow`` runs :func:`_runs_task` once per partition. ``mapInArrow`` rather than
+``mapInPandas``: the task reads Arrow (the ``sources`` table, with pyarrow) and writes
+Arrow; pandas in between would only convert, and would turn int64 columns with nulls into
+floats. In its task, a run's rows of ``sources`` are read with a pyarrow dataset filter on
+``run`` (the table's directory is the only thing the closure carries), batch by batch,
+into tuples per stream, put in log order (incarnation, then line: the order in which
+``dpc check``'s ``read_source_log`` returns them; every source of the config starts with
+no tuples, as a readable empty log gives ``dpc check``); the run's config is loaded from
+``<run dir>/config.toml`` (executors must see the run directories, as they see the
+tables); ``reference_outputs`` runs; its streams are yielded in Arrow batches, values as
+``orjson.dumps(list(values))`` (the text every table uses).
+
+A run whose reference cannot be computed does not kill the job: like ``dpc check``
+(``compose._reference``), any exception of ``reference_outputs`` (a
+:class:`~ops_scripts.errors.CheckError`, or a crash) means "no reference", with the text
+``"<ExceptionName>: <message>"`` that ``dpc check`` puts in its verdicts' evidence; the task
+yields one row for the run with ``problem`` set and no tuple. A table that contradicts
+its config (a stream the config has no source of, lines missing or repeated) or a config
+that will not load is not a property of the run but a broken input: the task raises,
+naming the run, and the job fails.
+
+:func:`reference` runs the job once (one Spark action over a persisted result) and writes
+two tables beside the ingested ones: ``reference`` (run, stream, id, time, tmax, values:
+the contract's) and ``reference_problems`` (run, problem); it returns the first, read back.
+:func:`reference_problems` reads the second (run -> why there is no reference).
+
+Invariants: no source row and no reference row is collected to the driver (only the
+problems, at most one per run); a run's reference rows come from exactly one task; each
+stream's rows are in id order, streams in config order; the executors' Python is the
+driver's (:func:`reference_job` refuses a local session whose Python is another one).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from node.config.load import load_config
+from ops_scripts.check.reference import reference_outputs
+from ops_scripts.errors import ReferenceJobError
+from ops_scripts.reconcile.tables import Tables
+from protocol.errors import DPCError
+from protocol.tuples import Kind, Tuple, make_tuple
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["ROWS_PER_BATCH", "ReferenceJobError", "reference", "reference_job",
+           "reference_problems"]
+
+#: Rows per Arrow batch a task yields.
+ROWS_PER_BATCH = 8192
+
+_S, _I64 = pa.string(), pa.int64()
+#: What each task yields: the reference's columns, and ``problem`` (set on the one row of
+#: a run without a reference).
+JOB_SCHEMA = pa.schema([("run", _S), ("stream", _S), ("id", _I64), ("time", _I64),
+                        ("tmax", _I64), ("values", _S), ("problem", _S)])
+#: The same, as Spark is told it (``values`` is an SQL keyword: quoted).
+_JOB_DDL = ", ".join(f"`{f.name}` {'string' if f.type == _S else 'bigint'}" for f in JOB_SCHEMA)
+_PROBLEMS_SCHEMA = pa.schema([("run", _S), ("problem", _S)])
+_SOURCE_COLUMNS = ["stream", "incarnation", "line", "kind", "id", "time", "tmax", "values"]
+
+
+# ---------------------------------------------------------------- driver side
+def reference_job(spark: SparkSession, tables: Tables) -> DataFrame:
+    """The job, lazily: one partition (one task) per run, :data:`JOB_SCHEMA`'s columns."""
+    _require_driver_python(spark)
+    runs = [(str(label), str(path)) for label, path in tables.runs.items()]
+    if not runs:
+        raise ReferenceJobError("no run to compute a reference for")
+    # Key i -> partition i: exactly one run per task (a hash partitioning could pair two).
+    placed = (spark.sparkContext.parallelize(list(enumerate(runs)), len(runs))
+              .partitionBy(len(runs), lambda i: i).values())
+    labels = spark.createDataFrame(placed, "run string, path string")
+    task = functools.partial(_runs_task, sources_dir=str(tables.path("sources")))
+    return labels.mapInArrow(task, _JOB_DDL)
+
+
+def reference(spark: SparkSession, tables: Tables) -> DataFrame:
+    """Compute the reference of every run (once), write the tables ``reference`` and
+    ``reference_problems``, and return ``reference``: run, stream, id, time, tmax, values.
+    A run without a reference has no row in it (see :func:`reference_problems`)."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    # An earlier computation's problems must not outlive a failure of this one.
+    shutil.rmtree(tables.path("reference_problems"), ignore_errors=True)
+    job = reference_job(spark, tables).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        out = str(tables.path("reference"))
+        (job.where(F.col("problem").isNull()).drop("problem")
+         .write.mode("overwrite").parquet(out))
+        # At most one row per run, from the persisted result: no second computation.
+        rows = job.where(F.col("problem").isNotNull()).select("run", "problem").collect()
+    finally:
+        job.unpersist()
+    _write_problems(tables, {r["run"]: r["problem"] for r in rows})
+    return spark.read.parquet(out)
+
+
+def reference_problems(tables: Tables) -> dict[str, str]:
+    """Run label -> why it has no reference (``"<ExceptionName>: <message>"``, the text
+    ``dpc check`` gives), as :func:`reference` recorded it; runs with one are absent."""
+    path = _problems_path(tables)
+    if not path.exists():
+        raise ReferenceJobError(f"{path}: missing (compute the reference first)")
+    table = pq.read_table(path, schema=_PROBLEMS_SCHEMA)
+    return dict(zip(table.column("run").to_pylist(), table.column("problem").to_pylist(),
+                    strict=True))
+
+
+def _problems_path(tables: Tables) -> Path:
+    return tables.path("reference_problems") / "part-000000.parquet"
+
+
+def _write_problems(tables: Tables, problems: Mapping[str, str]) -> None:
+    path = _problems_path(tables)
+    shutil.rmtree(path.parent, ignore_errors=True)
+    path.parent.mkdir(parents=True)
+    runs = sorted(problems)
+    pq.write_table(pa.table([runs, [problems[r] for r in runs]], schema=_PROBLEMS_SCHEMA), path)
+
+
+def _require_driver_python(spark: SparkSession) -> None:
+    """A local session's Python workers must be this interpreter: another one (PySpark's
+    default is ``python3`` on the PATH) lacks this virtualenv's packages, and the job would
+    fail in every task with an import error. A cluster's executors are beyond checking here:
+    PYSPARK_PYTHON names their interpreter."""
+    sc = spark.sparkContext
+    if not (sc.master or "").startswith("local"):
+        return
+    exe = shutil.which(sc.pythonExec) or sc.pythonExec
+    if os.path.abspath(exe) != os.path.abspath(sys.executable):
+        raise ReferenceJobError(
+            f"the Spark session's Python workers run {sc.pythonExec!r}, not this interpreter "
+            f"({sys.executable}): set PYSPARK_PYTHON={sys.executable} before the session is "
+            "built")
+
+
+# ---------------------------------------------------------------- executor side
+def _runs_task(batches: Iterator[pa.RecordBatch], sources_dir: str) -> Iterator[pa.RecordBatch]:
+    """One task: the reference of each run in its partition (one, by construction)."""
+    for batch in batches:
+        for run, path in zip(batch.column("run").to_pylist(), batch.column("path").to_pylist(),
+                             strict=True):
+            yield from _run_reference(run, Path(path), sources_dir)
+
+
+def _run_reference(run: str, path: Path, sources_dir: str) -> Iterator[pa.RecordBatch]:
+    try:
+        config = load_config(path / "config.toml")
+    except DPCError as e:  # ConfigError: the file and key are in the message
+        raise ReferenceJobError(f"run {run}: cannot load its config: {e}") from None
+    sources = _source_tuples(run, sources_dir, list(config.sources))
+    try:
+        outputs = reference_outputs(config, sources)
+    except Exception as e:  # noqa: BLE001  as dpc check: the reference crashing is "no
+        # reference" for this run (its verdicts unknown), never the end of the other runs'
+        yield pa.RecordBatch.from_pylist(
+            [{"run": run, "problem": f"{type(e).__name__}: {e}"}], schema=JOB_SCHEMA)
+        return
+    for stream, tuples in outputs.items():
+        for start in range(0, len(tuples), ROWS_PER_BATCH):
+            yield _batch(run, stream, tuples[start:start + ROWS_PER_BATCH])
+
+
+def _source_tuples(run: str, sources_dir: str, names: Sequence[str]) -> dict[str, list[Tuple]]:
+    """The run's source tuples per stream, in log order, from its rows of ``sources``."""
+    rows: dict[str, list[tuple[int, int, Tuple]]] = {s: [] for s in names}
+    dataset = ds.dataset(sources_dir, format="parquet")
+    for batch in dataset.to_batches(columns=_SOURCE_COLUMNS, filter=pc.field("run") == run):
+        for stream, inc, line, kind, ident, time, tmax, values in zip(
+                *(c.to_pylist() for c in batch.columns), strict=True):
+            if stream not in rows:
+                raise ReferenceJobError(f"run {run}: {sources_dir} has rows of stream "
+                                        f"{stream!r}, which its config has no source of")
+            if kind not in Kind.__members__:
+                raise ReferenceJobError(f"run {run}, source {stream}, line {line}: unknown "
+                                        f"kind {kind!r} in {sources_dir}")
+            rows[stream].append((inc, line, make_tuple(
+                Kind[kind], ident, time, tmax, tuple(orjson.loads(values)))))
+    out: dict[str, list[Tuple]] = {}
+    for stream, got in rows.items():
+        got.sort(key=lambda r: (r[0], r[1]))  # the files' order is not the scan's promise
+        lines = [r[1] for r in got]
+        if lines != list(range(1, len(got) + 1)):
+            raise ReferenceJobError(f"run {run}, source {stream}: lines {_span(lines)} in "
+                                    f"{sources_dir}, expected 1..{len(got)} once each")
+        out[stream] = [r[2] for r in got]
+    return out
+
+
+def _span(lines: Sequence[int]) -> str:
+    return f"{lines[:5]}...{lines[-5:]}" if len(lines) > 10 else str(lines)
+
+
+def _batch(run: str, stream: str, tuples: Sequence[Tuple]) -> pa.RecordBatch:
+    n = len(tuples)
+    columns: list[Any] = [[run] * n, [stream] * n, [t.id for t in tuples],
+                          [t.time for t in tuples], [t.tmax for t in tuples],
+                          [orjson.dumps(list(t.values)).decode() for t in tuples], [None] * n]
+    return pa.RecordBatch.from_arrays(
+        [pa.array(c, f.type) for c, f in zip(columns, JOB_SCHEMA, strict=True)], schema=JOB_SCHEMA)
