@@ -13,13 +13,14 @@ run            play a scenario's fault schedule on a real cluster, then check it
 torture        seeded random schedules on real clusters, every run checked           torture.py
 soak           a long run under load and faults: memory and buffer growth per minute  soak.py
 check          verify a run's logs against a reference evaluation                     check.py
+reconcile      the same on Spark, for many and large runs: report, differences        reconcile/run.py
 fuzz           seeded malformed frames against the wire codec (sans-IO)               fuzz.py
 bench          core, throughput, overhead, latency, failover and peers benchmarks     bench/*.py
 =============  =====================================================================  =============
 
-Only commands that work are registered (``simulate``, ``sweep`` and ``reconcile`` come with
-their issues). Exit codes: 0 done (a check: valid), 1 a failure found or a harness problem,
-2 a usage error (bad config, scenario, name or argument), 130 interrupted.
+Only commands that work are registered (``sweep`` comes with its issue). Exit codes: 0
+done (a check: valid), 1 a failure found or a harness problem, 2 a usage error (bad
+config, scenario, name or argument), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -133,6 +134,18 @@ def _parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check", help="verify a run's logs against a reference evaluation")
     check.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+
+    rec = sub.add_parser(
+        "reconcile", help="on Spark: each run's outputs against the failure-free reference, "
+                          "availability per failure, a report (docs/reconcile.md)")
+    rec.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
+    rec.add_argument("--master", default=None, metavar="URL",
+                     help="Spark master (default: spark.master of --conf, else local[*])")
+    rec.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                     help="a Spark setting, passed through (repeatable)")
+    rec.add_argument("--out", type=Path, default=None, metavar="DIR",
+                     help="report, tables and differences (default: RUN_DIR/reconcile, or "
+                          "the run dirs' common parent/reconcile)")
 
     sim = sub.add_parser(
         "simulate",
@@ -280,6 +293,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ops_scripts.check.compose import run_check
 
             return run_check(args.run_dir)
+        if args.command == "reconcile":
+            from ops_scripts.reconcile.run import parse_conf, run_reconcile
+
+            try:
+                conf = parse_conf(args.conf)
+            except ValueError as e:
+                print(f"dpc: error: {e}", file=sys.stderr)
+                return 2
+            return run_reconcile(args.run_dirs, master=args.master, conf=conf, out=args.out)
         if args.command == "inject":
             from ops_scripts.harness.inject import run_inject
 

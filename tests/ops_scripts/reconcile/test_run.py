@@ -1,0 +1,78 @@
+"""``dpc reconcile`` end to end (ops_scripts/reconcile/run.py): run directories in, one
+verdict line per run, a report, the differences, the exit code; and its usage errors."""
+
+from __future__ import annotations
+
+import io
+import shutil
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from node.config.load import load_config
+from ops_scripts.cli import main
+from ops_scripts.harness.simulate import DEFAULT_CLUSTER, simulate_one
+from ops_scripts.reconcile.run import default_out, parse_conf, run_reconcile
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    base = tmp_path_factory.mktemp("runs")
+    config = load_config(DEFAULT_CLUSTER)
+    out = []
+    for seed in (1, 4):  # seed 4: replicas killed and recovered
+        result = simulate_one(config, seed, base / f"seed{seed}")
+        assert result.ok and result.run_dir is not None, result.failures
+        out.append(result.run_dir)
+    return out
+
+
+def test_valid_runs_pass_with_a_report(spark: Any, runs: list[Path], tmp_path: Path) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    code = run_reconcile(runs, out=tmp_path / "rec", stdout=out, stderr=err)
+    lines = out.getvalue().splitlines()
+    assert code == 0, out.getvalue() + err.getvalue()
+    assert [ln.split(":")[0] for ln in lines[:2]] == ["run seed1", "run seed4"]
+    assert all(": valid (" in ln for ln in lines[:2]), lines
+    assert "2 of 2 run(s) valid -> PASS" in lines[-1]
+    report = (tmp_path / "rec" / "report.md").read_text()
+    assert "seed1" in report and "seed4" in report
+    assert spark.read.parquet(str(tmp_path / "rec" / "differences")).count() == 0
+    assert "reference:" in err.getvalue()  # progress goes to stderr
+
+
+def test_a_client_missing_one_stable_tuple_fails_naming_it(spark: Any, runs: list[Path],
+                                                           tmp_path: Path) -> None:
+    run = shutil.copytree(runs[0], tmp_path / "broken")
+    log = run / "clients" / "c1.jsonl"
+    rows = log.read_bytes().splitlines(keepends=True)
+    victim = next(i for i, r in enumerate(rows) if orjson.loads(r)["kind"] == "STABLE")
+    gone = orjson.loads(rows.pop(victim))["id"]
+    log.write_bytes(b"".join(rows))
+    (run / "clients" / "c1.parquet").unlink(missing_ok=True)
+    out = io.StringIO()
+    assert run_reconcile([run], out=tmp_path / "rec", stdout=out, stderr=io.StringIO()) == 1
+    line = out.getvalue().splitlines()[0]
+    assert line.startswith("run broken: INVALID: eventual-consistency client c1 ("), line
+    diffs = spark.read.parquet(str(tmp_path / "rec" / "differences")).collect()
+    assert [(d["what"], d["id"]) for d in diffs] == [("missing", gone)]
+
+
+def test_usage_errors_exit_2_saying_why(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert main(["reconcile", str(tmp_path)]) == 2
+    assert "no config.toml" in capsys.readouterr().err
+    assert main(["reconcile", str(tmp_path), "--conf", "spark.executor.memory"]) == 2
+    assert "expected KEY=VALUE" in capsys.readouterr().err
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-jdk"))
+    assert main(["reconcile", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Spark needs Java 17 or newer" in err
+
+
+def test_conf_and_default_out() -> None:
+    assert parse_conf(["spark.a=1", "spark.b=x=y"]) == {"spark.a": "1", "spark.b": "x=y"}
+    assert default_out([Path("/r/one")]) == Path("/r/one/reconcile")
+    assert default_out([Path("/r/a/x"), Path("/r/b/y")]) == Path("/r/reconcile")
