@@ -111,7 +111,7 @@ def test_a_valid_verdict_line() -> None:
     assert verdict_line(r) == "run r1: valid (4 verdicts, 2 failures, Delay_new max 812 ms)"
     calm = RunResult("r2", [Verdict("r2", "replica-convergence", "replica n1a, stream n1.out",
                                     "valid", "")])
-    assert verdict_line(calm) == "run r2: valid (1 property, 0 failures)"
+    assert verdict_line(calm) == "run r2: valid (1 verdict, 0 failures)"
 
 
 def test_an_invalid_verdict_line_names_the_property_and_the_subject() -> None:

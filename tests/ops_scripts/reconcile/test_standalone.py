@@ -1,13 +1,12 @@
-"""A real standalone Spark cluster on loopback (ops_scripts/reconcile/standalone.py): the
-reference computed on it equals the one computed on the suite's local session."""
+"""A real standalone Spark cluster on loopback (ops_scripts/reconcile/standalone.py):
+``dpc reconcile --master`` on it says what it says on the suite's local session."""
 
 from __future__ import annotations
 
-import json
+import io
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,29 +14,11 @@ import pytest
 
 from node.config.load import load_config
 from ops_scripts.harness.simulate import DEFAULT_CLUSTER, simulate_one
-from ops_scripts.reconcile.reference import reference
+from ops_scripts.reconcile.run import run_reconcile
 from ops_scripts.reconcile.standalone import ClusterError, StandaloneCluster
-from ops_scripts.reconcile.tables import ingest
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-# The driver on the cluster runs in a process of its own: this one holds the local session,
-# and a process holds one (session.py).
-DRIVER = textwrap.dedent("""
-    import json, sys
-    from pathlib import Path
-    from ops_scripts.reconcile.reference import reference
-    from ops_scripts.reconcile.session import spark_session
-    from ops_scripts.reconcile.tables import ingest
-
-    master, conf, run_dir, out = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
-    spark = spark_session(master, conf)
-    tables = ingest([Path(run_dir)], Path(out))
-    reference(spark, tables).write.parquet(str(Path(out) / "got"))
-    spark.stop()
-""")
-
 
 def gone(pid: int) -> bool:
     """No process ``pid`` and no process in its group (each was a group's leader)."""
@@ -50,26 +31,34 @@ def gone(pid: int) -> bool:
     return True
 
 
-def test_the_reference_on_a_standalone_cluster_is_the_local_one(
+def test_dpc_reconcile_on_a_standalone_cluster_says_what_it_says_locally(
         spark: SparkSession, tmp_path: Path) -> None:
+    """``dpc reconcile --master spark://...`` (a process of its own: this one holds the
+    local session, and a process holds one) prints the same verdicts and computes the same
+    reference as on the suite's local session."""
     run_dir = tmp_path / "run"
     simulate_one(load_config(DEFAULT_CLUSTER), 6, run_dir)
-    want = reference(spark, ingest([run_dir], tmp_path / "local")).collect()
+    local = io.StringIO()
+    assert run_reconcile([run_dir], out=tmp_path / "local", stdout=local,
+                         stderr=io.StringIO()) == 0
+    want = spark.read.parquet(str(tmp_path / "local" / "tables" / "reference")).collect()
     assert len(want) > 100
     with StandaloneCluster(tmp_path / "cluster") as cluster:
         pids = cluster.pids
         assert cluster.master_url.startswith("spark://127.0.0.1:") and len(pids) == 2
-        driver = subprocess.run(
-            [sys.executable, "-c", DRIVER, cluster.master_url, json.dumps(cluster.driver_conf),
-             str(run_dir), str(tmp_path / "remote")],
-            env={**os.environ, "PYSPARK_PYTHON": sys.executable}, capture_output=True,
-            text=True, timeout=600)
-        assert driver.returncode == 0, driver.stderr[-4000:]
+        conf = [a for k, v in cluster.driver_conf.items() for a in ("--conf", f"{k}={v}")]
+        remote = subprocess.run(
+            [sys.executable, "-m", "ops_scripts.cli", "reconcile", str(run_dir),
+             "--master", cluster.master_url, *conf, "--out", str(tmp_path / "remote")],
+            capture_output=True, text=True, timeout=600)
+        assert remote.returncode == 0, remote.stdout + remote.stderr[-4000:]
         # The job ran on this cluster (not in an embedded local master).
         apps = cluster.status()["completedapps"]
         assert [a["name"] for a in apps] == ["dpc reconcile"]
     assert all(gone(pid) for pid in pids), pids
-    got = spark.read.parquet(str(tmp_path / "remote" / "got")).collect()
+    assert f"on {cluster.master_url}" in remote.stderr
+    assert remote.stdout.splitlines()[0] == local.getvalue().splitlines()[0]
+    got = spark.read.parquet(str(tmp_path / "remote" / "tables" / "reference")).collect()
     key = ("run", "stream", "id")
     assert sorted(got, key=lambda r: [r[k] for k in key]) == \
         sorted(want, key=lambda r: [r[k] for k in key])
