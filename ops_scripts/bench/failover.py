@@ -171,9 +171,18 @@ class _Bench:
     def trial(self, kind: str) -> tuple[str, float]:
         """One fault of ``kind`` at the replica the client reads: (victim, ms to the next
         new result). The fault is undone before returning."""
-        victim = _serving(self.config, self.client)
-        if victim is None:
-            raise BenchFailed(f"{self.client} reads from no single replica")
+        # Wait for it: a client may be between two replicas for a moment (one that was
+        # busy at start-up missed its heartbeats), and judging that transient failed the
+        # bench ("reads from no single replica") in a fresh-clone make test.
+        serving: list[str] = []
+
+        def one() -> bool:
+            victim = _serving(self.config, self.client)
+            serving[:] = [victim] if victim is not None else []
+            return bool(serving)
+
+        _until(one, f"{self.client} to read from one replica", self.procs)
+        victim = serving[0]
         self.log.poll()
         at = time.time_ns() // 1000
         self._make(kind, victim)
