@@ -37,17 +37,18 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from ops_scripts.errors import HistoryError
 
-__all__ = ["count_events", "final_digests", "read_history"]
+__all__ = ["count_events", "final_digests", "iter_history", "read_history"]
 
 
-def read_history(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The events of a history file, in file order."""
-    events: list[dict[str, Any]] = []
+def iter_history(path: str | os.PathLike[str]) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """``(line number, the line's text, event)`` of each event of a history file, in file
+    order, streamed (blank lines skipped; a bad line raises :class:`HistoryError` with its
+    number)."""
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, start=1):
             if not line.strip():
@@ -58,8 +59,12 @@ def read_history(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
                 raise HistoryError(f"{path}:{n}: not JSON: {exc}") from None
             if not isinstance(e, dict) or not isinstance(e.get("t"), int) or "event" not in e:
                 raise HistoryError(f"{path}:{n}: expected an object with int t and event")
-            events.append(e)
-    return events
+            yield n, line.strip(), e
+
+
+def read_history(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The events of a history file, in file order."""
+    return [e for _, _, e in iter_history(path)]
 
 
 def final_digests(events: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:

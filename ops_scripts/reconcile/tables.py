@@ -47,7 +47,8 @@ from node.config.load import load_config
 from node.config.model import ClusterConfig
 from node.errors import ConfigError
 from node.procs.rundir import RunDir, decode_row
-from ops_scripts.errors import IngestError
+from ops_scripts.check.history import iter_history
+from ops_scripts.errors import HistoryError, IngestError
 from protocol.tuples import Kind
 from state.errors import StateError
 from state.tuplelog import iter_log_batches, tuples_of
@@ -277,20 +278,13 @@ def _client_parquet_rows(path: Path) -> Iterator[tuple[Any, ...]]:
 
 def _history_rows(path: Path) -> Iterator[tuple[Any, ...]]:
     """``(line, t, event, body)`` of each event of a history, as ``read_history`` reads it
-    (blank lines skipped, any bad line refused with its number)."""
+    (``iter_history``: blank lines skipped, any bad line refused with its number)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    e = json.loads(line)
-                except ValueError as exc:
-                    raise IngestError(f"{path}:{n}: not JSON: {exc}") from None
-                if not isinstance(e, dict) or not isinstance(e.get("t"), int) or "event" not in e:
-                    raise IngestError(f"{path}:{n}: expected an object with int t and event")
-                event = e["event"] if isinstance(e["event"], str) else json.dumps(e["event"])
-                yield (n, e["t"], event, line.strip())
+        for n, line, e in iter_history(path):
+            event = e["event"] if isinstance(e["event"], str) else json.dumps(e["event"])
+            yield (n, e["t"], event, line)
+    except HistoryError as e:
+        raise IngestError(str(e)) from None
     except (OSError, UnicodeDecodeError) as e:
         raise IngestError(f"unreadable history {path}: {e}") from None
 

@@ -221,6 +221,16 @@ def test_corrupt_middle_line_names_file_and_line(runs: dict[str, Path], tmp_path
     assert not (out / "tables.partial").exists()
 
 
+def test_a_bad_history_line_names_file_and_line(runs: dict[str, Path], tmp_path: Path) -> None:
+    run = copy_run(runs, tmp_path)
+    history = RunDir(run).history
+    lines = history.read_text().splitlines()
+    lines[1] = "not json"
+    history.write_text("\n".join(lines) + "\n")
+    with pytest.raises(IngestError, match=rf"{history}:2: not JSON"):
+        ingest([run], tmp_path / "out")
+
+
 def test_bad_run_directories(runs: dict[str, Path], tmp_path: Path) -> None:
     with pytest.raises(IngestError, match=rf"{tmp_path / 'nope'} is not a run directory"):
         ingest([runs["seed2"], tmp_path / "nope"], tmp_path / "out")
