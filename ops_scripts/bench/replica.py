@@ -15,6 +15,8 @@ of R was offered, p99 latency <= 1 s, p50 of the last quarter of the outputs is 
 100 ms of the first quarter's (a backlog growing by 5% of R fails a 3 s step), and the
 replica is STABLE. With ``scale_keys`` each ``key`` domain grows with R (``n x R / the
 config's total rate``) so that the join's output per input tuple stays the example's.
+Each step also takes the replica's CPU time (user + system, ``/proc/PID/stat``) per tuple
+offered after the warm-up (``Step.cpu_us``).
 Used by ``dpc bench throughput``, ``overhead`` and ``latency``.
 """
 
@@ -46,7 +48,7 @@ from node.procs.generators import make_generator
 from node.procs.pacing import next_multiple
 from node.streams.link import InputLink
 from node.streams.publisher import Publisher
-from ops_scripts.cluster.processes import read_rss
+from ops_scripts.cluster.processes import read_cpu_seconds, read_rss
 from ops_scripts.errors import BenchFailed
 from protocol.tuples import Kind, boundary, make_tuple
 from state.buffer import OutputBuffer
@@ -81,6 +83,10 @@ class Step:
     #: (SUnion buffered tuples, output buffer tuples, live heap blocks).
     rss_mib: float = float("nan")
     gauges: dict[str, Any] = field(default_factory=dict)
+    #: The replica's CPU time (user + system) per tuple offered between the warm-up's end
+    #: and the offered period's end, in microseconds: what fault tolerance costs shows here
+    #: as directly as in the sustained rate, without the rate search's coarse steps.
+    cpu_us: float = float("nan")
 
 
 def _toml(v: Any) -> str:
@@ -274,6 +280,14 @@ class BenchReplica:
             self.moved.clear()
             await self.moved.wait()
 
+    def _sent(self) -> int:
+        return sum(f.sent for f in self.feeds)
+
+    def _cpu_seconds(self) -> float:
+        """The replica's CPU seconds so far (nan once it has gone: the step then fails)."""
+        cpu = None if self.proc is None else read_cpu_seconds(self.proc.pid)
+        return float("nan") if cpu is None else cpu
+
     def _status(self) -> dict[str, Any]:
         url = control_url(self.config, self.control_port, "status")
         with urllib.request.urlopen(url, timeout=5, context=url_context(self.config)) as r:
@@ -300,14 +314,19 @@ class BenchReplica:
         self._set_rate(rate)
         start, out0, self.latencies = self.t0, self.outputs, []
         self.window = (start + int(min(0.5, seconds / 4) * 1e6), start + int(seconds * 1e6))
+        mark: tuple[float, int] | None = None  # (replica CPU s, tuples sent) at the warm-up's end
         while now_us() < self.window[1] and not res.failure:
             await asyncio.sleep(0.05)
             self._check_alive()
+            if mark is None and now_us() >= self.window[0]:
+                mark = (self._cpu_seconds(), self._sent())
             if sum(sub["pending"] for f in self.feeds for st in f.pub.stats().values()
                    for sub in st["subscribers"].values()) > rate * LATENCY_BOUND_S:
                 res.failure = f"backlog over {LATENCY_BOUND_S:g} s of input"
         end = now_us()
-        res.achieved = sum(f.sent for f in self.feeds) / ((end - start) / 1e6)
+        res.achieved = self._sent() / ((end - start) / 1e6)
+        if mark is not None and (sent := self._sent() - mark[1]) > 0:
+            res.cpu_us = (self._cpu_seconds() - mark[0]) * 1e6 / sent
         self._set_rate(0)
         await self._memory(res)
         try:

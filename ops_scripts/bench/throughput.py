@@ -125,7 +125,7 @@ async def search_sustained(run: BenchReplica, seconds: float, start: float, max_
                and (rate := _next_rate(steps, start, max_rate, precision))):
             steps.append(s := await run.step(rate, seconds))
             print(f"  {len(steps):>4} {rate:>12,.0f} {s.achieved:>12,.0f} {s.outputs:>10,} "
-                  f"{s.p50_ms:>9.1f} {s.p99_ms:>9.1f}   "
+                  f"{s.p50_ms:>9.1f} {s.p99_ms:>9.1f} {s.cpu_us:>9.2f}   "
                   + (f"NOT sustained: {s.failure}" if s.failure else "sustained"), flush=True)
     finally:
         await run.close()
@@ -151,13 +151,13 @@ def run_throughput_bench(config_path: Path = Path("examples/basic.toml"), second
           f"fed and read by this process over loopback\n  query measured: the config's, unchanged: "
           f"{ops}\n  workload: {load}\n  sustained: backlog < 1 s of input, output through each "
           f"step's end in 1 s, p99 <= {LATENCY_BOUND_S:g} s, p50 growing < {TREND_US // 1000} ms, "
-          f"STABLE; {seconds:g} s per step")
+          f"STABLE; {seconds:g} s per step; cpu us/t: the replica's CPU time per input tuple")
     logging.basicConfig(level=logging.ERROR)
     with runtime_gc(), tempfile.TemporaryDirectory(prefix="dpc-bench-") as tmp:
         print("  raw: encode -> loopback TCP -> decode + iterate ...", flush=True)
         raw = raw_rate(min(max(seconds, 0.5), 2.0))
         print(f"  {'step':>4} {'offered/s':>12} {'achieved/s':>12} {'outputs':>10} {'p50 ms':>9} "
-              f"{'p99 ms':>9}   verdict", flush=True)
+              f"{'p99 ms':>9} {'cpu us/t':>9}   verdict", flush=True)
         run = BenchReplica(config, keys == "scaled", Path(tmp))
         try:
             steps = run_bench(search_sustained(run, seconds, start_rate, max_rate, max_steps), [run])

@@ -23,7 +23,7 @@ from pathlib import Path
 from node.procs.rundir import RunDir
 from ops_scripts.errors import ProcessError
 
-__all__ = ["PidProcess", "alive", "find_pid", "read_rss", "runs_node"]
+__all__ = ["PidProcess", "alive", "find_pid", "read_cpu_seconds", "read_rss", "runs_node"]
 
 
 def alive(pid: int) -> bool:
@@ -53,6 +53,19 @@ def read_rss(pid: int) -> int | None:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024  # in kB
     return None
+
+
+
+def read_cpu_seconds(pid: int) -> float | None:
+    """CPU seconds ``pid`` has used so far (user + system, ``/proc/PID/stat`` fields 14 and
+    15, in clock ticks); None once it has gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces: count after it.
+    fields = text[text.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _cmdline(pid: int) -> list[str] | None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from ops_scripts.bench.overhead import Pair
 from ops_scripts.bench.throughput import Step, _next_rate
 from tests.paths import ROOT
 
@@ -35,8 +36,11 @@ def test_bench_throughput_reports_raw_replica_and_ratio() -> None:
     assert re.search(r"replica / raw = \d+\.\d{3}   \(aim >= 0.10: (met|NOT met)\)", out), out
     assert re.search(r"aim >= 300,000: (met|NOT met)", out), out
     # Both offered rates were measured (never above --max-rate), each with a verdict.
-    rows = re.findall(r"^\s+\d+\s+([\d,]+)\s+[\d,]+\s+[\d,]+\s+\S+\s+\S+\s+(sustained|NOT sustained)", out, re.M)
-    assert rows and all(int(rate.replace(",", "")) <= 4000 for rate, _ in rows), out
+    rows = re.findall(r"^\s+\d+\s+([\d,]+)\s+[\d,]+\s+[\d,]+\s+\S+\s+\S+\s+(\S+)\s+(sustained|NOT sustained)",
+                      out, re.M)
+    assert rows and all(int(rate.replace(",", "")) <= 4000 for rate, _, _ in rows), out
+    # Each step took the replica's CPU time per tuple: a replica that works costs some.
+    assert all(float(cpu) > 0 for _, cpu, _ in rows), out
 
 
 def test_bench_throughput_refuses_nonsense() -> None:
@@ -80,16 +84,36 @@ def test_bench_overhead_reports_both_rates_and_the_overhead() -> None:
     assert "pair 1: fault tolerance as configured" in out and "pair 1: fault tolerance off" in out
     # One step each, at 2,000/s; speed is never asserted, so either may not be sustained
     # on a loaded machine (0), and with none sustained FT off there is no overhead to tell.
-    row = re.search(r"^\s+1\s+([\d,]+)\s+([\d,]+)\s+(\S+)$", out, re.M)
+    row = re.search(r"^\s+1\s+([\d,]+)\s+([\d,]+)\s+(\S+%|-)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+%|-)$",
+                    out, re.M)
     assert row, out
     ft, off = (int(g.replace(",", "")) for g in row.groups()[:2])
     assert {ft, off} <= {0, 2000}, out
     if off:
         assert r.returncode == 0, out + r.stderr
-        assert re.search(r"overhead \(median of 1\) = -?[\d.]+%   \(aim <= 10%: (met|NOT met)\)",
+        assert re.search(r"overhead by rates \(median of 1\) = -?[\d.]+%   \(aim <= 10%: (met|NOT met)\)",
                          out), out
     else:
         assert r.returncode == 1 and "no rate was sustained with fault tolerance off" in r.stderr
+    if ft and off:  # both sustained the one rate: the CPU per tuple of each at it
+        at, cpu_ft, cpu_off = row.group(4), float(row.group(5)), float(row.group(6))
+        assert at == "2,000" and cpu_ft > 0 and cpu_off > 0, out
+        assert re.search(r"overhead by CPU per tuple \(median of 1\) = -?[\d.]+%   "
+                         r"\(aim <= 10%: (met|NOT met)\)", out), out
+
+
+def test_overhead_by_cpu_compares_the_highest_rate_both_sustained() -> None:
+    """The two searches diverge once one fails: the CPU times compared are those of the
+    highest rate both offered and sustained, never of a failed step."""
+    ft = [Step(10_000.0, cpu_us=12.0), Step(20_000.0, cpu_us=11.0),
+          Step(40_000.0, cpu_us=10.5, failure="x"), Step(30_000.0, cpu_us=10.8, failure="x")]
+    off = [Step(10_000.0, cpu_us=10.0), Step(20_000.0, cpu_us=9.9), Step(40_000.0, cpu_us=9.5)]
+    pair = Pair(ft, off)
+    assert pair.rates == (20_000.0, 40_000.0)
+    common = pair.common()
+    assert common is not None and common[0] == 20_000.0
+    assert (common[1].cpu_us, common[2].cpu_us) == (11.0, 9.9)
+    assert Pair([Step(10_000.0, failure="x")], off).common() is None
 
 
 def test_bench_latency_reports_a_row_per_bucket_width() -> None:
