@@ -163,6 +163,7 @@ def parse_config(raw: Mapping[str, Any], path: Path) -> ClusterConfig:
     defaults = root.table("defaults")
     sources_t, nodes_t = root.table("sources"), root.table("nodes")
     clients_t = root.table("clients")
+    spark = _spark(root.table("spark"))
     root.finish()
 
     name = cluster.string("name", nonempty=True)
@@ -208,7 +209,38 @@ def parse_config(raw: Mapping[str, Any], path: Path) -> ClusterConfig:
         consumer_grace=consumer_grace,
         authenticate=authenticate,
         tls=tls,
+        spark=spark,
     )
+
+
+def _spark(t: Table) -> dict[str, str]:
+    """``[spark]``: Spark settings for the cluster's bulk work (``dpc reconcile``), passed
+    to Spark as text. Keys are Spark's own names, quoted (``"spark.master" = "..."``) or
+    as dotted TOML keys (``spark.master = "..."``, which TOML nests: flattened back here);
+    each must start with ``spark.`` (a typo of Spark's names is caught here, not in a JVM
+    stack trace); values are strings, numbers or booleans (``true`` -> ``"true"``)."""
+    out: dict[str, str] = {}
+
+    def walk(prefix: str, raw: Mapping[str, Any]) -> None:
+        for k, v in raw.items():
+            name = f"{prefix}.{k}" if prefix else k
+            if isinstance(v, Mapping):
+                walk(name, v)
+            elif not name.startswith("spark."):
+                raise config_error(t.file, t.key(name),
+                                   "expected a Spark setting, whose name starts with 'spark.' "
+                                   "(e.g. \"spark.master\" = \"spark://host:7077\")")
+            elif isinstance(v, bool):
+                out[name] = "true" if v else "false"
+            elif isinstance(v, str | int | float):
+                out[name] = str(v)
+            else:
+                raise t.fail(name, "a string, number or boolean", v)
+
+    walk("", t.raw)
+    t.allow(*t.raw)
+    t.finish()
+    return out
 
 
 def _tls(t: Table) -> TlsFiles:

@@ -161,6 +161,8 @@ class ClusterConfig:
     authenticate: bool = True
     # TLS on data and control planes ([cluster.tls]); None: plain TCP and HTTP.
     tls: TlsFiles | None = None
+    # [spark]: Spark settings for the bulk work (dpc reconcile), as Spark reads them.
+    spark: Mapping[str, str] = field(default_factory=dict)
 
     def replica(self, name: str) -> ReplicaConfig:
         for node in self.nodes.values():

@@ -6,9 +6,9 @@ lines on stderr, one verdict line per run on stdout, the exit code.
 
 Theory of operation: Java is checked first (no JVM stack trace for a missing Java: one
 line, exit 2); the run directories are ingested into Parquet tables (``tables.py``); the
-process's Spark session is built (``local[*]``, or ``--master`` / ``spark.master``, any
-``--conf`` passed through); the reference is computed (``reference.py``), the final
-streams compared with it (``compare.py``: verdicts, and the differences written as
+process's Spark session is built (``local[*]``, or ``--master`` / ``spark.master``; the
+settings of the runs' ``[spark]`` config sections, then any ``--conf``, passed through);
+the reference is computed (``reference.py``), the final streams compared with it (``compare.py``: verdicts, and the differences written as
 Parquet), availability measured (``availability.py``), and the report written
 (``report.py``). Exit 0 iff every run is valid; 1 if any is not; 2 on bad usage (an
 argument, a directory that is not a run's, no Java).
@@ -23,13 +23,13 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
 from ops_scripts.reconcile.model import RunResult
 
-__all__ = ["TOLERANCE_NOTE", "default_out", "parse_conf", "run_reconcile"]
+__all__ = ["TOLERANCE_NOTE", "config_settings", "default_out", "parse_conf", "run_reconcile"]
 
 #: What the report says of float comparisons (docs/reconcile.md: values compare as text).
 TOLERANCE_NOTE = ("Values are compared exactly, floats bit for bit (as their shortest "
@@ -45,6 +45,27 @@ def parse_conf(pairs: Sequence[str]) -> dict[str, str]:
             raise ValueError(f"--conf {pair!r}: expected KEY=VALUE (e.g. spark.executor.memory=2g)")
         conf[key.strip()] = value
     return conf
+
+
+def config_settings(run_dirs: Sequence[Path], given: Collection[str] = ()) -> dict[str, str]:
+    """The Spark settings of the runs' cluster configs (their ``[spark]`` sections) but the
+    keys ``given`` (``--conf`` sets those), merged; ValueError when two runs set one key to
+    different values, naming both. A config that does not load is the ingest's to report."""
+    from node.config.load import load_config
+    from node.errors import ConfigError
+
+    merged: dict[str, tuple[str, Path]] = {}
+    for d in run_dirs:
+        try:
+            settings = load_config(Path(d) / "config.toml").spark
+        except ConfigError:
+            continue
+        for key, value in settings.items():
+            seen = merged.setdefault(key, (value, Path(d)))
+            if seen[0] != value and key not in given:
+                raise ValueError(f"{key} is {seen[0]!r} in {seen[1]}/config.toml but {value!r} "
+                                 f"in {d}/config.toml: say which with --conf {key}=VALUE")
+    return {key: value for key, (value, _) in merged.items() if key not in given}
 
 
 def default_out(run_dirs: Sequence[Path]) -> Path:
@@ -72,7 +93,7 @@ def run_reconcile(run_dirs: Sequence[Path], *, master: str | None = None,
     from ops_scripts.reconcile.compare import compare
     from ops_scripts.reconcile.reference import reference, reference_problems
     from ops_scripts.reconcile.report import verdict_line, write_report
-    from ops_scripts.reconcile.session import DEFAULT_MASTER, spark_session
+    from ops_scripts.reconcile.session import spark_session
     from ops_scripts.reconcile.tables import IngestError, ingest, run_labels
 
     started = time.perf_counter()
@@ -85,11 +106,15 @@ def run_reconcile(run_dirs: Sequence[Path], *, master: str | None = None,
     except IngestError as exc:
         print(f"dpc reconcile: {exc}", file=stderr)
         return 2
+    try:  # the configs' [spark] settings, --conf over them, --master over both
+        conf = {**config_settings(run_dirs, given=conf or {}), **(conf or {})}
+    except ValueError as exc:
+        print(f"dpc reconcile: {exc}", file=stderr)
+        return 2
     out = Path(out) if out is not None else default_out(run_dirs)
     tables = ingest(run_dirs, out, progress=progress)
-    conf = dict(conf or {})
     spark = spark_session(master, conf)
-    used = master or conf.get("spark.master") or DEFAULT_MASTER
+    used = spark.sparkContext.master  # Spark's word for where the job runs
     progress(f"Spark {spark.version} on {used}")
     ref = reference(spark, tables)
     missing = reference_problems(tables)

@@ -688,3 +688,29 @@ def test_rows_out_of_event_time_order_are_refused_at_load_naming_the_row(tmp_pat
     same = "t,k,v\n2010/01/01,1,1\n2010/01/01,2,2\n"
     with pytest.raises(ConfigError, match=r"sources\.s1\.rate: expected speedup instead.*span no time"):
         load_config(event_config(tmp_path, EVENT_SOURCE + "rate = 1.0\n", same))
+
+
+# ------------------------------------------------------------------------------ [spark]
+
+
+def test_spark_section_is_spark_settings_as_text(tmp_path: Path) -> None:
+    """Quoted keys and TOML's dotted keys (which nest) both give Spark's names; values are
+    passed as the text Spark reads; no section: no setting."""
+    text = BASE + ('\n[spark]\n"spark.master" = "spark://127.0.0.1:7077"\n'
+                   'spark.executor.memory = "2g"\nspark.sql.shuffle.partitions = 8\n'
+                   'spark.eventLog.enabled = false\n')
+    assert load_config(write(tmp_path, text)).spark == {
+        "spark.master": "spark://127.0.0.1:7077", "spark.executor.memory": "2g",
+        "spark.sql.shuffle.partitions": "8", "spark.eventLog.enabled": "false"}
+    assert load_config(write(tmp_path, BASE, "plain.toml")).spark == {}
+
+
+@pytest.mark.parametrize(("section", "fragment"), [
+    ('master = "local[2]"', "spark.master: expected a Spark setting, whose name starts with 'spark.'"),
+    ('"spark.jars" = ["a.jar"]', 'spark."spark.jars": expected a string, number or boolean'),
+])
+def test_spark_section_refuses_what_spark_would_not_read(tmp_path: Path, section: str,
+                                                         fragment: str) -> None:
+    path = write(tmp_path, BASE + f"\n[spark]\n{section}\n")
+    with pytest.raises(ConfigError, match=re.escape(fragment)):
+        load_config(path)

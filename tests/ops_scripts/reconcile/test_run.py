@@ -14,7 +14,7 @@ import pytest
 from node.config.load import load_config
 from ops_scripts.cli import main
 from ops_scripts.harness.simulate import DEFAULT_CLUSTER, simulate_one
-from ops_scripts.reconcile.run import default_out, parse_conf, run_reconcile
+from ops_scripts.reconcile.run import config_settings, default_out, parse_conf, run_reconcile
 
 
 @pytest.fixture(scope="module")
@@ -76,3 +76,20 @@ def test_conf_and_default_out() -> None:
     assert parse_conf(["spark.a=1", "spark.b=x=y"]) == {"spark.a": "1", "spark.b": "x=y"}
     assert default_out([Path("/r/one")]) == Path("/r/one/reconcile")
     assert default_out([Path("/r/a/x"), Path("/r/b/y")]) == Path("/r/reconcile")
+
+
+def test_the_runs_spark_sections_merge_and_a_conflict_is_a_usage_error(
+        runs: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``[spark]`` of each run's config: merged; --conf over them; two runs that disagree
+    on a key --conf does not set stop the command (exit 2) naming both files."""
+    a, b = (shutil.copytree(r, tmp_path / r.name) for r in runs)
+    for d, memory in ((a, "1g"), (b, "2g")):
+        with (d / "config.toml").open("a", encoding="utf-8") as f:
+            f.write(f'\n[spark]\n"spark.executor.memory" = "{memory}"\nspark.app.id = "x"\n')
+    assert config_settings([a]) == {"spark.executor.memory": "1g", "spark.app.id": "x"}
+    assert config_settings([a, b], given={"spark.executor.memory"}) == {"spark.app.id": "x"}
+    with pytest.raises(ValueError, match=r"spark.executor.memory is '1g' in .*seed1/config.toml "
+                                         r"but '2g' in .*seed4/config.toml"):
+        config_settings([a, b])
+    assert main(["reconcile", str(a), str(b)]) == 2
+    assert "say which with --conf spark.executor.memory=VALUE" in capsys.readouterr().err

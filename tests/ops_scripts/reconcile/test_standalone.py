@@ -1,10 +1,13 @@
 """A real standalone Spark cluster on loopback (ops_scripts/reconcile/standalone.py):
-``dpc reconcile --master`` on it says what it says on the suite's local session."""
+``dpc reconcile --master`` on it (and ``[spark] "spark.master"`` in the run's config) says
+what it says on the suite's local session."""
 
 from __future__ import annotations
 
 import io
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -55,6 +58,21 @@ def test_dpc_reconcile_on_a_standalone_cluster_says_what_it_says_locally(
         # The job ran on this cluster (not in an embedded local master).
         apps = cluster.status()["completedapps"]
         assert [a["name"] for a in apps] == ["dpc reconcile"]
+        # The same with the master and settings in the run's config ([spark]), no option.
+        by_config = tmp_path / "by-config" / "run"
+        shutil.copytree(run_dir, by_config)
+        with (by_config / "config.toml").open("a", encoding="utf-8") as f:
+            f.write("\n[spark]\n" + "".join(
+                f"{json.dumps(k)} = {json.dumps(v)}\n" for k, v in {"spark.master": cluster.master_url,
+                                                **cluster.driver_conf}.items()))
+        configured = subprocess.run(
+            [sys.executable, "-m", "ops_scripts.cli", "reconcile", str(by_config),
+             "--out", str(tmp_path / "by-config" / "out")],
+            capture_output=True, text=True, timeout=600)
+        assert configured.returncode == 0, configured.stdout + configured.stderr[-4000:]
+        assert len(cluster.status()["completedapps"]) == 2
+        assert f"on {cluster.master_url}" in configured.stderr
+        assert configured.stdout.splitlines()[0] == local.getvalue().splitlines()[0]
     assert all(gone(pid) for pid in pids), pids
     assert f"on {cluster.master_url}" in remote.stderr
     assert remote.stdout.splitlines()[0] == local.getvalue().splitlines()[0]
