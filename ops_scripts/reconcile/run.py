@@ -114,7 +114,7 @@ def run_reconcile(run_dirs: Sequence[Path], *, master: str | None = None,
     out = Path(out) if out is not None else default_out(run_dirs)
     tables = ingest(run_dirs, out, progress=progress)
     spark = spark_session(master, conf)
-    used = spark.sparkContext.master  # Spark's word for where the job runs
+    used = spark.sparkContext.master or "?"  # Spark's word for where the job runs
     progress(f"Spark {spark.version} on {used}")
     ref = reference(spark, tables)
     missing = reference_problems(tables)
