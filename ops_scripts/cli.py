@@ -14,8 +14,9 @@ torture        seeded random schedules on real clusters, every run checked      
 soak           a long run under load and faults: memory and buffer growth per minute  soak.py
 check          verify a run's logs against a reference evaluation                     check.py
 reconcile      the same on Spark, for many and large runs: report, differences        reconcile/run.py
+generate-run   a large consistent run directory (no cluster), for benches and tests   reconcile/generate.py
 fuzz           seeded malformed frames against the wire codec (sans-IO)               fuzz.py
-bench          core, throughput, overhead, latency, failover and peers benchmarks     bench/*.py
+bench          core, throughput, overhead, latency, failover, peers, reconcile        bench/*.py
 =============  =====================================================================  =============
 
 Only commands that work are registered (``sweep`` comes with its issue). Exit codes: 0
@@ -45,6 +46,24 @@ def _widths(text: str) -> tuple[int, ...]:
     if not widths or min(widths) <= 0:
         raise argparse.ArgumentTypeError(f"bucket widths must be > 0 ms: {text!r}")
     return widths
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    """``--sizes 1e6,1e7``: counts, each >= 1 (floats in exponent form allowed)."""
+    from ops_scripts.bench.reconcile import parse_sizes
+
+    try:
+        return parse_sizes(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _size(text: str) -> int:
+    """``--tuples 1e6``: one count >= 1."""
+    sizes = _sizes(text)
+    if len(sizes) != 1:
+        raise argparse.ArgumentTypeError(f"one count expected: {text!r}")
+    return sizes[0]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -147,6 +166,19 @@ def _parser() -> argparse.ArgumentParser:
                      help="report, tables and differences (default: RUN_DIR/reconcile, or "
                           "the run dirs' common parent/reconcile)")
 
+    gen = sub.add_parser(
+        "generate-run", help="write a large run directory that dpc check and dpc reconcile "
+                             "call valid, without a cluster (ops_scripts/reconcile/generate.py)")
+    gen.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="new or empty")
+    gen.add_argument("--tuples", type=_size, default=10**6,
+                     help="about this many logged tuples: source rows + client and replica "
+                          "log lines (default 1e6)")
+    gen.add_argument("--config", type=Path, default=None, metavar="CLUSTER.toml",
+                     help="default: examples/basic.toml")
+    gen.add_argument("--failures", type=int, default=0,
+                     help="failure episodes (tentative, UNDO, corrections; default 0)")
+    gen.add_argument("--seed", type=int, default=1, help="picks the tentative results")
+
     sim = sub.add_parser(
         "simulate",
         help="random fault schedules on the whole cluster in one process, on virtual time",
@@ -229,6 +261,17 @@ def _parser() -> argparse.ArgumentParser:
     peers.add_argument("--tuples", type=int, default=600_000, help="tuples per engine")
     lat.add_argument("--buckets", type=_widths, default=(50, 100, 150, 200, 300), metavar="MS,MS,...",
                      help="bucket widths in ms (default 50,100,150,200,300)")
+    brec = which.add_parser(
+        "reconcile", help="rows/s of dpc reconcile vs dpc check on generated runs of each size")
+    brec.add_argument("--sizes", type=_sizes, default=(10**6, 10**7), metavar="N,N,...",
+                      help="logged tuples per run (default 1e6,1e7)")
+    brec.add_argument("--check-max", type=_size, default=10**6, metavar="N",
+                      help="dpc check only on sizes up to N (default 1e6)")
+    brec.add_argument("--keep", type=Path, default=None, metavar="DIR",
+                      help="generate into DIR and keep the runs (default: a temporary dir)")
+    brec.add_argument("--failures", type=int, default=2, help="failure episodes per run")
+    brec.add_argument("--config", type=Path, default=None, metavar="CLUSTER.toml",
+                      help="default: examples/basic.toml")
     return p
 
 
@@ -302,6 +345,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"dpc: error: {e}", file=sys.stderr)
                 return 2
             return run_reconcile(args.run_dirs, master=args.master, conf=conf, out=args.out)
+        if args.command == "generate-run":
+            from ops_scripts.reconcile.generate import DEFAULT_CONFIG, generate_run
+
+            generate_run(args.config or DEFAULT_CONFIG, args.run_dir, args.tuples, args.seed,
+                         args.failures)
+            return 0
         if args.command == "inject":
             from ops_scripts.harness.inject import run_inject
 
@@ -348,6 +397,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ops_scripts.bench.peers import run_peers_bench
 
             return run_peers_bench(tuples=args.tuples)
+        if args.command == "bench" and args.which == "reconcile":
+            from ops_scripts.bench.reconcile import run_reconcile_bench
+            from ops_scripts.reconcile.generate import DEFAULT_CONFIG
+
+            return run_reconcile_bench(args.sizes, check_max=args.check_max, keep=args.keep,
+                                       config=args.config or DEFAULT_CONFIG,
+                                       failures=args.failures)
         if args.command == "bench" and args.which == "failover":
             from ops_scripts.bench.failover import run_failover_bench
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from protocol.errors import DPCError
 
-__all__ = ["BenchFailed", "CheckError", "ClusterError", "FaultError", "FuzzError", "HistoryError", "IngestError", "InjectError", "ProcessError", "ReferenceJobError", "ScenarioError", "ScheduleError"]
+__all__ = ["BenchFailed", "CheckError", "ClusterError", "FaultError", "FuzzError", "GenerateError", "HistoryError", "IngestError", "InjectError", "ProcessError", "ReferenceJobError", "ScenarioError", "ScheduleError"]
 
 
 class BenchFailed(DPCError):
@@ -61,3 +61,7 @@ class ReferenceJobError(DPCError):
     """The reference job cannot run: a session whose executors run another Python, tables
     that contradict a run's config, or no reference computed yet (the message says which
     run, stream or file)."""
+
+
+class GenerateError(DPCError):
+    """A run cannot be generated for this config or these arguments (says which)."""

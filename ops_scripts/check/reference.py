@@ -23,13 +23,15 @@ from ops_scripts.check.properties import fmt_tuple
 from ops_scripts.errors import CheckError
 from protocol.tuples import Kind, Tuple, boundary
 
-__all__ = ["END_OF_STREAM", "reference_outputs"]
+__all__ = ["END_OF_STREAM", "failure_free", "reference_outputs"]
 
 #: The final boundary that ends every stream of the reference run.
 END_OF_STREAM = 2**62
 
 
-def _failure_free(spec: NetworkSpec) -> NetworkSpec:
+def failure_free(spec: NetworkSpec) -> NetworkSpec:
+    """``spec`` with every SUnion waiting for ever: what a run without failures computes
+    (also the generator's, ops_scripts/reconcile/generate.py)."""
     ops = tuple(
         dataclasses.replace(o, params={**o.params, "wait": END_OF_STREAM})
         if o.type == "sunion"
@@ -57,7 +59,7 @@ def reference_outputs(
         streams[name] = [t for t in tuples if t.kind is Kind.STABLE]
     outputs: dict[str, list[Tuple]] = {}
     for node in config.nodes.values():
-        net = QueryNetwork(_failure_free(node.network))
+        net = QueryNetwork(failure_free(node.network))
         produced: dict[str, list[Tuple]] = {op: [] for op in node.outputs.values()}
         for stream in node.network.inputs:
             if stream not in streams:
