@@ -230,10 +230,17 @@ def ending_of(events: Sequence[Event], last_record: int) -> Ending | str:
                 heal, how = e["t"], f"heal of fault {e.get('id')!r}"
     if heal is None and not any(e["event"] == "fault" for e in events):
         # A run without faults (``dpc launch`` with no ``dpc inject``): its start-up is the
-        # only failure it had; judged from its end, as from a heal.
-        for e in events:
-            if e["event"] in ("start", "ready"):
-                heal, how = e["t"], f"{e['event']} (the run had no fault)"
+        # only failure it had; judged from its end (``ready``), as from a heal. Started
+        # but never ready (Ctrl-C while it waited for first results): the start-up never
+        # ended, and a start-up is never judged (paths.py excuses the whole run as one):
+        # the replicas are judged from the run's end, where they must be STABLE.
+        marks = {e["event"]: e["t"] for e in events if e["event"] in ("start", "ready", "end")}
+        if "ready" in marks:
+            heal, how = marks["ready"], "ready (the run had no fault)"
+        elif "end" in marks:
+            heal, how = marks["end"], "end (the run was stopped during its start-up)"
+        elif "start" in marks:
+            heal, how = marks["start"], "start (the run had no fault)"
     if heal is None:
         return "the history has no heal: liveness is judged from the final heal"
     after = [e for e in events if e["event"] == "fault" and e["t"] > heal]

@@ -189,6 +189,22 @@ def test_a_run_without_faults_is_judged_from_the_end_of_its_start_up(world: Worl
     assert "the final heal (ready (the run had no fault))" in by[LV, "replica n1a"].evidence
 
 
+def test_a_run_stopped_during_its_start_up_is_not_judged_on_it(world: World) -> None:
+    """Ctrl-C of ``dpc launch`` before ``ready`` (a test's race made it on a loaded
+    machine): replicas that came up late are not late for a deadline counted from
+    ``start`` (start-up is never judged); they must be STABLE by the run's end."""
+    stopped = [{"t": 0, "event": "start", "config": "hand-built.toml", "name": "t"},
+               state(8 * SECOND, "n1a", "STABLE"), state(9 * SECOND, "n1b", "STABLE"),
+               {"t": 16 * SECOND, "event": "end"}]
+    by = judge(world, stopped)
+    for r in ("replica n1a", "replica n1b"):
+        assert by[LV, r].status is Status.VALID, by[LV, r].evidence
+        assert "(end (the run was stopped during its start-up))" in by[LV, r].evidence
+    stuck = [*stopped[:2], state(9 * SECOND, "n1b", "UP_FAILURE"), stopped[-1]]
+    v = judge(world, stuck)[LV, "replica n1b"]  # not STABLE at the end: never a pass
+    assert v.status is Status.UNKNOWN and v.evidence.startswith("the run ended before the deadline")
+
+
 def kill(t: int, fid: int, process: str) -> dict[str, Any]:
     """A kill as the history records it (contract point 4 for a source)."""
     return {"t": t, "event": "fault", "id": fid, "fault": {"fault": "kill", "process": process},

@@ -1,0 +1,81 @@
+"""Every run directory this test session checked gets dpc check's verdicts from dpc reconcile.
+
+The suite makes run directories everywhere: real clusters on loopback (tests/integration:
+scenarios, failovers, TLS, launches, benches' runs), torture and soak runs, simulations.
+Each that ``dpc check`` judged holds its ``check.json``. This test runs after them
+(pytest runs tests/integration and tests/ops_scripts/harness before this directory),
+finds every ``check.json`` under the session's temporary root, and reconciles all those
+runs in ONE Spark job (ingest, reference, compare: what ``dpc reconcile`` runs): each
+run's eventual-consistency and replica-convergence verdicts must equal the checker's,
+subject for subject. A run directory changed after its check (a test that then
+corrupts a log to see the checker catch it) is left out: check.json no longer speaks for
+it. Run alone, the test judges simulated runs of its own (it then still can fail).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from node.config.load import load_config
+from ops_scripts.harness.simulate import DEFAULT_CLUSTER, simulate_one
+from ops_scripts.reconcile.compare import compare
+from ops_scripts.reconcile.reference import reference, reference_problems
+from ops_scripts.reconcile.tables import ingest, run_labels
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+JUDGED = ("eventual-consistency", "replica-convergence")
+#: With the integration tests in the session, at least this many of their runs are found
+#: (a guard against the search silently finding nothing: today there are dozens).
+MIN_REAL_RUNS = 10
+
+
+def _untouched(run_dir: Path) -> bool:
+    """No file of the run changed after its check.json was written."""
+    checked = (run_dir / "check.json").stat().st_mtime
+    return all(p.stat().st_mtime <= checked for p in run_dir.rglob("*")
+               if p.is_file() and p.name != "check.json")
+
+
+def _checked_runs(base: Path) -> list[Path]:
+    runs = []
+    for c in sorted(base.rglob("check.json")):
+        d = c.parent
+        if (d / "config.toml").is_file() and _untouched(d):
+            runs.append(d)
+    return runs
+
+
+def test_every_checked_run_of_the_session_gets_dpc_checks_verdicts(
+        spark: SparkSession, tmp_path_factory: pytest.TempPathFactory,
+        request: pytest.FixtureRequest) -> None:
+    base = tmp_path_factory.getbasetemp()
+    runs = _checked_runs(base)
+    real = [d for d in runs if any((d / "logs").glob("*.log"))]  # processes' own logs: real
+    if any(i.nodeid.startswith("tests/integration/") for i in request.session.items):
+        assert len(real) >= MIN_REAL_RUNS, f"only {len(real)} checked runs under {base}"
+    if not runs:  # run alone: runs of its own
+        own = tmp_path_factory.mktemp("agreement")
+        config = load_config(DEFAULT_CLUSTER)
+        runs = [r.run_dir for seed in (2, 5) if (r := simulate_one(config, seed, own / f"s{seed}"))
+                .run_dir is not None]
+    labels = run_labels(runs)
+    tables = ingest(runs, tmp_path_factory.mktemp("agreement-out"))
+    ours, _ = compare(spark, tables, reference(spark, tables),
+                      reference_problems=reference_problems(tables))
+    disagree = []
+    for label, d in labels.items():
+        theirs = {(v["property"], v["subject"]): v["status"]
+                  for v in json.loads((d / "check.json").read_text())["verdicts"]
+                  if v["property"] in JUDGED and v["subject"].split()[0] in ("client", "replica")}
+        mine = {(v.property, v.subject): v.status for v in ours if v.run == label}
+        if mine != theirs:
+            disagree.append(f"{d}: dpc check {theirs} vs dpc reconcile {mine}")
+    print(f"dpc reconcile agrees with dpc check on {len(labels) - len(disagree)} of "
+          f"{len(labels)} runs ({len(real)} real)")
+    assert not disagree, "\n".join(disagree)
