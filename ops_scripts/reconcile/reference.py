@@ -1,4 +1,11 @@
-"""The reference as a Spark job, stage 1: one task per run (docs/reconcile.md).
+"""The reference as a Spark job: stage 1, one task per run, and the dispatch to stage 2
+(docs/reconcile.md).
+
+Which stage: a run of at least :data:`STAGE2_MIN_ROWS` source rows goes to stage 2
+(``plans.py``: its query networks as Spark plans, many tasks for one run), unless a plan
+says :class:`~ops_scripts.reconcile.spark_expr.Untranslatable` (an operator it does not
+translate, or a runtime problem whose exact words only the operators give); every other
+run goes to stage 1, below. Both write the same rows (test_plans.py, test_reference.py).
 
 Role: the "expected" side of ``dpc reconcile``: for every run ingested
 (``ops_scripts/reconcile/tables.py``), the STABLE tuples a failure-free run emits on every
@@ -47,7 +54,7 @@ import functools
 import os
 import shutil
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -67,11 +74,14 @@ from protocol.tuples import Kind, Tuple, make_tuple
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["ROWS_PER_BATCH", "ReferenceJobError", "reference", "reference_job",
+__all__ = ["ROWS_PER_BATCH", "STAGE2_MIN_ROWS", "ReferenceJobError", "reference", "reference_job",
            "reference_problems"]
 
 #: Rows per Arrow batch a task yields.
 ROWS_PER_BATCH = 8192
+#: Source rows from which a run's reference is computed by stage 2 (many tasks) rather
+#: than stage 1 (one task): below it, one task is done before a plan's jobs have started.
+STAGE2_MIN_ROWS = 200_000
 
 _S, _I64 = pa.string(), pa.int64()
 #: What each task yields: the reference's columns, and ``problem`` (set on the one row of
@@ -85,10 +95,13 @@ _SOURCE_COLUMNS = ["stream", "incarnation", "line", "kind", "id", "time", "tmax"
 
 
 # ---------------------------------------------------------------- driver side
-def reference_job(spark: SparkSession, tables: Tables) -> DataFrame:
-    """The job, lazily: one partition (one task) per run, :data:`JOB_SCHEMA`'s columns."""
+def reference_job(spark: SparkSession, tables: Tables,
+                  only: Collection[str] | None = None) -> DataFrame:
+    """The job, lazily: one partition (one task) per run (of ``only``, default every run),
+    :data:`JOB_SCHEMA`'s columns."""
     _require_driver_python(spark)
-    runs = [(str(label), str(path)) for label, path in tables.runs.items()]
+    runs = [(str(label), str(path)) for label, path in tables.runs.items()
+            if only is None or label in only]
     if not runs:
         raise ReferenceJobError("no run to compute a reference for")
     # Key i -> partition i: exactly one run per task (a hash partitioning could pair two).
@@ -99,26 +112,62 @@ def reference_job(spark: SparkSession, tables: Tables) -> DataFrame:
     return labels.mapInArrow(task, _JOB_DDL)
 
 
-def reference(spark: SparkSession, tables: Tables) -> DataFrame:
+def reference(spark: SparkSession, tables: Tables, *, stage2_min_rows: int = STAGE2_MIN_ROWS,
+              progress: Callable[[str], None] | None = None) -> DataFrame:
     """Compute the reference of every run (once), write the tables ``reference`` and
     ``reference_problems``, and return ``reference``: run, stream, id, time, tmax, values.
-    A run without a reference has no row in it (see :func:`reference_problems`)."""
+    A run without a reference has no row in it (see :func:`reference_problems`). Runs of
+    at least ``stage2_min_rows`` source rows go through stage 2 (Spark plans,
+    ``plans.py``: parallel within the run); the others, and any run stage 2 does not
+    translate (``progress`` says why), through stage 1 (one task per run)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     # An earlier computation's problems must not outlive a failure of this one.
     shutil.rmtree(tables.path("reference_problems"), ignore_errors=True)
-    job = reference_job(spark, tables).persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        out = str(tables.path("reference"))
-        (job.where(F.col("problem").isNull()).drop("problem")
-         .write.mode("overwrite").parquet(out))
-        # At most one row per run, from the persisted result: no second computation.
-        rows = job.where(F.col("problem").isNotNull()).select("run", "problem").collect()
-    finally:
-        job.unpersist()
+    out = str(tables.path("reference"))
+    planned = _stage2(spark, tables, stage2_min_rows, progress or (lambda _line: None))
+    rest = [run for run in tables.runs if run not in planned]
+    rows = []
+    mode = "overwrite"
+    if rest:
+        job = reference_job(spark, tables, rest).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            (job.where(F.col("problem").isNull()).drop("problem")
+             .write.mode(mode).parquet(out))
+            # At most one row per run, from the persisted result: no second computation.
+            rows = job.where(F.col("problem").isNotNull()).select("run", "problem").collect()
+        finally:
+            job.unpersist()
+        mode = "append"
+    for df in planned.values():
+        df.select(*(n for n in JOB_SCHEMA.names if n != "problem")).write.mode(mode).parquet(out)
+        mode = "append"
     _write_problems(tables, {r["run"]: r["problem"] for r in rows})
     return spark.read.parquet(out)
+
+
+def _stage2(spark: SparkSession, tables: Tables, min_rows: int,
+            progress: Callable[[str], None]) -> dict[str, DataFrame]:
+    """The runs big enough for stage 2 that it translates -> their plans (lazy)."""
+    from ops_scripts.reconcile.plans import Untranslatable, plan_reference
+
+    if min_rows <= 0:
+        big = list(tables.runs)
+    else:
+        counts = (spark.read.parquet(str(tables.path("sources"))).groupBy("run").count()
+                  .where(f"count >= {int(min_rows)}").collect())  # one row per big run
+        big = [r["run"] for r in counts]
+    planned = {}
+    for run in big:
+        try:
+            planned[run] = plan_reference(spark, tables, run,
+                                          load_config(tables.runs[run] / "config.toml"))
+        except Untranslatable as exc:
+            progress(f"run {run}: reference by stage 1 ({exc})")
+        else:
+            progress(f"run {run}: reference by stage 2 (Spark plans)")
+    return planned
 
 
 def reference_problems(tables: Tables) -> dict[str, str]:

@@ -124,3 +124,26 @@ def test_a_run_without_reference_is_reported_and_the_others_computed(
                 ["verdicts"] if v["property"] == "eventual-consistency"
                 and v["subject"].startswith("client")]
     assert evidence and all(e == f"no reference run: {why}" for e in evidence)
+
+
+def test_stage_2_gives_stage_1s_rows_and_stage_1_takes_what_it_cannot(
+        spark: SparkSession, runs: list[Path], tmp_path: Path) -> None:
+    """Every run big enough (here: all) goes through the Spark plans; a run whose plan
+    finds a runtime problem (a tentative source tuple) falls back to stage 1, which says
+    dpc check's words for it; the tables are the same as stage 1 alone would write."""
+    broken = tmp_path / "broken"
+    shutil.copytree(runs[1], broken)
+    why = break_source(broken)
+    dirs = [runs[0], runs[2], broken]
+    tables = ingest(dirs, tmp_path / "out")
+    label = {path.resolve(): run for run, path in tables.runs.items()}
+    good, bad = [label[d.resolve()] for d in dirs[:2]], label[broken.resolve()]
+    said: list[str] = []
+    got = by_run(reference(spark, tables, stage2_min_rows=0, progress=said.append).collect())
+    assert set(got) == set(good)
+    for run, run_dir in zip(good, dirs[:2], strict=True):
+        assert got[run] == expected(run_dir), run
+    assert reference_problems(tables) == {bad: why}
+    assert f"run {good[0]}: reference by stage 2 (Spark plans)" in said
+    assert any(line.startswith(f"run {bad}: reference by stage 1 (runtime error")
+               for line in said), said
