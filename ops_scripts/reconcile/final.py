@@ -115,18 +115,21 @@ def _segment(undos: Column) -> Column:
 
 
 def _carried(rows: DataFrame, undos: DataFrame) -> DataFrame:
-    """Per (log, segment start s): the last row (by line) in force at s, as
-    ``struct(line, id)``: of the rows of earlier segments whose first UNDO below their id,
-    if any, is after s."""
+    """Per (log, segment start s): the id of the last row (by line) in force at s,
+    ``carried_id``: of the rows of earlier segments whose first UNDO below their id, if
+    any, is after s."""
+    # max_by over (line, id) longs, not max(struct(line, id)): a struct maximum makes Spark
+    # sort every row of every log to aggregate (SortAggregate); these stay hash aggregates.
+    # Lines are unique within a log, so "the id at the highest line" is one row's.
     lives = (rows.groupBy(*LOG_KEY, "seg", "undone_line")  # at most (UNDOs + 1)^2 per log
-             .agg(F.max(F.struct("line", "id")).alias("top")))
+             .agg(F.max("line").alias("top_line"), F.max_by("id", "line").alias("top_id")))
     starts = undos.select(*LOG_KEY, F.explode("undos").alias("x")).select(
         *LOG_KEY, F.col("x.line").alias("start"))
     alive = lives.join(starts, on=list(LOG_KEY)).where(
         (F.col("seg") < F.col("start"))
         & (F.col("undone_line").isNull() | (F.col("undone_line") > F.col("start"))))
     return alive.groupBy(*LOG_KEY, F.col("start").alias("seg")).agg(
-        F.max("top").alias("carried"))
+        F.max_by("top_id", "top_line").alias("carried_id"))
 
 
 def final_streams(logs: DataFrame, reference: DataFrame | None = None,
@@ -159,7 +162,7 @@ def final_streams(logs: DataFrame, reference: DataFrame | None = None,
             .withColumn("undone_line", F.col("first_undo.line"))
             .withColumn("undone_to", F.col("first_undo.u")))
     in_segment = Window.partitionBy(*LOG_KEY, "seg").orderBy("line")
-    top = F.coalesce(F.lag("id").over(in_segment), F.col("carried.id"))
+    top = F.coalesce(F.lag("id").over(in_segment), F.col("carried_id"))
     judged = (rows.join(F.broadcast(_carried(rows, undos)), on=[*LOG_KEY, "seg"], how="left")
               .withColumn("top", top))
     order = (F.when(F.col("top") == F.col("id"), F.lit("duplicate"))

@@ -116,15 +116,15 @@ def run_reconcile(run_dirs: Sequence[Path], *, master: str | None = None,
     spark = spark_session(master, conf)
     used = spark.sparkContext.master or "?"  # Spark's word for where the job runs
     progress(f"Spark {spark.version} on {used}")
-    ref = reference(spark, tables)
+    ref = reference(spark, tables, progress=progress)
     missing = reference_problems(tables)
     progress(f"reference: {ref.count():,} tuples over {len(tables.runs)} run(s)"
              + (f"; no reference for {len(missing)}" if missing else ""))
-    verdicts, differences = compare(spark, tables, ref, reference_problems=missing)
     diff_path = out / "differences"
-    differences.write.mode("overwrite").parquet(str(diff_path))
+    verdicts, differences = compare(spark, tables, ref, reference_problems=missing,
+                                    out=diff_path)  # written there once, read back
     diff_counts = {r["run"]: r["count"] for r in
-                   spark.read.parquet(str(diff_path)).groupBy("run").count().collect()}
+                   differences.groupBy("run").count().collect()}
     progress(f"compared: {len(verdicts)} verdicts, {sum(diff_counts.values()):,} differences")
     results = {run: RunResult(run) for run in tables.runs}
     for v in verdicts:
