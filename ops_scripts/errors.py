@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from protocol.errors import DPCError
 
-__all__ = ["BenchFailed", "CheckError", "ClusterError", "FaultError", "FuzzError", "GenerateError", "HistoryError", "IngestError", "InjectError", "ProcessError", "ReferenceJobError", "ScenarioError", "ScheduleError"]
+__all__ = ["BenchFailed", "CheckError", "ClusterError", "FaultError", "FuzzError", "GenerateError", "HistoryError", "IngestError", "InjectError", "ProcessError", "ReferenceJobError", "ScenarioError", "ScheduleError", "Untranslatable"]
 
 
 class BenchFailed(DPCError):
@@ -65,3 +65,9 @@ class ReferenceJobError(DPCError):
 
 class GenerateError(DPCError):
     """A run cannot be generated for this config or these arguments (says which)."""
+
+
+class Untranslatable(DPCError):
+    """A query network, an operator or an expression (or a piece of it) has no exact Spark
+    translation in ``dpc reconcile``'s stage 2; the message says which piece and why. The
+    run's reference then comes from stage 1 (ops_scripts/reconcile/reference.py)."""

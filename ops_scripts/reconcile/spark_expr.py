@@ -57,7 +57,7 @@ from pyspark.sql import functions as F
 
 from operators.errors import SpecError
 from operators.expr import validate
-from protocol.errors import DPCError
+from ops_scripts.errors import Untranslatable
 
 __all__ = ["SparkType", "Typed", "Untranslatable", "json_text", "translate",
            "translate_filter", "translate_map"]
@@ -68,11 +68,6 @@ _NONE = "none"  # internal type of the constant None: never a column's type
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 _EXACT = 2**53  # ints within +-2**53 convert to float exactly
 _MAX_REPEAT = 10_000
-
-
-class Untranslatable(DPCError):
-    """The expression (or a piece of it) has no exact Spark translation; the message says
-    which piece and why. Stage 2 then falls back to stage 1 for the run."""
 
 
 @dataclass(frozen=True)
