@@ -15,14 +15,12 @@ it. Run alone, the test judges simulated runs of its own (it then still can fail
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
 from node.config.load import load_config
-from ops_scripts.errors import IngestError
 from ops_scripts.harness.simulate import DEFAULT_CLUSTER, simulate_one
 from ops_scripts.reconcile.compare import compare
 from ops_scripts.reconcile.reference import reference, reference_problems
@@ -44,15 +42,12 @@ def _untouched(run_dir: Path) -> bool:
                if p.is_file() and p.name != "check.json")
 
 
-def _broken_log(run_dir: Path) -> str | None:
-    """The log dpc check found missing or unreadable in this run (its evidence), if any:
-    dpc reconcile refuses such a run as a broken input (docs/reconcile.md), where dpc
-    check says unknown; the test holds that both name the same file."""
-    for v in json.loads((run_dir / "check.json").read_text())["verdicts"]:
-        text = v["evidence"]
-        if v["status"] == "unknown" and text.startswith(("missing log ", "unreadable log ")):
-            return str(text.split(" ", 2)[2].split(":")[0])
-    return None
+def _fully_judged(run_dir: Path) -> bool:
+    """dpc check read every log of the run: no verdict is unknown. (A run with a missing or
+    corrupt log or history is a broken input that dpc reconcile's ingest refuses naming
+    the file, where dpc check says unknown: test_tables.py holds those refusals.)"""
+    verdicts = json.loads((run_dir / "check.json").read_text())["verdicts"]
+    return all(v["status"] != "unknown" for v in verdicts)
 
 
 def _checked_runs(base: Path) -> list[Path]:
@@ -69,10 +64,7 @@ def test_every_checked_run_of_the_session_gets_dpc_checks_verdicts(
         request: pytest.FixtureRequest) -> None:
     base = tmp_path_factory.getbasetemp()
     runs = _checked_runs(base)
-    broken = {d: log for d in runs if (log := _broken_log(d)) is not None}
-    for d, log in broken.items():  # refused by name, as dpc check names it
-        with pytest.raises(IngestError, match=re.escape(log)):
-            ingest([d], tmp_path_factory.mktemp("agreement-broken"))
+    broken = [d for d in runs if not _fully_judged(d)]
     runs = [d for d in runs if d not in broken]
     real = [d for d in runs if any((d / "logs").glob("*.log"))]  # processes' own logs: real
     if any(i.nodeid.startswith("tests/integration/") for i in request.session.items):
@@ -95,6 +87,6 @@ def test_every_checked_run_of_the_session_gets_dpc_checks_verdicts(
         if mine != theirs:
             disagree.append(f"{d}: dpc check {theirs} vs dpc reconcile {mine}")
     print(f"dpc reconcile agrees with dpc check on {len(labels) - len(disagree)} of "
-          f"{len(labels)} runs ({len(real)} real); {len(broken)} with a broken log refused "
-          "naming it")
+          f"{len(labels)} runs ({len(real)} real); {len(broken)} not fully judged by dpc check "
+          "left out")
     assert not disagree, "\n".join(disagree)
