@@ -9,7 +9,9 @@ runs in ONE Spark job (ingest, reference, compare: what ``dpc reconcile`` runs):
 run's eventual-consistency and replica-convergence verdicts must equal the checker's,
 subject for subject. A run directory changed after its check (a test that then
 corrupts a log to see the checker catch it) is left out: check.json no longer speaks for
-it. Run alone, the test judges simulated runs of its own (it then still can fail).
+it; so is a run dpc check could not fully judge (an unknown verdict: a missing or corrupt
+log or history, which dpc reconcile's ingest refuses as a broken input by contract).
+Run alone, the test judges simulated runs of its own (it then still can fail).
 """
 
 from __future__ import annotations
