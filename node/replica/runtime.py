@@ -134,7 +134,13 @@ class Replica:
             log.warning("%s: fault tolerance is OFF (fault_tolerance = false): no checkpoints, "
                         "no undo logs, output buffers keep nothing; a failure cannot be "
                         "corrected (a setting for dpc bench overhead)", name)
-        self.network = QueryNetwork(self.node.network, undo_logs=ft)
+        # Operators log their input only where a reconciliation reads it: undo/redo rebuilds
+        # from those logs; checkpoint/redo restores a snapshot and replays SUnions' buffers,
+        # and no UNDO reaches an operator then (only SUnion's UNDO_START makes one, and the
+        # input SUnions absorb upstream's). The logs' upkeep was most of what fault tolerance
+        # still cost failure-free (issue 15's profile: ``Operator._trim``).
+        undo_logs = ft and self.node.settings.reconciliation == "undo"
+        self.network = QueryNetwork(self.node.network, undo_logs=undo_logs)
         if mutation is Mutation.RESUBSCRIBE_OVERLAP:
             log.error("%s: TEST MUTATION %s: resubscriptions overlap (duplicates)", name,
                       mutation.value)
