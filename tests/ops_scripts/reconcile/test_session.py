@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from ops_scripts.reconcile.session import java_problem, spark_session
+from ops_scripts.reconcile.session import java_problem, local_driver_memory, spark_session
 
 
 def test_java_17_is_there() -> None:
@@ -31,3 +31,14 @@ def test_the_session_is_one_per_process(spark: Any) -> None:
     assert spark.range(10).selectExpr("sum(id) AS s").collect()[0]["s"] == 45
     with pytest.raises(ValueError, match="already running"):
         spark_session("spark://127.0.0.1:1")
+
+
+def test_an_embedded_session_gets_a_quarter_of_memory_as_its_heap(spark: Any) -> None:
+    assert local_driver_memory(24 * 2**30) == "6g"
+    assert local_driver_memory(2 * 2**30) == "1g"  # never under Spark's own default
+    assert local_driver_memory(256 * 2**30) == "8g"
+    # The suite's session was built without the setting: the JVM got the default.
+    assert spark.sparkContext.getConf().get("spark.driver.memory") == local_driver_memory()
+    # ... and the JVM started with that heap (a setting read too late would leave 1 GiB).
+    heap = spark.sparkContext._jvm.java.lang.Runtime.getRuntime().maxMemory()
+    assert heap > 0.8 * int(local_driver_memory()[:-1]) * 2**30, heap
