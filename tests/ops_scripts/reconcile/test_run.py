@@ -93,3 +93,18 @@ def test_the_runs_spark_sections_merge_and_a_conflict_is_a_usage_error(
         config_settings([a, b])
     assert main(["reconcile", str(a), str(b)]) == 2
     assert "say which with --conf spark.executor.memory=VALUE" in capsys.readouterr().err
+
+
+def test_the_runs_spark_master_is_the_master_asked_for(spark: Any, runs: list[Path],
+                                                       tmp_path: Path) -> None:
+    """``"spark.master"`` in a run's ``[spark]`` names where the job runs when no --master
+    does. This process holds the suite's local session, and a process holds one: asking
+    for another master says so, naming the run's (the standalone test runs a job there)."""
+    run = shutil.copytree(runs[0], tmp_path / "run")
+    with (run / "config.toml").open("a", encoding="utf-8") as f:
+        f.write('\n[spark]\n"spark.master" = "spark://127.0.0.1:9"\n')
+    with pytest.raises(ValueError, match=r"stop it before asking for one on spark://127\.0\.0\.1:9"):
+        run_reconcile([run], out=tmp_path / "rec", stdout=io.StringIO(), stderr=io.StringIO())
+    # --master over the section: the suite's own session, and a verdict.
+    assert run_reconcile([run], master=spark.sparkContext.master, out=tmp_path / "rec2",
+                         stdout=io.StringIO(), stderr=io.StringIO()) == 0

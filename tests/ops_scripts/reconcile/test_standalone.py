@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -38,7 +37,9 @@ def test_dpc_reconcile_on_a_standalone_cluster_says_what_it_says_locally(
         spark: SparkSession, tmp_path: Path) -> None:
     """``dpc reconcile --master spark://...`` (a process of its own: this one holds the
     local session, and a process holds one) prints the same verdicts and computes the same
-    reference as on the suite's local session."""
+    reference as on the suite's local session. The driver's settings for the cluster come
+    from the run's ``[spark]`` section, so that path is the real one too (and the section's
+    own ``spark.master``: test_run.py)."""
     run_dir = tmp_path / "run"
     simulate_one(load_config(DEFAULT_CLUSTER), 6, run_dir)
     local = io.StringIO()
@@ -49,30 +50,17 @@ def test_dpc_reconcile_on_a_standalone_cluster_says_what_it_says_locally(
     with StandaloneCluster(tmp_path / "cluster") as cluster:
         pids = cluster.pids
         assert cluster.master_url.startswith("spark://127.0.0.1:") and len(pids) == 2
-        conf = [a for k, v in cluster.driver_conf.items() for a in ("--conf", f"{k}={v}")]
+        with (run_dir / "config.toml").open("a", encoding="utf-8") as f:
+            f.write("\n[spark]\n" + "".join(f"{json.dumps(k)} = {json.dumps(v)}\n"
+                                            for k, v in cluster.driver_conf.items()))
         remote = subprocess.run(
             [sys.executable, "-m", "ops_scripts.cli", "reconcile", str(run_dir),
-             "--master", cluster.master_url, *conf, "--out", str(tmp_path / "remote")],
+             "--master", cluster.master_url, "--out", str(tmp_path / "remote")],
             capture_output=True, text=True, timeout=600)
         assert remote.returncode == 0, remote.stdout + remote.stderr[-4000:]
         # The job ran on this cluster (not in an embedded local master).
         apps = cluster.status()["completedapps"]
         assert [a["name"] for a in apps] == ["dpc reconcile"]
-        # The same with the master and settings in the run's config ([spark]), no option.
-        by_config = tmp_path / "by-config" / "run"
-        shutil.copytree(run_dir, by_config)
-        with (by_config / "config.toml").open("a", encoding="utf-8") as f:
-            f.write("\n[spark]\n" + "".join(
-                f"{json.dumps(k)} = {json.dumps(v)}\n" for k, v in {"spark.master": cluster.master_url,
-                                                **cluster.driver_conf}.items()))
-        configured = subprocess.run(
-            [sys.executable, "-m", "ops_scripts.cli", "reconcile", str(by_config),
-             "--out", str(tmp_path / "by-config" / "out")],
-            capture_output=True, text=True, timeout=600)
-        assert configured.returncode == 0, configured.stdout + configured.stderr[-4000:]
-        assert len(cluster.status()["completedapps"]) == 2
-        assert f"on {cluster.master_url}" in configured.stderr
-        assert configured.stdout.splitlines()[0] == local.getvalue().splitlines()[0]
     assert all(gone(pid) for pid in pids), pids
     assert f"on {cluster.master_url}" in remote.stderr
     assert remote.stdout.splitlines()[0] == local.getvalue().splitlines()[0]
