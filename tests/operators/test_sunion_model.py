@@ -131,11 +131,18 @@ class SUnionModel(RuleBasedStateMachine):
             "an episode began in a call that may_begin_episode ruled out"
 
     def _feed(self, port: int, batch: list[Tuple]) -> None:
+        self._process(port, batch)
+        self.delivered[port] += [t for t in batch if t.kind is S]
+
+    def _process(self, port: int, batch: list[Tuple]) -> None:
+        """Every batch SUnion is given goes through here, as every batch of the runtime
+        goes through ``Manager.before_network_call``: the checkpoint hook before the call,
+        the episode assertion after it. (A path around it once let an episode begin after
+        a stale ON_FAILURE checkpoint: the redo then could not rewind.)"""
         may_begin, was_failing = self._call(self.now, True), self.u.in_failure
         out = self.u.process(port, batch, self.now)
         self._called(may_begin, was_failing)
         self._out(out)
-        self.delivered[port] += [t for t in batch if t.kind is S]
 
     def _send(self, port: int, items: list[Tuple], tentative: bool) -> None:
         """The source produced ``items``; what reaches SUnion depends on the cut."""
@@ -155,7 +162,7 @@ class SUnionModel(RuleBasedStateMachine):
                     # boundary before it would be indistinguishable from a stable one).
                     fake.append(t)
             if fake:
-                self._out(self.u.process(port, fake, self.now))
+                self._process(port, fake)
 
     # ------------------------------------------------------------------ rules
     @rule(
@@ -193,7 +200,7 @@ class SUnionModel(RuleBasedStateMachine):
     def replay_duplicates(self, port: int, k: int) -> None:
         """An upstream switch re-sends tuples SUnion already has."""
         if self.cut[port] is None and not self.backlog[port] and self.delivered[port]:
-            self._out(self.u.process(port, self.delivered[port][-k:], self.now))
+            self._process(port, self.delivered[port][-k:])
 
     @precondition(
         lambda self: any(c is None and not b for c, b in zip(self.cut, self.backlog, strict=True))
@@ -341,3 +348,22 @@ TestProcessCheckpoint = _case(SUnionModel)
 TestProcessCheckpointOnFailure = _case(OnFailureCheckpointModel)
 TestDelayUndo = _case(DelayUndoModel)
 TestProcessCheckpointUndoStart = _case(ProcessCheckpointUndoStartModel)
+
+
+def test_a_tentative_batch_that_begins_the_episode_is_checkpointed_before() -> None:
+    """Hypothesis's case (2026-11-26) against a model that fed a cut input's tentative
+    tuples around its checkpoint hook: the episode began in that call, the redo then had
+    only a checkpoint from before a truncation, and rewind refused it. Every call now goes
+    through ``SUnionModel._process``; this replays the case, so it stays fixed."""
+    m = OnFailureCheckpointModel()
+    m.source_boundary(dt=1, port=1)
+    m.cut_input(port=1, tentative=True)
+    m.source_boundary(dt=1, port=0)
+    m.source_boundary(dt=1, port=2)
+    m.source_sends(port=1, tentative=True, then_boundary=False, tuples=[(0, 0, 0)])
+    m.take_checkpoint()  # ForgetReleased: a checkpoint taken before this can no longer redo
+    m.clock_advances(dt=60, fire_timer=False)  # the tentative bucket is now overdue
+    m.source_boundary(dt=1, port=1)  # a tentative boundary: the call that begins the episode
+    assert m.u.in_failure
+    m.reconcile_checkpoint_redo()
+    m.teardown()
