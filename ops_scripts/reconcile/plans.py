@@ -2,8 +2,8 @@
 
 Role: :func:`plan_reference` gives one run's reference (the contract's ``reference``
 table: run, stream, id, time, tmax, values) as a lazy DataFrame whose work spreads over
-many tasks, where stage 1 (``ops_scripts/reconcile/reference.py``) runs the operators in
-one task per run. It must give exactly stage 1's rows; what it does not translate raises
+many tasks, where stage 1 (``ops_scripts/reconcile/reference.py``) runs the operators of
+each run in one task. It must give exactly stage 1's rows; what it does not translate raises
 :class:`Untranslatable` naming the operator and why, and the caller falls back to stage 1
 for that run.
 

@@ -1,4 +1,4 @@
-"""The reference as a Spark job: stage 1, one task per run, and the dispatch to stage 2
+"""The reference as a Spark job: stage 1, each run in one task, and the dispatch to stage 2
 (docs/reconcile.md).
 
 Which stage: a run of at least :data:`STAGE2_MIN_ROWS` source rows goes to stage 2
@@ -14,19 +14,23 @@ function ``dpc check`` uses (``ops_scripts.check.reference.reference_outputs``),
 reference is exact by construction; Spark spreads the runs over the executors.
 
 Theory of operation. The driver makes a DataFrame of the run labels and directories
-(``Tables.runs``: one row per run, tiny) and places run i in partition i (an explicit
-partitioner, not a hash: two runs never share a task, and no task is empty). Then
-``mapInArrow`` runs :func:`_runs_task` once per partition. ``mapInArrow`` rather than
-``mapInPandas``: the task reads Arrow (the ``sources`` table, with pyarrow) and writes
-Arrow; pandas in between would only convert, and would turn int64 columns with nulls into
-floats. In its task, a run's rows of ``sources`` are read with a pyarrow dataset filter on
-``run`` (the table's directory is the only thing the closure carries), batch by batch,
-into tuples per stream, put in log order (incarnation, then line: the order in which
-``dpc check``'s ``read_source_log`` returns them; every source of the config starts with
-no tuples, as a readable empty log gives ``dpc check``); the run's config is loaded from
-``<run dir>/config.toml`` (executors must see the run directories, as they see the
-tables); ``reference_outputs`` runs; its streams are yielded in Arrow batches, values as
-``orjson.dumps(list(values))`` (the text every table uses).
+(``Tables.runs``: one row per run, tiny) and places run i in partition i mod P (an
+explicit partitioner, not a hash: no task is empty, and the runs are spread evenly), P =
+the runs, at most :data:`RUNS_PER_CORE` times the session's default parallelism: a task
+costs Spark about 0.15 s however small its run (a torture or a test session's hundred
+runs spent 30 s in one task each), and a task's runs are computed one after another, so
+its memory is one run's. Then ``mapInArrow`` runs :func:`_runs_task` once per partition.
+``mapInArrow`` rather than ``mapInPandas``: the task reads Arrow (the ``sources`` table,
+with pyarrow) and writes Arrow; pandas in between would only convert, and would turn int64
+columns with nulls into floats. In its task, a run's rows of ``sources`` are read from its
+own files of that table (the driver lists them from the files' footers,
+``tables.run_files``: a scan of the whole table per run grew with the square of the runs),
+batch by batch, into tuples per stream, put in log order (incarnation, then line: the
+order in which ``dpc check``'s ``read_source_log`` returns them; every source of the
+config starts with no tuples, as a readable empty log gives ``dpc check``); the run's
+config is loaded from ``<run dir>/config.toml`` (executors must see the run directories,
+as they see the tables); ``reference_outputs`` runs; its streams are yielded in Arrow
+batches, values as ``orjson.dumps(list(values))`` (the text every table uses).
 
 A run whose reference cannot be computed does not kill the job: like ``dpc check``
 (``compose._reference``), any exception of ``reference_outputs`` (a
@@ -67,7 +71,7 @@ import pyarrow.parquet as pq
 from node.config.load import load_config
 from ops_scripts.check.reference import reference_outputs
 from ops_scripts.errors import ReferenceJobError
-from ops_scripts.reconcile.tables import Tables
+from ops_scripts.reconcile.tables import Tables, run_files
 from protocol.errors import DPCError
 from protocol.tuples import Kind, Tuple, make_tuple
 
@@ -79,6 +83,9 @@ __all__ = ["ROWS_PER_BATCH", "STAGE2_MIN_ROWS", "ReferenceJobError", "reference"
 
 #: Rows per Arrow batch a task yields.
 ROWS_PER_BATCH = 8192
+#: Stage 1's tasks per core at most (Spark's advice: 2-4 per core; more tasks, more even
+#: runs' load, more per-task overhead).
+RUNS_PER_CORE = 4
 #: Source rows from which a run's reference is computed by stage 2 (many tasks) rather
 #: than stage 1 (one task): below it, one task is done before a plan's jobs have started.
 STAGE2_MIN_ROWS = 200_000
@@ -95,19 +102,23 @@ _SOURCE_COLUMNS = ["stream", "incarnation", "line", "kind", "id", "time", "tmax"
 
 
 # ---------------------------------------------------------------- driver side
-def reference_job(spark: SparkSession, tables: Tables,
-                  only: Collection[str] | None = None) -> DataFrame:
-    """The job, lazily: one partition (one task) per run (of ``only``, default every run),
-    :data:`JOB_SCHEMA`'s columns."""
+def reference_job(spark: SparkSession, tables: Tables, only: Collection[str] | None = None,
+                  *, max_tasks: int | None = None) -> DataFrame:
+    """The job, lazily: the runs (of ``only``, default every run) in ``min(runs,
+    max_tasks)`` partitions (tasks; default ``RUNS_PER_CORE * defaultParallelism``), each
+    run in one, :data:`JOB_SCHEMA`'s columns."""
     _require_driver_python(spark)
-    runs = [(str(label), str(path)) for label, path in tables.runs.items()
-            if only is None or label in only]
+    files = run_files(tables, "sources")  # each task reads its runs' files only
+    runs = [(str(label), str(path), [str(f) for f, _ in files.get(label, [])])
+            for label, path in tables.runs.items() if only is None or label in only]
     if not runs:
         raise ReferenceJobError("no run to compute a reference for")
-    # Key i -> partition i: exactly one run per task (a hash partitioning could pair two).
-    placed = (spark.sparkContext.parallelize(list(enumerate(runs)), len(runs))
-              .partitionBy(len(runs), lambda i: i).values())
-    labels = spark.createDataFrame(placed, "run string, path string")
+    # Key i -> partition i mod P: no empty task (a hash partitioning could leave one).
+    sc = spark.sparkContext
+    parts = min(len(runs), max_tasks or RUNS_PER_CORE * max(1, sc.defaultParallelism))
+    placed = (sc.parallelize(list(enumerate(runs)), parts)
+              .partitionBy(parts, lambda i: i % parts).values())
+    labels = spark.createDataFrame(placed, "run string, path string, files array<string>")
     task = functools.partial(_runs_task, sources_dir=str(tables.path("sources")))
     return labels.mapInArrow(task, _JOB_DDL)
 
@@ -119,7 +130,7 @@ def reference(spark: SparkSession, tables: Tables, *, stage2_min_rows: int = STA
     A run without a reference has no row in it (see :func:`reference_problems`). Runs of
     at least ``stage2_min_rows`` source rows go through stage 2 (Spark plans,
     ``plans.py``: parallel within the run); the others, and any run stage 2 does not
-    translate (``progress`` says why), through stage 1 (one task per run)."""
+    translate (``progress`` says why), through stage 1 (each run in one task)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -155,9 +166,9 @@ def _stage2(spark: SparkSession, tables: Tables, min_rows: int,
     if min_rows <= 0:
         big = list(tables.runs)
     else:
-        counts = (spark.read.parquet(str(tables.path("sources"))).groupBy("run").count()
-                  .where(f"count >= {int(min_rows)}").collect())  # one row per big run
-        big = [r["run"] for r in counts]
+        # From the files' footers: a Spark scan of every source row took 5 s for 100 tiny runs.
+        big = [run for run, files in run_files(tables, "sources").items()
+               if sum(n for _, n in files) >= min_rows]
     planned = {}
     for run in big:
         try:
@@ -211,19 +222,20 @@ def _require_driver_python(spark: SparkSession) -> None:
 
 # ---------------------------------------------------------------- executor side
 def _runs_task(batches: Iterator[pa.RecordBatch], sources_dir: str) -> Iterator[pa.RecordBatch]:
-    """One task: the reference of each run in its partition (one, by construction)."""
+    """One task: the reference of each run in its partition, one after another."""
     for batch in batches:
-        for run, path in zip(batch.column("run").to_pylist(), batch.column("path").to_pylist(),
-                             strict=True):
-            yield from _run_reference(run, Path(path), sources_dir)
+        for run, path, files in zip(*(batch.column(c).to_pylist()
+                                      for c in ("run", "path", "files")), strict=True):
+            yield from _run_reference(run, Path(path), files, sources_dir)
 
 
-def _run_reference(run: str, path: Path, sources_dir: str) -> Iterator[pa.RecordBatch]:
+def _run_reference(run: str, path: Path, files: list[str],
+                   sources_dir: str) -> Iterator[pa.RecordBatch]:
     try:
         config = load_config(path / "config.toml")
     except DPCError as e:  # ConfigError: the file and key are in the message
         raise ReferenceJobError(f"run {run}: cannot load its config: {e}") from None
-    sources = _source_tuples(run, sources_dir, list(config.sources))
+    sources = _source_tuples(run, files, sources_dir, list(config.sources))
     try:
         outputs = reference_outputs(config, sources)
     except Exception as e:  # noqa: BLE001  as dpc check: the reference crashing is "no
@@ -236,11 +248,14 @@ def _run_reference(run: str, path: Path, sources_dir: str) -> Iterator[pa.Record
             yield _batch(run, stream, tuples[start:start + ROWS_PER_BATCH])
 
 
-def _source_tuples(run: str, sources_dir: str, names: Sequence[str]) -> dict[str, list[Tuple]]:
-    """The run's source tuples per stream, in log order, from its rows of ``sources``."""
+def _source_tuples(run: str, files: list[str], sources_dir: str,
+                   names: Sequence[str]) -> dict[str, list[Tuple]]:
+    """The run's source tuples per stream, in log order, from its rows of ``sources`` (in
+    ``files``, the run's files of ``sources_dir``)."""
     rows: dict[str, list[tuple[int, int, Tuple]]] = {s: [] for s in names}
-    dataset = ds.dataset(sources_dir, format="parquet")
-    for batch in dataset.to_batches(columns=_SOURCE_COLUMNS, filter=pc.field("run") == run):
+    dataset = ds.dataset(files, format="parquet") if files else None
+    for batch in () if dataset is None else dataset.to_batches(
+            columns=_SOURCE_COLUMNS, filter=pc.field("run") == run):
         for stream, inc, line, kind, ident, time, tmax, values in zip(
                 *(c.to_pylist() for c in batch.columns), strict=True):
             if stream not in rows:

@@ -60,6 +60,7 @@ __all__ = [
     "Tables",
     "ingest",
     "replica_logs",
+    "run_files",
     "run_labels",
 ]
 
@@ -96,6 +97,19 @@ class Tables:
         if not table or "/" in table or table.startswith("."):
             raise IngestError(f"table name {table!r} is not a plain name")
         return self.root / table
+
+
+def run_files(tables: Tables, table: str) -> dict[str, list[tuple[Path, int]]]:
+    """Each run's files of ``table`` with their row counts, from the Parquet footers on the
+    driver (no scan: every file :func:`ingest` writes holds one log of one run, so a file's
+    run is its first row's); runs without a row are absent."""
+    files: dict[str, list[tuple[Path, int]]] = {}
+    for path in sorted(tables.path(table).glob("*.parquet")):
+        f = pq.ParquetFile(path)
+        if f.metadata.num_rows:
+            run = f.read_row_group(0, columns=["run"]).column(0)[0].as_py()
+            files.setdefault(run, []).append((path, f.metadata.num_rows))
+    return files
 
 
 def run_labels(run_dirs: Sequence[Path]) -> dict[str, Path]:

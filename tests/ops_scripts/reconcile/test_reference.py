@@ -19,7 +19,12 @@ from ops_scripts.check.recorded import load_history
 from ops_scripts.check.reference import reference_outputs
 from ops_scripts.errors import CheckError
 from ops_scripts.harness.simulate import DEFAULT_CLUSTER, simulate_one
-from ops_scripts.reconcile.reference import reference, reference_job, reference_problems
+from ops_scripts.reconcile.reference import (
+    RUNS_PER_CORE,
+    reference,
+    reference_job,
+    reference_problems,
+)
 from ops_scripts.reconcile.tables import Tables, ingest
 from protocol.tuples import Kind, make_tuple
 from state.tuplelog import TupleLogWriter
@@ -78,16 +83,19 @@ def test_each_runs_reference_is_dpc_checks(spark: SparkSession, runs: list[Path]
     assert len({json.dumps(got[r.name]) for r in runs}) == len(runs)
 
 
-def test_one_task_per_run(spark: SparkSession, tables: Tables) -> None:
+@pytest.mark.parametrize("max_tasks", [None, 2])
+def test_each_run_in_one_task_and_no_task_empty(spark: SparkSession, tables: Tables,
+                                                max_tasks: int | None) -> None:
     from pyspark.sql import functions as F
 
-    job = reference_job(spark, tables)
-    assert job.rdd.getNumPartitions() == len(SEEDS)
-    # Every run's rows come from one partition, and no two runs share one.
+    job = reference_job(spark, tables, max_tasks=max_tasks)
+    cap = max_tasks or RUNS_PER_CORE * spark.sparkContext.defaultParallelism
+    assert len(SEEDS) > 2 and job.rdd.getNumPartitions() == min(len(SEEDS), cap)
+    # Every run's rows come from one partition, and every partition holds a run.
     placed = (job.select("run", F.spark_partition_id().alias("part")).distinct().collect())
     parts = {r["run"]: r["part"] for r in placed}
     assert len(placed) == len(parts) == len(SEEDS)
-    assert sorted(parts.values()) == list(range(len(SEEDS)))
+    assert sorted(set(parts.values())) == list(range(job.rdd.getNumPartitions()))
 
 
 def break_source(run_dir: Path, source: str = "s1") -> str:
