@@ -23,16 +23,22 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
+# The suite on every core (pytest-xdist), its runs kept in $(SUITE_RUNS); then the test that
+# reconciles every run the suite checked, over them (no worker sees the others' runs:
+# tests/ops_scripts/reconcile/test_agreement.py).
+JOBS       ?= auto
+SUITE_RUNS := .pytest-runs
 unit: $(STAMP)
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n $(JOBS) --basetemp=$(SUITE_RUNS)
+	DPC_SUITE_RUNS=$(SUITE_RUNS) $(VENV)/bin/pytest tests/ops_scripts/reconcile/test_agreement.py
 
 # The suite without the real-process tests of tests/integration/ (marked slow): a quick loop
 # while developing. `make test` runs everything.
 fast: $(STAMP)
-	$(VENV)/bin/pytest -m 'not slow'
+	$(VENV)/bin/pytest -n $(JOBS) -m 'not slow'
 
 bench: $(STAMP)
 	$(VENV)/bin/dpc bench core
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(SUITE_RUNS) .pytest_cache .mypy_cache .ruff_cache .hypothesis

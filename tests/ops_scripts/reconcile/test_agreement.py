@@ -12,11 +12,17 @@ corrupts a log to see the checker catch it) is left out: check.json no longer sp
 it; so is a run dpc check could not fully judge (an unknown verdict: a missing or corrupt
 log or history, which dpc reconcile's ingest refuses as a broken input by contract).
 Run alone, the test judges simulated runs of its own (it then still can fail).
+
+Under pytest-xdist (``make test`` runs the suite on every core) no worker sees the others'
+runs, nor knows when they are done: the workers leave this test out (conftest.py), and
+``make test`` runs it afterwards with ``DPC_SUITE_RUNS`` naming the finished suite's
+``--basetemp``, whose runs it then judges (at least :data:`MIN_REAL_RUNS` real ones).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,13 +41,17 @@ JUDGED = ("eventual-consistency", "replica-convergence")
 #: With the integration tests in the session, at least this many of their runs are found
 #: (a guard against the search silently finding nothing: today there are dozens).
 MIN_REAL_RUNS = 10
+#: The environment variable naming a finished suite's --basetemp (the module docstring).
+SUITE_RUNS = "DPC_SUITE_RUNS"
 
 
 def _untouched(run_dir: Path) -> bool:
-    """No file of the run changed after its check.json was written."""
+    """No file of the run changed, and none was added or removed (its directory's time),
+    after its check.json was written (a copy keeps the times: a test that copies a run and
+    deletes a log from the copy leaves only its ``clients/`` directory newer)."""
     checked = (run_dir / "check.json").stat().st_mtime
     return all(p.stat().st_mtime <= checked for p in run_dir.rglob("*")
-               if p.is_file() and p.name != "check.json")
+               if p.name != "check.json")
 
 
 def _fully_judged(run_dir: Path) -> bool:
@@ -64,12 +74,14 @@ def _checked_runs(base: Path) -> list[Path]:
 def test_every_checked_run_of_the_session_gets_dpc_checks_verdicts(
         spark: SparkSession, tmp_path_factory: pytest.TempPathFactory,
         request: pytest.FixtureRequest) -> None:
-    base = tmp_path_factory.getbasetemp()
+    suite = os.environ.get(SUITE_RUNS)
+    base = Path(suite) if suite else tmp_path_factory.getbasetemp()
+    assert base.is_dir(), f"{SUITE_RUNS}={suite}: not a directory"
     runs = _checked_runs(base)
     broken = [d for d in runs if not _fully_judged(d)]
     runs = [d for d in runs if d not in broken]
     real = [d for d in runs if any((d / "logs").glob("*.log"))]  # processes' own logs: real
-    if any(i.nodeid.startswith("tests/integration/") for i in request.session.items):
+    if suite or any(i.nodeid.startswith("tests/integration/") for i in request.session.items):
         assert len(real) >= MIN_REAL_RUNS, f"only {len(real)} checked runs under {base}"
     if not runs:  # run alone: runs of its own
         own = tmp_path_factory.mktemp("agreement")
