@@ -35,6 +35,7 @@ from ops_scripts.reconcile.tables import (
     _jsonl_rows,
     _source_rows,
     ingest,
+    run_files,
     run_labels,
 )
 from protocol.tuples import Kind, make_tuple
@@ -115,6 +116,21 @@ def test_sources_equal_read_source_log(runs: dict[str, Path], tables: Tables) ->
             expected = [k for k, n in enumerate(sizes) for _ in range(n)]
             assert [r["incarnation"] for r in sorted(got, key=lambda r: r["line"])] == expected
     assert {r["incarnation"] for r in rows(tables, "sources", run="seed5", stream="s1")} == {0, 1}
+
+
+def test_run_files_lists_each_runs_own_files_and_rows(runs: dict[str, Path],
+                                                     tables: Tables) -> None:
+    """What stage 1 reads and the stage-2 threshold counts, from the footers alone."""
+    for table in ("sources", "logs"):
+        files = run_files(tables, table)
+        assert set(files) == set(runs), table
+        for label, got in files.items():
+            assert got and all(p.parent == tables.path(table) for p, _ in got)
+            for path, n in got:  # each file holds that run's rows only, n of them
+                assert pq.read_table(path, columns=["run"]).column(0).to_pylist() == [label] * n
+            assert sum(n for _, n in got) == len(rows(tables, table, run=label)), (table, label)
+    assert {p for fs in run_files(tables, "sources").values() for p, _ in fs} == \
+        {p for p in tables.path("sources").glob("*.parquet") if pq.read_metadata(p).num_rows}
 
 
 def test_logs_equal_what_dpc_check_reads(runs: dict[str, Path], tables: Tables) -> None:
