@@ -17,18 +17,18 @@ from ops_scripts.reconcile.generate import generate_run
 
 def test_tiny_sizes_print_the_table_and_both_verdicts(spark: Any, tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    code = run_reconcile_bench((20_000, 40_000), check_max=20_000, keep=tmp_path / "b",
+    code = run_reconcile_bench((5_000, 10_000), check_max=5_000, keep=tmp_path / "b",
                                failures=0)
     out = capsys.readouterr().out
     assert code == 0, out
     table = out[out.index("  " + " " * 8 + "size"):].splitlines()
     rows = [ln.split() for ln in table[1:3]]
-    assert [r[0] for r in rows] == ["20,000", "40,000"]
+    assert [r[0] for r in rows] == ["5,000", "10,000"]
     assert rows[0][3] != "-" and rows[1][3] == "-"  # check s: tried, then above --check-max
-    assert "verdicts at 20,000: dpc check valid, dpc reconcile valid" in out
-    assert "verdicts at 40,000: dpc check -, dpc reconcile valid" in out
+    assert "verdicts at 5,000: dpc check valid, dpc reconcile valid" in out
+    assert "verdicts at 10,000: dpc check -, dpc reconcile valid" in out
     assert "largest size tried: " in out
-    assert (tmp_path / "b" / "run-40000" / "history.jsonl").is_file()  # --keep keeps
+    assert (tmp_path / "b" / "run-10000" / "history.jsonl").is_file()  # --keep keeps
 
 
 def test_a_run_that_is_not_valid_fails_the_bench(spark: Any, tmp_path: Path,
@@ -44,7 +44,7 @@ def test_a_run_that_is_not_valid_fails_the_bench(spark: Any, tmp_path: Path,
         return done
 
     monkeypatch.setattr(bench, "generate_run", lossy)
-    assert run_reconcile_bench((20_000,), check_max=20_000, failures=0) == 1
+    assert run_reconcile_bench((5_000,), check_max=5_000, failures=0) == 1
     captured = capsys.readouterr()
     assert "dpc check NOT VALID, dpc reconcile NOT VALID" in captured.out
     assert "FAILED: a generated run must be valid" in captured.err
