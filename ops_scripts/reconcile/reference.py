@@ -103,12 +103,15 @@ _SOURCE_COLUMNS = ["stream", "incarnation", "line", "kind", "id", "time", "tmax"
 
 # ---------------------------------------------------------------- driver side
 def reference_job(spark: SparkSession, tables: Tables, only: Collection[str] | None = None,
-                  *, max_tasks: int | None = None) -> DataFrame:
+                  *, max_tasks: int | None = None,
+                  files: Mapping[str, list[tuple[Path, int]]] | None = None) -> DataFrame:
     """The job, lazily: the runs (of ``only``, default every run) in ``min(runs,
     max_tasks)`` partitions (tasks; default ``RUNS_PER_CORE * defaultParallelism``), each
-    run in one, :data:`JOB_SCHEMA`'s columns."""
+    run in one, :data:`JOB_SCHEMA`'s columns. ``files``: ``run_files(tables, "sources")``,
+    if the caller has it already."""
     _require_driver_python(spark)
-    files = run_files(tables, "sources")  # each task reads its runs' files only
+    if files is None:
+        files = run_files(tables, "sources")  # each task reads its runs' files only
     runs = [(str(label), str(path), [str(f) for f, _ in files.get(label, [])])
             for label, path in tables.runs.items() if only is None or label in only]
     if not runs:
@@ -137,12 +140,14 @@ def reference(spark: SparkSession, tables: Tables, *, stage2_min_rows: int = STA
     # An earlier computation's problems must not outlive a failure of this one.
     shutil.rmtree(tables.path("reference_problems"), ignore_errors=True)
     out = str(tables.path("reference"))
-    planned = _stage2(spark, tables, stage2_min_rows, progress or (lambda _line: None))
+    files = run_files(tables, "sources")
+    planned = _stage2(spark, tables, files, stage2_min_rows, progress or (lambda _line: None))
     rest = [run for run in tables.runs if run not in planned]
     rows = []
     mode = "overwrite"
     if rest:
-        job = reference_job(spark, tables, rest).persist(StorageLevel.MEMORY_AND_DISK)
+        job = reference_job(spark, tables, rest, files=files).persist(
+            StorageLevel.MEMORY_AND_DISK)
         try:
             (job.where(F.col("problem").isNull()).drop("problem")
              .write.mode(mode).parquet(out))
@@ -158,8 +163,8 @@ def reference(spark: SparkSession, tables: Tables, *, stage2_min_rows: int = STA
     return spark.read.parquet(out)
 
 
-def _stage2(spark: SparkSession, tables: Tables, min_rows: int,
-            progress: Callable[[str], None]) -> dict[str, DataFrame]:
+def _stage2(spark: SparkSession, tables: Tables, files: Mapping[str, list[tuple[Path, int]]],
+            min_rows: int, progress: Callable[[str], None]) -> dict[str, DataFrame]:
     """The runs big enough for stage 2 that it translates -> their plans (lazy)."""
     from ops_scripts.reconcile.plans import Untranslatable, plan_reference
 
@@ -167,8 +172,7 @@ def _stage2(spark: SparkSession, tables: Tables, min_rows: int,
         big = list(tables.runs)
     else:
         # From the files' footers: a Spark scan of every source row took 5 s for 100 tiny runs.
-        big = [run for run, files in run_files(tables, "sources").items()
-               if sum(n for _, n in files) >= min_rows]
+        big = [run for run, fs in files.items() if sum(n for _, n in fs) >= min_rows]
     planned = {}
     for run in big:
         try:
