@@ -5,9 +5,9 @@ scenarios, failovers, TLS, launches, benches' runs), torture and soak runs, simu
 Each that ``dpc check`` judged holds its ``check.json``. This test runs after them
 (pytest runs tests/integration and tests/ops_scripts/harness before this directory),
 finds every ``check.json`` under the session's temporary root, and reconciles all those
-runs (up to :data:`MAX_RUN_BYTES` each) in ONE Spark job (ingest, reference, compare: what ``dpc reconcile`` runs): each
-run's eventual-consistency and replica-convergence verdicts must equal the checker's,
-subject for subject. A run directory changed after its check (a test that then
+runs (up to :data:`MAX_RUN_BYTES` each) in ONE Spark job (ingest, reference, compare: what
+``dpc reconcile`` runs): each run's eventual-consistency and replica-convergence verdicts
+must equal the checker's, subject for subject. A run directory changed after its check (a test that then
 corrupts a log to see the checker catch it) is left out: check.json no longer speaks for
 it; so is a run dpc check could not fully judge (an unknown verdict: a missing or corrupt
 log or history, which dpc reconcile's ingest refuses as a broken input by contract).
