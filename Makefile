@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test fast lint typecheck unit bench clean
+.PHONY: demo test fast lint typecheck unit bench bytecode clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -12,7 +12,15 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	@touch $(STAMP)
 
-demo: $(STAMP)
+# The package's bytecode, written once: it is installed editable (pip compiles only what it
+# copies into the venv), and where PYTHONDONTWRITEBYTECODE is set (this machine image sets
+# it) every process would compile it again at start-up: each of the suite's hundreds of node
+# processes spent 0.12 s of its 0.65 s start there. Up-to-date files are skipped.
+PACKAGES := node operators protocol state ops_scripts
+bytecode: $(STAMP)
+	@$(PY) -m compileall -q -j 0 $(PACKAGES) tests > /dev/null
+
+demo: $(STAMP) bytecode
 	$(VENV)/bin/dpc demo
 
 test: $(STAMP) lint typecheck unit
@@ -28,16 +36,16 @@ typecheck: $(STAMP)
 # tests/ops_scripts/reconcile/test_agreement.py).
 JOBS       ?= auto
 SUITE_RUNS := .pytest-runs
-unit: $(STAMP)
+unit: $(STAMP) bytecode
 	$(VENV)/bin/pytest -n $(JOBS) --basetemp=$(SUITE_RUNS)
 	DPC_SUITE_RUNS=$(SUITE_RUNS) $(VENV)/bin/pytest tests/ops_scripts/reconcile/test_agreement.py
 
 # The suite without the real-process tests of tests/integration/ (marked slow): a quick loop
 # while developing. `make test` runs everything.
-fast: $(STAMP)
+fast: $(STAMP) bytecode
 	$(VENV)/bin/pytest -n $(JOBS) -m 'not slow'
 
-bench: $(STAMP)
+bench: $(STAMP) bytecode
 	$(VENV)/bin/dpc bench core
 
 clean:
