@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 
 __all__ = [
     "DATA_KINDS",
+    "END_OF_STREAM",
     "KINDS",
     "TENTATIVE_BOUNDARY_ID",
     "Kind",
@@ -93,6 +94,10 @@ def boundary(time: int) -> Tuple:
     """A BOUNDARY punctuation: no later tuple on the stream has a smaller ``time``."""
     return _new(Tuple, (Kind.BOUNDARY, 0, time, time, ()))
 
+
+#: The time of the boundary a source sends when it will never send again (every window
+#: can close), and of the one that ends every stream of the checker's reference run.
+END_OF_STREAM = 2**62
 
 #: The ``id`` that marks a BOUNDARY computed from tentative input (see the module docstring).
 TENTATIVE_BOUNDARY_ID = 1

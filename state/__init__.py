@@ -1,6 +1,8 @@
 """State of the pure core: checkpoints, output buffers, persistent tuple logs (DESIGN.md 3).
 
-Sans-IO like the rest of the core, except :mod:`state.tuplelog`, whose whole job is files.
+Sans-IO like the rest of the core, except :mod:`state.tuplelog`, whose whole job is files:
+it is imported by its own name, not re-exported here, so that a replica (which writes no
+Arrow log) does not load pyarrow at start-up (tests/node/procs/test_startup.py).
 Depends on ``protocol`` only (protocol <- state <- operators <- node).
 """
 
@@ -19,11 +21,9 @@ from .checkpoint import (
     take_checkpoint,
 )
 from .errors import CheckpointError, ReplayAheadError, ReplayError, StateError
-from .tuplelog import HEADER_COLUMNS, TupleLogWriter, read_tuple_log
 
 __all__ = [
     "CHECKPOINT_VERSION",
-    "HEADER_COLUMNS",
     "Checkpoint",
     "CheckpointError",
     "CheckpointStore",
@@ -33,10 +33,8 @@ __all__ = [
     "ReplayError",
     "StateError",
     "StoreStats",
-    "TupleLogWriter",
     "decode_checkpoint",
     "encode_checkpoint",
-    "read_tuple_log",
     "restore_checkpoint",
     "take_checkpoint",
 ]

@@ -38,11 +38,16 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from node.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+# pyarrow is imported where a data file is read, not here: every process loads its config,
+# and a replica of a cluster without data files never needs pyarrow (start-up time:
+# tests/node/procs/test_startup.py).
 
 __all__ = [
     "PACKAGE_PREFIX",
@@ -97,6 +102,8 @@ def resolve_data_file(given: str, base: Path) -> Path:
 
 def read_header(path: Path) -> list[str]:
     """The column names of a CSV or Parquet file."""
+    import pyarrow as pa
+
     try:
         if path.suffix == ".csv":
             with path.open(newline="", encoding="utf-8") as f:
@@ -148,6 +155,8 @@ def _csv_number(cell: str) -> int | float | None:
 
 @functools.lru_cache(maxsize=32)
 def _csv_types(path: Path, columns: tuple[str, ...], stamp: tuple[int, int]) -> tuple[pa.DataType, ...]:
+    import pyarrow as pa
+
     ints = dict.fromkeys(columns, True)
     nums = dict.fromkeys(columns, True)
     with path.open(newline="", encoding="utf-8") as f:
@@ -170,6 +179,8 @@ def _stamp(path: Path) -> tuple[int, int]:
 def column_types(path: Path, columns: Sequence[str], time_column: str | None = None,
                  ) -> list[pa.DataType]:
     """The Arrow type of each of ``columns`` (the time column: int64 µs)."""
+    import pyarrow as pa
+
     try:
         if path.suffix == ".csv":
             plain = tuple(c for c in columns if c != time_column)
@@ -187,6 +198,8 @@ def column_types(path: Path, columns: Sequence[str], time_column: str | None = N
 def read_rows(path: Path, columns: Sequence[str], time_column: str | None = None,
               ) -> Iterator[tuple[Any, ...]]:
     """The cells of ``columns``, row by row (module docstring); the time column as µs."""
+    import pyarrow as pa
+
     if path.suffix == ".csv":
         yield from _csv_rows(path, columns, time_column)
         return
@@ -215,6 +228,8 @@ def _csv_rows(path: Path, columns: Sequence[str], time_column: str | None,
 
 
 def _csv_converter(path: Path, column: str, kind: pa.DataType, is_time: bool) -> Any:
+    import pyarrow as pa
+
     if is_time:
         def event(cell: str, n: int) -> int:
             try:
@@ -231,6 +246,8 @@ def _csv_converter(path: Path, column: str, kind: pa.DataType, is_time: bool) ->
 
 
 def _parquet_times(path: Path, col: pa.Array, name: str) -> list[int]:
+    import pyarrow as pa
+
     t = col.type
     if pa.types.is_timestamp(t) or pa.types.is_date(t):
         import pyarrow.compute as pc

@@ -18,11 +18,10 @@ from node.clock import now_us
 from node.config.model import ClusterConfig
 from node.net.transport import Transport
 from node.procs.rundir import JsonlTupleWriter, RunDir, write_client_parquet
-from node.procs.source import END_OF_STREAM
 from node.streams.link import InputLink
 from node.streams.monitor import UpstreamMonitor, upstream_links
 from node.streams.mutation import Mutation
-from protocol.tuples import Kind, Tuple
+from protocol.tuples import END_OF_STREAM, Kind, Tuple
 
 __all__ = ["Client"]
 

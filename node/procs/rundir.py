@@ -82,15 +82,19 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from node.errors import RunLogError
 from protocol.tuples import Kind, Tuple, make_tuple
-from state.tuplelog import iter_log_batches, tuples_of
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+# pyarrow (and state.tuplelog, which needs it) is imported by the functions that read or
+# write Arrow and Parquet: every process imports this module, and a replica writes JSONL
+# only (start-up time: tests/node/procs/test_startup.py).
 
 __all__ = [
     "END_REASONS",
@@ -118,9 +122,14 @@ _KIND_NAMES: tuple[str, ...] = tuple(k.name for k in Kind)
 _KIND_BY_NAME: dict[str, Kind] = {k.name: k for k in Kind}
 _FIELDS = ("kind", "id", "time", "tmax", "values", "arrival")
 _INT_FIELDS = ("id", "time", "tmax", "arrival")
-_PARQUET_SCHEMA = pa.schema(
-    [(f, pa.string() if f in ("kind", "values") else pa.int64()) for f in _FIELDS]
-)
+_PARQUET_COLUMNS = list(_FIELDS)
+
+
+def _parquet_schema() -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema([(f, pa.string() if f in ("kind", "values") else pa.int64())
+                      for f in _FIELDS])
 
 
 def _safe_name(what: str, name: str) -> str:
@@ -492,9 +501,12 @@ def write_client_parquet(
 ) -> int:
     """Convert a client's JSONL log to Parquet (columns in the module docstring); returns the
     number of rows. The file appears atomically (written aside, then renamed)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     rows = read_jsonl_tuples(jsonl_path)
     target = Path(parquet_path)
-    columns: dict[str, list[Any]] = {name: [] for name in _PARQUET_SCHEMA.names}
+    columns: dict[str, list[Any]] = {name: [] for name in _PARQUET_COLUMNS}
     for arrival, t in rows:
         columns["kind"].append(t.kind.name)
         columns["id"].append(t.id)
@@ -504,7 +516,7 @@ def write_client_parquet(
         columns["arrival"].append(arrival)
     tmp = target.with_name(target.name + ".tmp")
     try:
-        table = pa.Table.from_pydict(columns, schema=_PARQUET_SCHEMA)
+        table = pa.Table.from_pydict(columns, schema=_parquet_schema())
         pq.write_table(table, tmp)
         os.replace(tmp, target)
     except (OSError, pa.ArrowException) as e:
@@ -514,16 +526,19 @@ def write_client_parquet(
 
 def read_client_parquet(path: str | os.PathLike[str]) -> list[tuple[int, Tuple]]:
     """Read :func:`write_client_parquet` output back: ``[(arrival, tuple), ...]``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     try:
         table = pq.read_table(path)
     except (OSError, pa.ArrowException) as e:
         raise RunLogError(f"client parquet {os.fspath(path)}: cannot read: {e}") from None
-    if table.column_names != _PARQUET_SCHEMA.names:
+    if table.column_names != _PARQUET_COLUMNS:
         raise RunLogError(
-            f"client parquet {os.fspath(path)}: expected columns {_PARQUET_SCHEMA.names}, "
+            f"client parquet {os.fspath(path)}: expected columns {_PARQUET_COLUMNS}, "
             f"found {table.column_names}"
         )
-    cols = [table.column(n).to_pylist() for n in _PARQUET_SCHEMA.names]
+    cols = [table.column(n).to_pylist() for n in _PARQUET_COLUMNS]
     out: list[tuple[int, Tuple]] = []
     for row, (kind, ident, time, tmax, values, arrival) in enumerate(zip(*cols, strict=True)):
         k = _KIND_BY_NAME.get(kind)
@@ -537,12 +552,16 @@ def iter_source_log(run_dir: RunDir | str | os.PathLike[str], source: str) -> It
     """Every tuple source ``source`` logged, batch by batch as it was flushed, oldest first,
     every incarnation in order, streaming (tolerates a killed writer: a truncated last batch
     of an incarnation is dropped). Raises :class:`RunLogError` at once if the log is missing."""
+    from state.tuplelog import tuples_of
+
     return (tuples_of(batch) for batch in iter_source_batches(run_dir, source))
 
 
 def iter_source_batches(run_dir: RunDir | str | os.PathLike[str], source: str) -> Iterator[pa.RecordBatch]:
     """:func:`iter_source_log` as Arrow record batches, undecoded (a restarted source reads
     only the columns it needs of a long log)."""
+    from state.tuplelog import iter_log_batches
+
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     paths = rd.source_logs(source)
     if not paths:

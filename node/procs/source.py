@@ -78,16 +78,14 @@ from node.procs.rundir import (
     write_source_trim,
 )
 from node.streams.publisher import Publisher
-from protocol.tuples import Tuple, boundary
+from protocol.tuples import END_OF_STREAM, Tuple, boundary
 from state.buffer import OutputBuffer
 from state.tuplelog import HEADER_COLUMNS, TupleLogWriter, tuples_of
 
-__all__ = ["END_OF_STREAM", "TRIM_EVERY", "Resumed", "Source", "resume_from"]
+__all__ = ["TRIM_EVERY", "Resumed", "Source", "resume_from"]
 
 log = logging.getLogger("dpc.source")
 
-#: The boundary a source sends when it will never send again: every window can close.
-END_OF_STREAM = 2**62
 #: How long (µs) a source lets due tuples gather before it sends them (a boundary on its
 #: grid sends them at once): what is due within a linger goes out as one batch, one log
 #: flush and one frame. Each wake-up costs about 0.6 ms of CPU (an Arrow log flush, a frame

@@ -49,7 +49,6 @@ from node.net.transport import Transport
 from node.procs.control import ControlPlane
 from node.procs.looplag import LoopLag
 from node.procs.rundir import JsonlTupleWriter, RunDir
-from node.procs.source import END_OF_STREAM
 from node.replica import consistency as cm
 from node.replica.manager import Manager, Partner, policy_of
 from node.replica.recovery import (
@@ -72,7 +71,7 @@ from protocol.messages import (
     Message,
     ReconcileRequest,
 )
-from protocol.tuples import Kind, Tuple
+from protocol.tuples import END_OF_STREAM, Kind, Tuple
 from state.buffer import OutputBuffer
 
 __all__ = ["MUTATION_DUPLICATES", "Replica"]

@@ -21,12 +21,10 @@ from operators.network import QueryNetwork
 from operators.spec import NetworkSpec
 from ops_scripts.check.properties import fmt_tuple
 from ops_scripts.errors import CheckError
-from protocol.tuples import Kind, Tuple, boundary
+from protocol.tuples import END_OF_STREAM, Kind, Tuple, boundary
 
 __all__ = ["END_OF_STREAM", "failure_free", "reference_outputs"]
 
-#: The final boundary that ends every stream of the reference run.
-END_OF_STREAM = 2**62
 
 
 def failure_free(spec: NetworkSpec) -> NetworkSpec:

@@ -9,8 +9,8 @@ import pyarrow as pa
 import pytest
 
 from protocol.tuples import Kind, Tuple, boundary, make_tuple, rec_done, undo
-from state import StateError, TupleLogWriter, read_tuple_log
-from state.tuplelog import iter_tuple_log
+from state import StateError
+from state.tuplelog import TupleLogWriter, iter_tuple_log, read_tuple_log
 
 SCHEMA = ("sym", "price", "qty")
 

@@ -21,10 +21,10 @@ from node.net.memory import MemoryTransport
 from node.procs.generators import make_generator
 from node.procs.pacing import next_multiple
 from node.procs.rundir import RunDir, read_source_end, read_source_log
-from node.procs.source import END_OF_STREAM, Source
+from node.procs.source import Source
 from node.virtual_time import VirtualTimeLoop
 from protocol.messages import Ack, Batch, Subscribe
-from protocol.tuples import Kind, Tuple
+from protocol.tuples import END_OF_STREAM, Kind, Tuple
 
 EPOCH = 1_700_000_000_000_000
 
