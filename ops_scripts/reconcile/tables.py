@@ -12,7 +12,8 @@ replica's output log per output stream and, for a replica that recovered (it has
 ``recoveries.jsonl``), the logs of its earlier incarnations. Each log is streamed: Arrow
 batch by batch, JSONL line by line, Parquet batch by batch, into rows buffered up to
 :data:`ROWS_PER_GROUP` and written as one row group of that log's own Parquet file. So
-memory holds one row group, never a log.
+memory holds one row group, never a log (per process: runs that hold enough to be worth it
+are read by a pool of processes, one run each at a time, each writing its own files).
 
 Invariants:
 
@@ -32,9 +33,11 @@ Invariants:
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,6 +57,7 @@ from state.errors import StateError
 from state.tuplelog import iter_log_batches, tuples_of
 
 __all__ = [
+    "PARALLEL_MIN_BYTES",
     "ROWS_PER_GROUP",
     "SCHEMAS",
     "IngestError",
@@ -66,6 +70,9 @@ __all__ = [
 
 #: Rows per Parquet row group: what one log's writer holds in memory at most.
 ROWS_PER_GROUP = 65_536
+#: Runs holding together at least this many bytes are read by a process per core (a
+#: process costs about half a second to start: below this, one reads them sooner).
+PARALLEL_MIN_BYTES = 16_000_000
 
 _S, _I32, _I64 = pa.string(), pa.int32(), pa.int64()
 _TUPLE = [("kind", _S), ("id", _I64), ("time", _I64), ("tmax", _I64), ("values", _S)]
@@ -141,34 +148,69 @@ def run_labels(run_dirs: Sequence[Path]) -> dict[str, Path]:
 
 
 def ingest(run_dirs: Sequence[Path], out: Path, *,
-           progress: Callable[[str], None] | None = None) -> Tables:
+           progress: Callable[[str], None] | None = None, jobs: int | None = None) -> Tables:
     """Write the tables of ``run_dirs`` under ``out / "tables"`` (replacing what a previous
-    ingest left there) and return them; ``progress`` gets a line per run."""
+    ingest left there) and return them; ``progress`` gets a line per run, in the order
+    given. ``jobs``: processes reading runs at once (default: one per core, when the runs
+    together hold at least :data:`PARALLEL_MIN_BYTES`; one run is read by one process)."""
     labels = run_labels(run_dirs)
     root = Path(out).resolve() / "tables"
     partial = root.with_name("tables.partial")
     shutil.rmtree(partial, ignore_errors=True)
-    sink = _Sink(partial)
+    for table in SCHEMAS:
+        (partial / table).mkdir(parents=True)
+    work = [(i, label, str(path)) for i, (label, path) in enumerate(labels.items())]
     try:
-        for label, path in labels.items():
-            rd = RunDir(path)
-            try:
-                config = load_config(rd.config)
-            except ConfigError as e:
-                raise IngestError(f"run {label}: cannot load {rd.config}: {e}") from None
-            before = sink.rows
-            sink.write("runs", [(label, str(path), rd.config.read_text(encoding="utf-8"))])
-            n_logs = _ingest_run(sink, label, rd, config)
-            if progress is not None:
-                progress(f"run {label}: {len(config.sources)} sources, {n_logs} logs, "
-                         f"{sink.rows - before:,} rows")
-        sink.finish()
+        if jobs is None:
+            big = sum(_bytes(p) for p in labels.values()) >= PARALLEL_MIN_BYTES
+            jobs = min(os.cpu_count() or 1, len(work)) if big else 1
+        if jobs > 1:
+            # spawn, not fork: the caller may hold a Spark session's threads (a fork copies
+            # their locks held); each worker writes its runs' own files, so none collide.
+            with ProcessPoolExecutor(min(jobs, len(work)),
+                                     mp_context=multiprocessing.get_context("spawn")) as pool:
+                done = [pool.submit(_ingest_one, str(partial), *w) for w in work]
+                try:
+                    for f in done:
+                        _say(progress, f.result())
+                except BaseException:
+                    for f in done:
+                        f.cancel()
+                    raise
+        else:
+            for w in work:
+                _say(progress, _ingest_one(str(partial), *w))
+        _finish(partial)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)  # no half-written tables left behind
         raise
     shutil.rmtree(root, ignore_errors=True)
     partial.rename(root)
     return Tables(root, labels)
+
+
+def _bytes(run_dir: Path) -> int:
+    return sum(p.stat().st_size for p in run_dir.rglob("*") if p.is_file())
+
+
+def _say(progress: Callable[[str], None] | None, line: str) -> None:
+    if progress is not None:
+        progress(line)
+
+
+def _ingest_one(partial: str, index: int, label: str, path: str) -> str:
+    """One run's tables under ``partial`` (its files named by ``index``: no other run's
+    collide); returns its progress line. A process pool's task: plain arguments."""
+    rd = RunDir(Path(path))
+    try:
+        config = load_config(rd.config)
+    except ConfigError as e:
+        raise IngestError(f"run {label}: cannot load {rd.config}: {e}") from None
+    sink = _Sink(Path(partial), f"part-{index:06d}")
+    sink.write("runs", [(label, path, rd.config.read_text(encoding="utf-8"))])
+    n_logs = _ingest_run(sink, label, rd, config)
+    return (f"run {label}: {len(config.sources)} sources, {n_logs} logs, "
+            f"{sink.rows:,} rows")
 
 
 def _ingest_run(sink: _Sink, label: str, rd: RunDir, config: ClusterConfig) -> int:
@@ -305,20 +347,19 @@ def _history_rows(path: Path) -> Iterator[tuple[Any, ...]]:
 
 # ---------------------------------------------------------------- the writer
 class _Sink:
-    """One Parquet file per log in each table's directory, written a row group at a time."""
+    """One Parquet file per log in each table's directory (named ``PREFIX-K``), written a
+    row group at a time."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
+    def __init__(self, root: Path, prefix: str) -> None:
+        self.root, self.prefix = root, prefix
         self.rows = 0
         self._files = 0
-        for table in SCHEMAS:
-            (root / table).mkdir(parents=True)
 
     def write(self, table: str, rows: Iterable[tuple[Any, ...]]) -> None:
         """The rows (in ``SCHEMAS[table]``'s column order) as a new file of ``table``."""
         schema = SCHEMAS[table]
         self._files += 1
-        path = self.root / table / f"part-{self._files:06d}.parquet"
+        path = self.root / table / f"{self.prefix}-{self._files:05d}.parquet"
         with pq.ParquetWriter(path, schema) as writer:
             pending: list[tuple[Any, ...]] = []
             for row in rows:
@@ -338,10 +379,11 @@ class _Sink:
         self.rows += len(pending)
         pending.clear()
 
-    def finish(self) -> None:
-        """Nothing to do: every table already has a file (``write`` writes one even for an
-        empty log), except ``history`` when no run has one: give it an empty file, so that
-        Spark still finds the table's schema."""
-        d = self.root / "history"
-        if not any(d.iterdir()):
-            pq.write_table(SCHEMAS["history"].empty_table(), d / "part-000000.parquet")
+
+def _finish(root: Path) -> None:
+    """Every table already has a file (``_Sink.write`` writes one even for an empty log),
+    except ``history`` when no run has one: give it an empty file, so that Spark still finds
+    the table's schema."""
+    d = root / "history"
+    if not any(d.iterdir()):
+        pq.write_table(SCHEMAS["history"].empty_table(), d / "part-empty.parquet")

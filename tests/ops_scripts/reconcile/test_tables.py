@@ -210,6 +210,35 @@ def test_progress_and_replace(runs: dict[str, Path], tmp_path: Path) -> None:
     assert not (tmp_path / "tables.partial").exists()
 
 
+def _contents(tables: Tables) -> dict[str, list[dict[str, Any]]]:
+    return {t: sorted(pq.read_table(tables.path(t)).to_pylist(), key=repr) for t in
+            tables_module.SCHEMAS}
+
+
+def test_a_pool_of_processes_writes_what_one_process_writes(runs: dict[str, Path],
+                                                            tables: Tables,
+                                                            tmp_path: Path) -> None:
+    """``jobs=2`` (what large inputs get): the same rows in every table, each file still
+    one log of one run (run_files), the progress lines in the order the runs were given."""
+    lines: list[str] = []
+    pooled = ingest(list(runs.values()), tmp_path, progress=lines.append, jobs=2)
+    assert _contents(pooled) == _contents(tables)
+    assert {r: len(f) for r, f in run_files(pooled, "sources").items()} == \
+        {r: len(f) for r, f in run_files(tables, "sources").items()}
+    assert [line.split(":")[0] for line in lines] == [f"run {r}" for r in runs]
+
+
+def test_a_bad_log_in_a_pool_is_the_same_error_and_leaves_nothing(runs: dict[str, Path],
+                                                                  tmp_path: Path) -> None:
+    run = copy_run(runs, tmp_path)
+    log = RunDir(run).client_log("c1")
+    log.write_bytes(log.read_bytes().replace(b"\n", b"\nnot json\n", 1))
+    with pytest.raises(IngestError, match=rf"{log}, line 2: corrupt line"):
+        ingest([runs["seed2"], run], tmp_path / "out", jobs=2)
+    assert not (tmp_path / "out" / "tables").exists()
+    assert not (tmp_path / "out" / "tables.partial").exists()
+
+
 def test_torn_last_line_is_dropped(runs: dict[str, Path], tmp_path: Path) -> None:
     run = copy_run(runs, tmp_path)
     log = RunDir(run).client_log("c1")
