@@ -1,4 +1,5 @@
-"""Dependencies point one way (STYLE.md 6) and the core is sans-IO (STYLE.md 1).
+"""Dependencies point one way (STYLE.md 6), the core is sans-IO (STYLE.md 1), and every event
+loop is run by asyncio itself.
 
 protocol <- state <- operators <- node <- ops_scripts: a package may import only packages
 to its left. protocol/, state/ and operators/ never import asyncio, socket, time, aiohttp,
@@ -116,3 +117,14 @@ def test_the_checker_does_not_import_the_harness(path: Path) -> None:
     bad = sorted(m for m in mods if m.startswith(("ops_scripts.harness", "ops_scripts.cluster",
                                                      "ops_scripts.bench")))
     assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
+
+
+def test_every_event_loop_is_run_by_asyncio() -> None:
+    """asyncio.run or an asyncio.Runner runs each loop of the package, never a hand-written
+    ``run_until_complete`` then ``close``: on Ctrl-C the Runner cancels the main task and
+    awaits what is left, where a loop closed by hand left the tasks pending and printed
+    their tracebacks (tests/ops_scripts/harness/test_simulate.py, the Ctrl-C tests)."""
+    by_hand = [f"{p.relative_to(ROOT)}:{n.lineno}" for _, p in modules()
+               for n in ast.walk(ast.parse(p.read_text(), filename=str(p)))
+               if isinstance(n, ast.Attribute) and n.attr == "run_until_complete"]
+    assert not by_hand, f"event loops run by hand: {by_hand}"

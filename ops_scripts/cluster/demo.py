@@ -23,7 +23,6 @@ has no partner replica, so it grants its reconciliation to itself.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
@@ -105,11 +104,9 @@ def simulate(seed: int, method: str, cut: tuple[int, int] | None) -> DemoRun:
     (``node/replica/manager.py``, the machine of ``node/replica/consistency.py``) drives the
     network; only the links are replaced by a feeder that pushes each source's tuples when
     they are due, waiting while the manager holds new input (a replay)."""
-    loop = VirtualTimeLoop()
-    try:
-        return loop.run_until_complete(_simulate(seed, method, cut))
-    finally:
-        loop.close()
+    # asyncio.Runner, as asyncio.run: Ctrl-C cancels the run and leaves no task pending.
+    with asyncio.Runner(loop_factory=VirtualTimeLoop) as runner:
+        return runner.run(_simulate(seed, method, cut))
 
 
 _STATE_TEXT = {
@@ -166,8 +163,7 @@ async def _simulate(seed: int, method: str, cut: tuple[int, int] | None) -> Demo
                 emit(net.push(s, log[i:j], at), at)
         manager.wake()  # the network's next deadline may have moved
     timers.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await timers
+    await asyncio.wait({timers})  # not `await` under suppress: Ctrl-C must not be swallowed
     return run
 
 

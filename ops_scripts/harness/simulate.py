@@ -169,8 +169,9 @@ class _Cluster:
         """A crash of replica or source ``name``: its tasks end where they are."""
         task = self.tasks[name]
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        # wait, not `await task` under suppress(CancelledError): that also swallowed the
+        # cancellation of the run itself (Ctrl-C) when it came during the kill.
+        await asyncio.wait({task})
         if name in self.sources:
             self.sources.pop(name)  # its log holds what it published (flushed before)
         else:
@@ -216,9 +217,8 @@ class _Cluster:
     async def stop(self) -> None:
         for stop in self.stops.values():
             stop.set()
-        for task in self.tasks.values():
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if self.tasks:  # a task's error is the task group's to raise (as kill, above)
+            await asyncio.wait(self.tasks.values())
 
 
 async def _play(config: ClusterConfig, faults: Sequence[Fault], rd: RunDir, opts: SimOptions,
@@ -295,9 +295,13 @@ def _leaves(e: BaseException) -> list[BaseException]:
 
 
 @contextlib.contextmanager
-def _virtual_process(rd: RunDir, verbose: bool) -> Iterator[VirtualTimeLoop]:
-    """Install the virtual clock and quiet (or file) logging for one run; restore both."""
-    loop = VirtualTimeLoop()
+def _virtual_process(rd: RunDir, verbose: bool) -> Iterator[asyncio.Runner]:
+    """Install the virtual clock and quiet (or file) logging for one run; restore both.
+    The run's loop is an :class:`asyncio.Runner`'s, as asyncio.run's is: Ctrl-C cancels the
+    run's task and raises KeyboardInterrupt once it is done, and closing cancels and awaits
+    what is left (a loop closed by hand under pending tasks printed their tracebacks)."""
+    runner = asyncio.Runner(loop_factory=VirtualTimeLoop)
+    loop = runner.get_loop()
     use_clock(lambda: EPOCH_US + int(loop.time() * 1_000_000))
     root = logging.getLogger()
     handler: logging.Handler | None = None
@@ -318,8 +322,9 @@ def _virtual_process(rd: RunDir, verbose: bool) -> Iterator[VirtualTimeLoop]:
     else:
         logging.disable(logging.CRITICAL)
     try:
-        yield loop
+        yield runner
     finally:
+        runner.close()
         use_clock(None)
         if handler is not None:
             root.removeHandler(handler)
@@ -327,7 +332,6 @@ def _virtual_process(rd: RunDir, verbose: bool) -> Iterator[VirtualTimeLoop]:
             root.setLevel(old_level)
         else:
             logging.disable(logging.NOTSET)
-        loop.close()
 
 
 #: Probability of a kill of one of three replicas across a failure of the others' input.
@@ -365,9 +369,9 @@ def simulate_one(config: ClusterConfig, seed: int, run_dir: Path, opts: SimOptio
     shutil.copyfile(config.path, rd.config)
     (rd.path / "scenario.toml").write_text(scenario_text(config, seed, faults, opts))
     result = SimResult(seed, False, list(faults), run_dir=rd.path)
-    with _virtual_process(rd, verbose) as loop, HistoryWriter(rd.history, now_us) as history:
+    with _virtual_process(rd, verbose) as runner, HistoryWriter(rd.history, now_us) as history:
         try:
-            loop.run_until_complete(_play(config, faults, rd, opts, history, mutation))
+            runner.run(_play(config, faults, rd, opts, history, mutation))
         except BaseException as e:  # a crash of the simulated program is a failure
             if isinstance(e, KeyboardInterrupt):
                 raise
