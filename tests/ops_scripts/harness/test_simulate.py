@@ -14,6 +14,7 @@ import logging
 import signal
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -230,6 +231,18 @@ def test_bad_options_and_a_missing_cluster_are_clear_errors(
     assert "nope.toml" in capsys.readouterr().err
 
 
+@pytest.fixture
+def default_ctrl_c() -> Iterator[None]:
+    """Python's own SIGINT handler, which `dpc simulate` runs with (a pytest-xdist worker
+    ignores SIGINT), restored afterwards."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+@pytest.mark.usefixtures("default_ctrl_c")
 def test_ctrl_c_inside_a_run_cancels_it_and_leaves_no_task_behind(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
@@ -268,6 +281,7 @@ def test_ctrl_c_inside_a_run_cancels_it_and_leaves_no_task_behind(
     assert not [r.getMessage() for r in caplog.records if r.name == "asyncio"]
 
 
+@pytest.mark.usefixtures("default_ctrl_c")
 def test_ctrl_c_during_a_kill_is_not_swallowed(tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """The run's own cancellation (Ctrl-C) that arrives while it waits for a killed
