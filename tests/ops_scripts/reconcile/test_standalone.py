@@ -50,9 +50,13 @@ def test_dpc_reconcile_on_a_standalone_cluster_says_what_it_says_locally(
     with StandaloneCluster(tmp_path / "cluster") as cluster:
         pids = cluster.pids
         assert cluster.master_url.startswith("spark://127.0.0.1:") and len(pids) == 2
+        # The executor's JVM gets the suite's JIT options too (conftest.py: the driver's
+        # and the daemons' come from the environment, an executor's only from the app).
+        conf = {**cluster.driver_conf,
+                "spark.executor.extraJavaOptions": os.environ["SPARK_SUBMIT_OPTS"]}
         with (run_dir / "config.toml").open("a", encoding="utf-8") as f:
             f.write("\n[spark]\n" + "".join(f"{json.dumps(k)} = {json.dumps(v)}\n"
-                                            for k, v in cluster.driver_conf.items()))
+                                            for k, v in conf.items()))
         remote = subprocess.run(
             [sys.executable, "-m", "ops_scripts.cli", "reconcile", str(run_dir),
              "--master", cluster.master_url, "--out", str(tmp_path / "remote")],
