@@ -33,17 +33,19 @@ typecheck: $(STAMP)
 
 # The suite on every core (pytest-xdist), its runs kept in $(SUITE_RUNS); then the test that
 # reconciles every run the suite checked, over them (no worker sees the others' runs:
-# tests/ops_scripts/reconcile/test_agreement.py).
+# tests/ops_scripts/reconcile/test_agreement.py). Work stealing: a worker that runs out of
+# tests takes half of another's queue (the long modules go first: tests/conftest.py).
 JOBS       ?= auto
 SUITE_RUNS := .pytest-runs
+XDIST      := -n $(JOBS) --dist worksteal
 unit: $(STAMP) bytecode
-	$(VENV)/bin/pytest -n $(JOBS) --basetemp=$(SUITE_RUNS)
+	$(VENV)/bin/pytest $(XDIST) --basetemp=$(SUITE_RUNS)
 	DPC_SUITE_RUNS=$(SUITE_RUNS) $(VENV)/bin/pytest tests/ops_scripts/reconcile/test_agreement.py
 
 # The suite without the real-process tests of tests/integration/ (marked slow): a quick loop
 # while developing. `make test` runs everything.
 fast: $(STAMP) bytecode
-	$(VENV)/bin/pytest -n $(JOBS) -m 'not slow'
+	$(VENV)/bin/pytest $(XDIST) -m 'not slow'
 
 bench: $(STAMP) bytecode
 	$(VENV)/bin/dpc bench core
