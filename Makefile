@@ -33,11 +33,10 @@ typecheck: $(STAMP)
 
 # The suite on every core (pytest-xdist), its runs kept in $(SUITE_RUNS); then the test that
 # reconciles every run the suite checked, over them (no worker sees the others' runs:
-# tests/ops_scripts/reconcile/test_agreement.py). Work stealing: a worker that runs out of
-# tests takes half of another's queue (the long modules go first: tests/conftest.py).
+# tests/ops_scripts/reconcile/test_agreement.py).
 JOBS       ?= auto
 SUITE_RUNS := .pytest-runs
-XDIST      := -n $(JOBS) --dist worksteal
+XDIST      := -n $(JOBS)
 unit: $(STAMP) bytecode
 	$(VENV)/bin/pytest $(XDIST) --basetemp=$(SUITE_RUNS)
 	DPC_SUITE_RUNS=$(SUITE_RUNS) $(VENV)/bin/pytest tests/ops_scripts/reconcile/test_agreement.py
