@@ -173,10 +173,9 @@ def ingest(run_dirs: Sequence[Path], out: Path, *,
                 try:
                     for f in done:
                         _say(progress, f.result())
-                except BaseException:
+                finally:  # after an error, start no other run (a finished one ignores it)
                     for f in done:
                         f.cancel()
-                    raise
         else:
             for w in work:
                 _say(progress, _ingest_one(str(partial), *w))
