@@ -64,6 +64,7 @@ __all__ = [
     "Tables",
     "ingest",
     "replica_logs",
+    "run_bytes",
     "run_files",
     "run_labels",
 ]
@@ -162,7 +163,7 @@ def ingest(run_dirs: Sequence[Path], out: Path, *,
     work = [(i, label, str(path)) for i, (label, path) in enumerate(labels.items())]
     try:
         if jobs is None:
-            big = sum(_bytes(p) for p in labels.values()) >= PARALLEL_MIN_BYTES
+            big = sum(run_bytes(p) for p in labels.values()) >= PARALLEL_MIN_BYTES
             jobs = min(os.cpu_count() or 1, len(work)) if big else 1
         if jobs > 1:
             # spawn, not fork: the caller may hold a Spark session's threads (a fork copies
@@ -188,7 +189,8 @@ def ingest(run_dirs: Sequence[Path], out: Path, *,
     return Tables(root, labels)
 
 
-def _bytes(run_dir: Path) -> int:
+def run_bytes(run_dir: Path) -> int:
+    """The bytes of every file under ``run_dir``: what decides whether a pool reads it."""
     return sum(p.stat().st_size for p in run_dir.rglob("*") if p.is_file())
 
 

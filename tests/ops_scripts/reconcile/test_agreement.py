@@ -32,7 +32,7 @@ from node.config.load import load_config
 from ops_scripts.harness.simulate import DEFAULT_CLUSTER, simulate_one
 from ops_scripts.reconcile.compare import compare
 from ops_scripts.reconcile.reference import reference, reference_problems
-from ops_scripts.reconcile.tables import ingest, run_labels
+from ops_scripts.reconcile.tables import ingest, run_bytes, run_labels
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -77,10 +77,6 @@ def _checked_runs(base: Path) -> list[Path]:
     return runs
 
 
-def _size(run_dir: Path) -> int:
-    return sum(p.stat().st_size for p in run_dir.rglob("*") if p.is_file())
-
-
 def test_every_checked_run_of_the_session_gets_dpc_checks_verdicts(
         spark: SparkSession, tmp_path_factory: pytest.TempPathFactory,
         request: pytest.FixtureRequest) -> None:
@@ -89,7 +85,7 @@ def test_every_checked_run_of_the_session_gets_dpc_checks_verdicts(
     assert base.is_dir(), f"{SUITE_RUNS}={suite}: not a directory"
     runs = _checked_runs(base)
     broken = [d for d in runs if not _fully_judged(d)]
-    large = [d for d in runs if _size(d) > MAX_RUN_BYTES]
+    large = [d for d in runs if run_bytes(d) > MAX_RUN_BYTES]
     runs = [d for d in runs if d not in broken and d not in large]
     real = [d for d in runs if any((d / "logs").glob("*.log"))]  # processes' own logs: real
     if suite or any(i.nodeid.startswith("tests/integration/") for i in request.session.items):
