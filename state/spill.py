@@ -1,0 +1,309 @@
+"""Spill: tuples a replica holds for a replay, moved out of memory into Arrow IPC segments.
+
+A long failure makes a replica hold everything its SUnions released since the checkpoint
+(reconciliation replays it, DESIGN.md 4): an hour at 50,000 tuples/s is 180 M tuples, far
+beyond memory. An owner (operators/sunion.py) keeps its newest tuples in memory and, past
+its bound, hands its oldest *runs* (lists of data tuples in id order) to a
+:class:`SpillStore`, which writes them as one *segment* (an Arrow IPC file, random access)
+and gives back one :class:`Chunk` per run. The owner keeps the chunk in place of the run;
+``read`` brings the tuples back (memory-mapped: only the rows read are paged in);
+``cut`` shortens a chunk to the ids an UNDO keeps; ``release`` forgets a chunk, and a
+segment is deleted once every chunk in it is released (a checkpoint or a replay made its
+tuples unneeded).
+
+Exactness (the replay must see the tuples that were spilled, bit for bit): kinds, ids,
+times and tmax are int8/int64 columns; an attribute whose values in the segment are all
+``int`` (bools excluded), all ``float``, all ``str`` or all ``bool`` (None allowed in each)
+is an int64, float64, string or bool column; any other attribute (mixed types, an int
+beyond 64 bits) is stored as orjson text per cell, which is how the values crossed the wire
+(protocol/codec.py): it loses nothing the wire kept.
+
+Not durable: a segment outlives no process (a crashed replica recovers from its partner,
+node/replica/recovery.py), so nothing is fsynced, and a store deletes the segments a
+previous process of the same name left behind when it opens.
+
+pyarrow is imported at the first spill, not with this module: a replica that never spills
+starts without it (tests/node/procs/test_startup.py).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from protocol.tuples import KINDS, Kind, Tuple, make_tuple
+
+from .errors import StateError
+
+__all__ = ["NO_SPILL", "Chunk", "SpillStats", "SpillStore", "estimate_tuple_bytes"]
+
+_SUFFIX = ".arrow"
+_LAST_DATA_KIND = int(Kind.TENTATIVE)  # kinds above it are control tuples
+_JSON = b"json"  # field metadata value of an attribute stored as orjson text
+
+
+def estimate_tuple_bytes(t: Tuple) -> int:
+    """What one tuple like ``t`` costs in memory: the tuple, its values tuple and each
+    value object (shared small ints and interned strings counted too: an overestimate is
+    the safe side of a memory bound), plus a list slot."""
+    values = t[4]
+    return (sys.getsizeof(t) + sys.getsizeof(values) + sum(map(sys.getsizeof, values))
+            + sys.getsizeof(t[1]) + sys.getsizeof(t[2]) + 8)
+
+
+class _Segment:
+    """One Arrow IPC file of spilled runs; deleted when its last chunk is released."""
+
+    __slots__ = ("bytes", "json_cols", "path", "refs", "table")
+
+    def __init__(self, path: Path, nbytes: int, refs: int, json_cols: frozenset[int]) -> None:
+        self.path = path
+        self.bytes = nbytes
+        self.refs = refs
+        self.json_cols = json_cols
+        self.table: Any = None  # the memory-mapped table, opened at the first read
+
+
+class Chunk:
+    """A run of tuples in a segment: rows ``offset .. offset+length``, ids ``first_id ..
+    last_id`` (in order), ``n_tent`` of them TENTATIVE."""
+
+    __slots__ = ("first_id", "last_id", "length", "n_tent", "offset", "segment")
+
+    def __init__(self, segment: _Segment, offset: int, length: int, first_id: int,
+                 last_id: int, n_tent: int) -> None:
+        self.segment = segment
+        self.offset = offset
+        self.length = length
+        self.first_id = first_id
+        self.last_id = last_id
+        self.n_tent = n_tent
+
+    def __repr__(self) -> str:
+        return (f"Chunk({self.segment.path.name}[{self.offset}:+{self.length}], "
+                f"ids {self.first_id}..{self.last_id}, {self.n_tent} tentative)")
+
+
+@dataclass(frozen=True)
+class SpillStats:
+    """What a store holds on disk now, and what it wrote in all."""
+
+    tuples: int  # tuples in chunks not released
+    segments: int  # segment files on disk
+    bytes: int  # their size
+    written_tuples: int  # every tuple ever spilled
+    deleted_segments: int
+
+    def __add__(self, other: SpillStats) -> SpillStats:
+        return SpillStats(self.tuples + other.tuples, self.segments + other.segments,
+                          self.bytes + other.bytes, self.written_tuples + other.written_tuples,
+                          self.deleted_segments + other.deleted_segments)
+
+
+NO_SPILL = SpillStats(0, 0, 0, 0, 0)
+
+
+class SpillStore:
+    """Segments named ``<name>-<seq>.arrow`` in ``directory`` (created if missing)."""
+
+    def __init__(self, directory: str | os.PathLike[str], name: str) -> None:
+        if not name or any(c in name for c in "/\\\0") or name.startswith("."):
+            raise StateError(f"spill store name {name!r} cannot begin a file name")
+        self.directory = Path(directory)
+        self.name = name
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for stale in self.directory.glob(f"{glob.escape(name)}-*{_SUFFIX}"):
+            stale.unlink()  # a previous process of this name: its tuples are gone with it
+        self._segments: dict[Path, _Segment] = {}
+        self._seq = 0
+        self._tuples = 0
+        self._written = 0
+        self._deleted = 0
+
+    def stats(self) -> SpillStats:
+        return SpillStats(self._tuples, len(self._segments),
+                          sum(s.bytes for s in self._segments.values()), self._written,
+                          self._deleted)
+
+    def write(self, runs: Sequence[Sequence[Tuple]]) -> list[Chunk]:
+        """Spill ``runs`` (non-empty lists of data tuples, each in id order, every tuple
+        with the same number of values) into one new segment: one chunk per run."""
+        import pyarrow as pa
+
+        if not runs or not all(runs):
+            raise StateError(f"spill {self.name}: every run to spill must hold tuples")
+        rows = [t for run in runs for t in run]
+        arity = max(len(t[4]) for t in rows)  # control tuples carry no values: null cells
+        columns: list[Any] = [
+            pa.array([int(t[0]) for t in rows], pa.int8()),
+            *(pa.array([t[c] for t in rows], pa.int64()) for c in (1, 2, 3)),
+        ]
+        fields = [pa.field(n, a.type) for n, a in zip(("kind", "id", "time", "tmax"), columns,
+                                                       strict=True)]
+        json_cols: set[int] = set()
+        short = [t for t in rows if len(t[4]) != arity and (t[4] or t[0] <= _LAST_DATA_KIND)]
+        if short:
+            raise StateError(f"spill {self.name}: tuple id {short[0][1]} has "
+                             f"{len(short[0][4])} values where others have {arity}")
+        for c in range(arity):
+            values = [t[4][c] if t[4] else None for t in rows]
+            array, is_json = _column(values, f"spill {self.name}: value {c}")
+            columns.append(array)
+            fields.append(pa.field(f"v{c}", array.type,
+                                   metadata={b"dpc": _JSON} if is_json else None))
+            if is_json:
+                json_cols.add(c)
+        self._seq += 1
+        path = self.directory / f"{self.name}-{self._seq:06d}{_SUFFIX}"
+        batch = pa.RecordBatch.from_arrays(columns, schema=pa.schema(fields))
+        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, batch.schema) as w:
+            w.write_batch(batch)
+        segment = _Segment(path, path.stat().st_size, len(runs), frozenset(json_cols))
+        self._segments[path] = segment
+        chunks, offset = [], 0
+        for run in runs:
+            n_tent = sum(1 for t in run if t[0] is Kind.TENTATIVE)
+            chunks.append(Chunk(segment, offset, len(run), run[0][1], run[-1][1], n_tent))
+            offset += len(run)
+        self._tuples += len(rows)
+        self._written += len(rows)
+        return chunks
+
+    def read(self, chunk: Chunk, start: int = 0, stop: int | None = None) -> list[Tuple]:
+        """The chunk's tuples ``start .. stop`` (default: all), as they were written."""
+        table = self._table(chunk)  # (raises for a released chunk)
+        stop = chunk.length if stop is None else min(stop, chunk.length)
+        if start >= stop:
+            return []
+        table = table.slice(chunk.offset + start, stop - start)
+        kinds, ids, times, tmaxs = (table.column(c).to_pylist() for c in range(4))
+        json_cols = chunk.segment.json_cols
+        attrs = []
+        for c in range(table.num_columns - 4):
+            col = table.column(4 + c).to_pylist()
+            attrs.append([orjson.loads(v) for v in col] if c in json_cols else col)
+        values = zip(*attrs, strict=True) if attrs else ((),) * len(ids)
+        return [make_tuple(KINDS[k], i, tm, tx, tuple(v) if k <= _LAST_DATA_KIND else ())
+                for k, i, tm, tx, v in zip(kinds, ids, times, tmaxs, values, strict=True)]
+
+    def keep_first(self, chunk: Chunk, k: int) -> None:
+        """Shorten ``chunk`` to its first ``k`` tuples (a positional cut; 0: released)."""
+        if k >= chunk.length:
+            return
+        if k <= 0:
+            self.release(chunk)
+            return
+        kinds, ids = self._kinds_ids(chunk, 0, k)
+        self._tuples -= chunk.length - k
+        chunk.length = k
+        chunk.last_id = ids[-1]
+        chunk.n_tent = kinds.count(int(Kind.TENTATIVE))
+
+    def drop_first(self, chunk: Chunk, k: int) -> None:
+        """Forget the first ``k`` tuples of ``chunk`` (a trimmed prefix; all: released)."""
+        if k <= 0:
+            return
+        if k >= chunk.length:
+            self.release(chunk)
+            return
+        kinds, ids = self._kinds_ids(chunk, k, chunk.length)
+        self._tuples -= k
+        chunk.offset += k
+        chunk.length -= k
+        chunk.first_id = ids[0]
+        chunk.n_tent = kinds.count(int(Kind.TENTATIVE))
+
+    def split(self, chunk: Chunk, k: int) -> Chunk:
+        """Shorten ``chunk`` to its first ``k`` tuples and return the rest as a new chunk
+        of the same segment (0 < k < length)."""
+        if not 0 < k < chunk.length:
+            raise StateError(f"spill {self.name}: cannot split {chunk!r} at {k}")
+        kinds, ids = self._kinds_ids(chunk, 0, chunk.length)
+        tentative = int(Kind.TENTATIVE)
+        rest = Chunk(chunk.segment, chunk.offset + k, chunk.length - k, ids[k], ids[-1],
+                     kinds[k:].count(tentative))
+        chunk.segment.refs += 1
+        chunk.length = k
+        chunk.last_id = ids[k - 1]
+        chunk.n_tent = kinds[:k].count(tentative)
+        return rest
+
+    def _kinds_ids(self, chunk: Chunk, start: int, stop: int) -> tuple[list[int], list[int]]:
+        table = self._table(chunk).slice(chunk.offset + start, stop - start)
+        return table.column(0).to_pylist(), table.column(1).to_pylist()
+
+    def cut(self, chunk: Chunk, last_kept_id: int) -> int:
+        """Shorten ``chunk`` to its tuples with id <= ``last_kept_id`` (an UNDO); return how
+        many TENTATIVE tuples that removed. A chunk cut to nothing is released."""
+        if chunk.last_id <= last_kept_id:
+            return 0
+        kinds, ids = self._kinds_ids(chunk, 0, chunk.length)
+        k = len(ids)
+        while k and ids[k - 1] > last_kept_id:
+            k -= 1
+        tentative = int(Kind.TENTATIVE)
+        removed = sum(1 for x in kinds[k:] if x == tentative)
+        self._tuples -= chunk.length - k
+        chunk.length = k
+        chunk.n_tent -= removed
+        if k:
+            chunk.last_id = ids[k - 1]
+        else:
+            self.release(chunk, counted=False)
+        return removed
+
+    def release(self, chunk: Chunk, *, counted: bool = True) -> None:
+        """Forget ``chunk``; delete its segment once no chunk of it is held."""
+        if counted:
+            self._tuples -= chunk.length
+        chunk.length = 0
+        segment = chunk.segment
+        segment.refs -= 1
+        if segment.refs == 0:
+            segment.table = None  # unmap before deleting
+            segment.path.unlink()
+            del self._segments[segment.path]
+            self._deleted += 1
+
+    def close(self) -> None:
+        """Delete every segment (the owner is done with all of them)."""
+        for segment in list(self._segments.values()):
+            segment.table = None
+            segment.path.unlink(missing_ok=True)
+            self._deleted += 1
+        self._segments.clear()
+        self._tuples = 0
+
+    def _table(self, chunk: Chunk) -> Any:
+        segment = chunk.segment
+        if segment.refs <= 0 or chunk.length <= 0:
+            raise StateError(f"spill {self.name}: {chunk!r} was released")
+        if segment.table is None:
+            import pyarrow as pa
+
+            segment.table = pa.ipc.open_file(pa.memory_map(str(segment.path))).read_all()
+        return segment.table
+
+
+def _column(values: list[Any], where: str) -> tuple[Any, bool]:
+    """An exact Arrow array for one attribute's values, and whether it is orjson text."""
+    import pyarrow as pa
+
+    types = {type(v) for v in values} - {type(None)}
+    exact = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_()}
+    if len(types) == 1 and (t := types.pop()) in exact:
+        try:
+            return pa.array(values, exact[t]), False
+        except OverflowError:
+            pass  # an int beyond 64 bits: as text, below
+    try:
+        return pa.array([orjson.dumps(v) for v in values], pa.binary()), True
+    except orjson.JSONEncodeError as e:  # nothing the wire would have carried either
+        raise StateError(f"{where}: cannot store {e}") from None
