@@ -63,7 +63,8 @@ from protocol.tuples import (
     tentative_boundary,
     undo,
 )
-from protocol.undo_rule import undo_cut
+from state.spill import SpillStore
+from state.spill_list import SpillList
 
 from .errors import OperatorError
 from .spec import Params
@@ -91,6 +92,29 @@ def tuple_to_plain(t: Tuple) -> list[Any]:
 
 def tuple_from_plain(p: Sequence[Any]) -> Tuple:
     return make_tuple(Kind(p[0]), p[1], p[2], p[3], tuple(p[4]))
+
+
+def _port_undo_cut(log: Sequence[Tuple], ports: list[int], port: int, u: int) -> int | None:
+    """Index in ``log`` of the first of ``port``'s entries that ``UNDO(u)`` removes (the rule
+    of protocol/undo_rule.py on that port's entries), None if none.
+
+    Read forwards, stopping at the first data tuple with id > u: a port's entries are in
+    force, so their data ids increase, and the cut is then the first data tuple or
+    tentative boundary after the last data tuple with id <= u. The cut of an episode's UNDO
+    lies near the start of the log (trimmed while untainted), so a long failure's log,
+    spilled to disk, is barely read."""
+    candidate: int | None = None  # the first port tentative boundary since after_kept
+    for k, e in enumerate(log):
+        if ports[k] != port:
+            continue
+        kind = e[0]
+        if kind is STABLE or kind is TENTATIVE:
+            if e[1] > u:
+                return k if candidate is None else candidate
+            candidate = None
+        elif candidate is None and kind is BOUNDARY and e[1] == TENTATIVE_BOUNDARY_ID:
+            candidate = k
+    return candidate
 
 
 def _is_tentative(t: Tuple) -> bool:
@@ -149,7 +173,7 @@ class Operator(ABC):
     _boundary_out: int
     _seq: int
     _log_start: int
-    _log: list[Tuple]
+    _log: list[Tuple] | SpillList
     _log_ports: list[int]
     _markers: list[_Marker]
     _boundary_log: list[tuple[int, int, int]]
@@ -175,6 +199,8 @@ class Operator(ABC):
         #: Whether this instance logs its input for undo/redo (``uses_undo_log``, unless the
         #: query network turned it off: fault tolerance off, ``QueryNetwork(undo_logs=False)``).
         self.keeps_undo_log = self.uses_undo_log
+        #: Where the undo log spills past its memory bound (None: it stays in memory).
+        self.log_spill: tuple[SpillStore, int] | None = None
         self.configure(params)
         params.finish()
         self._n_ports = n
@@ -246,6 +272,29 @@ class Operator(ABC):
             raise OperatorError(f"{self.describe()}: got UNDO({last_kept_id}) on input {port} but "
                                 "keeps no undo log (the query network's undo logs are off)")
         self._undo_by_rebuild(port, last_kept_id, out)
+
+    def set_log_spill(self, store: SpillStore | None, limit_bytes: int = 0) -> None:
+        """Keep at most ``limit_bytes`` of the undo log in memory, the rest in ``store``
+        (a long failure under undo/redo; state/spill_list.py); None: all in memory. A
+        runtime setting: output and snapshots are the same either way."""
+        entries = list(self._log)
+        if isinstance(self._log, SpillList):
+            self._log.clear()
+        self.log_spill = None if store is None else (store, limit_bytes)
+        self._log = self._new_log(entries)
+
+    def log_memory(self) -> tuple[int, int] | None:
+        """(undo log entries in memory, the bound in entries: 0 until the first one) under
+        :meth:`set_log_spill`; None without."""
+        log = self._log
+        return (log.in_memory, log.limit or 0) if isinstance(log, SpillList) else None
+
+    def _new_log(self, entries: list[Tuple]) -> list[Tuple] | SpillList:
+        if self.log_spill is None:
+            return entries
+        log = SpillList(*self.log_spill)
+        log.extend(entries)
+        return log
 
     # ------------------------------------------------------------------ helpers
     def describe(self) -> str:
@@ -319,7 +368,9 @@ class Operator(ABC):
         self._seq = b["seq"]
         self._log_start = b["log_start"]
         self._log_ports = list(b["log_ports"])
-        self._log = [tuple_from_plain(p) for p in b["log"]]
+        if isinstance(self._log, SpillList):
+            self._log.clear()
+        self._log = self._new_log([tuple_from_plain(p) for p in b["log"]])
         self._markers = [_Marker.from_plain(m) for m in b["markers"]]
         self._boundary_log = [(e[0], e[1], e[2]) for e in b["boundary_log"]]
         self._log_start_wm = list(b["log_start_wm"])
@@ -341,7 +392,7 @@ class Operator(ABC):
         # Undo log: entry k has absolute seq ``_log_start + k``.
         self._seq = 0
         self._log_start = 0
-        self._log = []
+        self._log = []  # (set_log_spill may make it a SpillList)
         self._log_ports = []
         self._markers = []
         # Logged boundaries as (seq, port, time), and the watermarks at the log's start:
@@ -506,17 +557,10 @@ class Operator(ABC):
         after our UNDO, which made SOutput force a REC_DONE in the middle of the
         reconciliation, then a second UNDO when the other port's UNDO came."""
         log, ports, start = self._log, self._log_ports, self._log_start
-        # The stream rule (protocol.undo_rule) on this port's entries of the shared log.
-        if self._n_ports == 1:
-            cut_at = undo_cut(log, last_kept_id)
-            first_undone = cut_at if cut_at < len(log) else None
-        else:
-            mine = [k for k in range(len(log)) if ports[k] == port]
-            cut_at = undo_cut([log[k] for k in mine], last_kept_id)
-            first_undone = mine[cut_at] if cut_at < len(mine) else None
+        first_undone = _port_undo_cut(log, ports, port, last_kept_id)
         first_other = None  # the other ports' first tentative entry
         if self._n_ports > 1:
-            for k, e in enumerate(log):
+            for k, e in enumerate(log):  # (a spilled log is read chunk by chunk, from disk)
                 if ports[k] != port and _is_tentative(e):
                     first_other = k
                     break
@@ -535,7 +579,13 @@ class Operator(ABC):
             )
         m = self._markers[mi]
         undone_last_id = self.last_id
-        tail = log[cut:]
+        # What follows the cut leaves the log (a spilled one's chunks move, unread).
+        tail: list[Tuple] | SpillList
+        if isinstance(log, SpillList):
+            tail = log.split_off(cut)
+        else:
+            tail = log[cut:]
+            del log[cut:]
         tail_ports = ports[cut:]
         # Rebuild: warm up from the marker's oldest entry, then re-apply its bookkeeping.
         self.clear()
@@ -557,7 +607,6 @@ class Operator(ABC):
         # Drop the undone suffix and the markers after the rebuild point, then re-feed what
         # followed and was not undone: port's entries before its first undone one, and the
         # other ports' stable entries (their tentative ones are undone, see above).
-        del log[cut:]
         del ports[cut:]
         del self._markers[mi + 1 :]
         self._boundary_log = [e for e in self._boundary_log if e[0] < target]
@@ -565,6 +614,8 @@ class Operator(ABC):
         for k, (t, p) in enumerate(zip(tail, tail_ports, strict=True), cut):
             if (k < first_undone if p == port else not _is_tentative(t)):
                 self._feed(p, (t,), out)
+        if isinstance(tail, SpillList):
+            tail.clear()
 
     def _watermarks_at(self, seq: int) -> list[int]:
         """The input watermarks right before logged entry ``seq``: a rebuild warms up with

@@ -29,16 +29,20 @@ unknown stream, duplicate name, cycle, missing or mistyped parameter, unused ope
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from operator import itemgetter
+from pathlib import Path
 from typing import Any
 
 from protocol.tuples import Kind, Schema, Tuple, make_tuple
 from state.checkpoint import restore_checkpoint
+from state.spill import NO_SPILL, SpillStats, SpillStore
 
 from .base import Operator, Plain
+from .buckets import Spiller
 from .errors import OperatorError, SpecError
 from .reconciliation import OutputGuard, Rewindable, Serializer
 from .registry import create
@@ -197,6 +201,45 @@ class QueryNetwork:
         """Buckets every SUnion re-releases per replay call (None: all at once)."""
         for _, s in self._serializers:
             s.replay_step = step
+
+    def set_spill(self, directory: str | os.PathLike[str] | None, memory: int = 0) -> None:
+        """Keep at most ``memory`` bytes of what a reconciliation replays in memory, shared
+        out evenly among the SUnions' kept input (operators/buckets.py) and the undo logs
+        (undo/redo: operators/base.py), the rest in Arrow IPC segments under ``directory``;
+        None: everything in memory (the segments written so far are read back and
+        deleted)."""
+        logging = [op for op in self.operators if op.keeps_undo_log and not op.preserves_ids]
+        share = memory // max(1, len(self._serializers) + len(logging))
+        path = None if directory is None else Path(directory)
+        for _, s in self._serializers:
+            s.set_spill(None if path is None
+                        else Spiller(SpillStore(path / "input", s.name), share))
+        for op in logging:
+            op.set_log_spill(None if path is None else SpillStore(path / "undo", op.name), share)
+
+    def spill_stats(self) -> SpillStats:
+        """What the SUnions keep on disk now (zero without :meth:`set_spill`)."""
+        stats = [s.spiller.stats() for _, s in self._serializers if s.spiller is not None]
+        stats += [op.log_spill[0].stats() for op in self.operators if op.log_spill is not None]
+        return sum(stats, NO_SPILL)
+
+    def kept_in_memory(self) -> tuple[int, int]:
+        """(tuples kept in memory for a replay: the SUnions' kept input and the undo logs,
+        their bound in tuples) under :meth:`set_spill` (a bound counts 0 until its holder
+        kept a first tuple: it is worked out from that tuple's size); (0, 0) without."""
+        spillers = [s.spiller for _, s in self._serializers if s.spiller is not None]
+        logs = [m for op in self.operators if (m := op.log_memory()) is not None]
+        return (sum(sp.mem for sp in spillers) + sum(m[0] for m in logs),
+                sum(sp.limit or 0 for sp in spillers) + sum(m[1] for m in logs))
+
+    def close_spill(self) -> None:
+        """Delete every segment on disk without reading it back (the process ends)."""
+        for _, s in self._serializers:
+            if s.spiller is not None:
+                s.spiller.store.close()
+        for op in self.operators:
+            if op.log_spill is not None:
+                op.log_spill[0].close()
 
     def episode_may_begin(self, now: int, stream: str | None = None) -> bool:
         """Whether the next call, at ``now``, may make some SUnion release the first

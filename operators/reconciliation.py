@@ -28,6 +28,7 @@ from abc import ABC, abstractmethod
 from protocol.tuples import Tuple
 
 from .base import Plain
+from .buckets import Spiller
 
 __all__ = ["RELEASE_MODES", "OutputGuard", "Rewindable", "Serializer"]
 
@@ -63,6 +64,14 @@ class Serializer(Rewindable):
     @abstractmethod
     def set_mode(self, mode: str) -> None:
         """Release mode during a failure episode, one of :data:`RELEASE_MODES`."""
+
+    #: The bound on what it keeps in memory for a replay, and its disk (None: no bound).
+    spiller: Spiller | None
+
+    @abstractmethod
+    def set_spill(self, spiller: Spiller | None) -> None:
+        """Keep at most ``spiller``'s bound in memory, the rest on its disk (None: all in
+        memory). A runtime setting: output and snapshots are the same either way."""
 
     @abstractmethod
     def truncate(self) -> None:

@@ -77,6 +77,7 @@ from typing import ClassVar
 from protocol.tuples import Kind, Schema, Tuple, boundary, make_tuple, tentative_boundary, undo
 
 from .base import NO_TIME, Operator, Plain, tuple_from_plain, tuple_to_plain
+from .buckets import Bucket, Spiller
 from .errors import OperatorError, SpecError
 from .reconciliation import RELEASE_MODES, Serializer
 from .registry import register
@@ -95,18 +96,6 @@ _TIME = itemgetter(2)
 _TMAX = itemgetter(3)
 _VALUES = itemgetter(4)
 _new = tuple.__new__
-
-
-class _Bucket:
-    """One bucket: per-port lists in id order, arrival ``now`` of its first tuple, and how
-    many TENTATIVE tuples it holds (a bucket with any is never stable-ready)."""
-
-    __slots__ = ("first_now", "n_tent", "ports")
-
-    def __init__(self, n_ports: int, first_now: int) -> None:
-        self.ports: list[list[Tuple]] = [[] for _ in range(n_ports)]
-        self.first_now = first_now
-        self.n_tent = 0
 
 
 @register
@@ -140,11 +129,12 @@ class SUnion(Operator, Serializer):
         self.recovery = params.get_str("recovery", "checkpoint", choices=("checkpoint", "undo"))
         self.output_schema = first
         self.replay_step: int | None = None  # kept across ``clear``: see Serializer
+        self.spiller: Spiller | None = None  # likewise (Serializer.set_spill)
+        self._buckets: dict[int, Bucket] = {}
 
     def clear(self) -> None:
         n = self._n_ports
-        #: Every bucket held: pending (index >= _next) and kept for replay (index < _next).
-        self._buckets: dict[int, _Bucket] = {}
+        self._forget_buckets()
         #: Min-heap of pending bucket indexes; may hold stale entries (skipped lazily).
         self._heap: list[int] = []
         # Start far in the past: the first boundary or expiry jumps to the data in O(1).
@@ -201,7 +191,7 @@ class SUnion(Operator, Serializer):
     @property
     def buffered(self) -> int:
         """Tuples held in pending and kept buckets."""
-        return sum(len(p) for bk in self._buckets.values() for p in bk.ports)
+        return sum(bk.size() for bk in self._buckets.values())
 
     # ------------------------------------------------------------------ public API
     def process(self, port: int, batch: Sequence[Tuple], now: int = 0) -> list[Tuple]:
@@ -216,6 +206,8 @@ class SUnion(Operator, Serializer):
         self._feed(port, batch, out)
         if self._due():  # only with a zero wait: the batch's own buckets are due at once
             self._drain(out)
+        if self.spiller is not None and self.spiller.over():
+            self.spiller.spill(self._buckets, self._next)
         return out
 
     def next_deadline(self) -> int | None:
@@ -227,6 +219,8 @@ class SUnion(Operator, Serializer):
         self._budget = self.replay_step or 0
         out: list[Tuple] = []
         self._drain(out)
+        if self.spiller is not None and self.spiller.over():
+            self.spiller.spill(self._buckets, self._next)
         return out
 
     def may_begin_episode(self, now: int, data: bool) -> bool:
@@ -251,13 +245,29 @@ class SUnion(Operator, Serializer):
                                 f"got {mode!r}")
         self.mode = mode
 
+    def set_spill(self, spiller: Spiller | None) -> None:
+        """Keep at most ``spiller``'s bound of kept tuples in memory, the rest on its disk
+        (operators/buckets.py); None: everything in memory. A runtime setting, not state:
+        output and snapshots are the same either way."""
+        if self.spiller is not None:
+            for bk in self._buckets.values():
+                bk.ports = [bk.port_items(p, self.spiller.store) for p in range(self._n_ports)]
+                bk.release(self.spiller.store)
+            self.spiller.store.close()
+        self.spiller = spiller
+        if spiller is not None:
+            spiller.recount(self._buckets, self._next)
+
     def truncate(self) -> None:
         """Drop released buckets a replay can no longer need (called right after the node
         took a checkpoint). The current episode's buckets are always kept."""
         keep_from = self._next if self._ftb is None else self._ftb
+        store = self.spiller.store if self.spiller is not None else None
         for b in [b for b in self._buckets if b < keep_from]:
-            del self._buckets[b]
+            self._buckets.pop(b).release(store)
         self._kept_from = max(self._kept_from, keep_from)
+        if self.spiller is not None:
+            self.spiller.recount(self._buckets, self._next)
 
     def rewind(self, snap: Plain) -> list[Tuple]:
         """Checkpoint/redo: go back to ``snap``'s release point, keeping the buffered input.
@@ -355,7 +365,7 @@ class SUnion(Operator, Serializer):
         """Tuple-by-tuple insert (runs across buckets, tentative or late tuples)."""
         width = self.width
         cur_b: int | None = None
-        bk: _Bucket | None = None
+        bk: Bucket | None = None
         for t in run:
             b = t[2] // width
             if b != cur_b:
@@ -365,24 +375,26 @@ class SUnion(Operator, Serializer):
                 self._late_dropped += 1
                 continue
             bk.ports[port].append(t)
+            if b < self._next and self.spiller is not None:
+                self.spiller.kept(b, 1)  # a correction for a kept bucket
             if t[0] is TENTATIVE:
                 bk.n_tent += 1
                 if b < self._next:
                     self._rel_tent += 1
 
-    def _bucket_for(self, b: int) -> _Bucket | None:
+    def _bucket_for(self, b: int) -> Bucket | None:
         bk = self._buckets.get(b)
         if b >= self._next:
             return bk if bk is not None else self._new_pending(b)
         if self._ftb is not None and b >= self._ftb:
             # Late input for a bucket released during the episode: keep it for the replay.
             if bk is None:
-                bk = self._buckets[b] = _Bucket(self._n_ports, self.now)
+                bk = self._buckets[b] = Bucket(self._n_ports, self.now)
             return bk
         return None  # released stable (or no longer kept): this tuple breaks a promise
 
-    def _new_pending(self, b: int) -> _Bucket:
-        bk = self._buckets[b] = _Bucket(self._n_ports, self.now)
+    def _new_pending(self, b: int) -> Bucket:
+        bk = self._buckets[b] = Bucket(self._n_ports, self.now)
         heapq.heappush(self._heap, b)
         if self._mfn_ok and (self._mfn is None or self.now < self._mfn):
             self._mfn = self.now
@@ -406,22 +418,18 @@ class SUnion(Operator, Serializer):
     def on_undo(self, port: int, last_kept_id: int, out: list[Tuple]) -> None:
         self._last_in[port] = min(self._last_in[port], last_kept_id)
         still_tentative = False  # an UNDO of part of the tentative suffix leaves the rest
+        store = self.spiller.store if self.spiller is not None else None
         for b, bk in list(self._buckets.items()):
-            lst = bk.ports[port]
-            if lst and lst[-1][1] > last_kept_id:
-                k = len(lst)
-                while k and lst[k - 1][1] > last_kept_id:  # lists are in id order
-                    k -= 1
-                n_tent = sum(1 for t in lst[k:] if t[0] is TENTATIVE)
-                del lst[k:]
-                bk.n_tent -= n_tent
-                if b < self._next:
-                    self._rel_tent -= n_tent
-                if not any(bk.ports):
-                    del self._buckets[b]
+            n_tent = bk.cut(port, last_kept_id, store)
+            if b < self._next:
+                self._rel_tent -= n_tent
+            if not bk.size():  # (a bucket is never empty but by a cut)
+                del self._buckets[b]
             if bk.n_tent and not still_tentative:
-                still_tentative = any(t[0] is TENTATIVE for t in lst)
+                still_tentative = bk.port_tentative(port)
         self._port_tent[port] = still_tentative
+        if self.spiller is not None:
+            self.spiller.recount(self._buckets, self._next)
         self._mfn_ok = False
         self._drain(out)
 
@@ -454,12 +462,14 @@ class SUnion(Operator, Serializer):
             self._replay_to = to = self._replay_horizon(start)
             self._replay_done = 0
             self._replay_total = sum(
-                len(p) for b, bk in self._buckets.items() if start <= b < to for p in bk.ports
+                bk.size() for b, bk in self._buckets.items() if start <= b < to
             )
         self._next = start
         self._heap = sorted(b for b in self._buckets if b >= start)  # sorted = a heap
         self._rel_tent = sum(bk.n_tent for b, bk in self._buckets.items() if b < start)
         self._mfn_ok = False
+        if self.spiller is not None:
+            self.spiller.recount(self._buckets, start)
 
     def _replay_horizon(self, start: int) -> int:
         """Where a replay from ``start`` ends: the release pointer, or the first bucket
@@ -561,10 +571,14 @@ class SUnion(Operator, Serializer):
             return False
         return self.replay_step is not None and self._budget <= 0
 
-    def _release(self, b: int, bk: _Bucket, kind: Kind, out: list[Tuple]) -> None:
+    def _release(self, b: int, bk: Bucket, kind: Kind, out: list[Tuple]) -> None:
         items: list[Tuple] = []
-        for lst in bk.ports:
-            items += lst
+        if bk.spilled is None:
+            for lst in bk.ports:
+                items += lst
+        else:  # read back from disk (a replay after a long failure)
+            for p in range(self._n_ports):
+                items += bk.port_items(p, self.spiller.store if self.spiller else None)
         items.sort(key=_TIME)  # stable: ties keep (port, id) order
         i = self.last_id
         # (kind, id, time, tmax, values) per tuple, renumbered, built by map and zip in C:
@@ -584,7 +598,10 @@ class SUnion(Operator, Serializer):
             self._rel_tent += bk.n_tent
         if self.recovery == "undo" and self._ftb is None:
             del self._buckets[b]  # undo/redo never replays a stable release
+            bk.release(self.spiller.store if self.spiller else None)
             self._kept_from = b + 1
+        elif self.spiller is not None:
+            self.spiller.kept(b, bk.in_memory())
         self._mfn_ok = False
 
     def _flush_boundary(self, out: list[Tuple]) -> None:
@@ -594,8 +611,17 @@ class SUnion(Operator, Serializer):
             out.append(boundary(end) if self._ftb is None else tentative_boundary(end))
             self._boundary_out = end
 
+    def _forget_buckets(self) -> None:
+        #: Every bucket held: pending (index >= _next) and kept for replay (index < _next).
+        if self.spiller is not None:  # what the buckets spilled is deleted with them
+            for bk in self._buckets.values():
+                bk.release(self.spiller.store)
+            self.spiller.recount({}, 0)
+        self._buckets = {}
+
     # ------------------------------------------------------------------ snapshots
     def snapshot_state(self) -> Plain:
+        store = self.spiller.store if self.spiller is not None else None
         return {
             "next": self._next,
             "ftb": self._ftb,
@@ -607,7 +633,8 @@ class SUnion(Operator, Serializer):
             "port_tent": list(self._port_tent),
             "late_dropped": self._late_dropped,
             "buckets": [
-                [b, bk.first_now, [[tuple_to_plain(t) for t in lst] for lst in bk.ports]]
+                [b, bk.first_now, [[tuple_to_plain(t) for t in bk.port_items(p, store)]
+                                   for p in range(self._n_ports)]]
                 for b, bk in sorted(self._buckets.items())
             ],
         }
@@ -622,9 +649,9 @@ class SUnion(Operator, Serializer):
         self._port_tent = list(state["port_tent"])
         self._late_dropped = state["late_dropped"]
         self._wm = list(self.watermarks)
-        self._buckets = {}
+        self._forget_buckets()
         for b, first_now, ports in state["buckets"]:
-            bk = self._buckets[b] = _Bucket(self._n_ports, first_now)
+            bk = self._buckets[b] = Bucket(self._n_ports, first_now)
             bk.ports = [[tuple_from_plain(p) for p in lst] for lst in ports]
             bk.n_tent = sum(1 for lst in bk.ports for t in lst if t[0] is TENTATIVE)
         self._replay_to = None

@@ -1,8 +1,11 @@
 """State of the pure core: checkpoints, output buffers, persistent tuple logs (DESIGN.md 3).
 
-Sans-IO like the rest of the core, except :mod:`state.tuplelog`, whose whole job is files:
-it is imported by its own name, not re-exported here, so that a replica (which writes no
-Arrow log) does not load pyarrow at start-up (tests/node/procs/test_startup.py).
+Sans-IO like the rest of the core, except :mod:`state.tuplelog`, whose whole job is files,
+and :mod:`state.spill` / :mod:`state.spill_list`, where what a long failure makes a process
+hold waits on disk past its memory bound. They are imported by their own names, not
+re-exported here; the tuple log loads pyarrow with itself, the spill store at its first
+spill, so that a replica (which writes no Arrow log) starts without pyarrow
+(tests/node/procs/test_startup.py).
 Depends on ``protocol`` only (protocol <- state <- operators <- node).
 """
 

@@ -88,6 +88,11 @@ Cost: a batch without UNDO costs one C-level pass over its kinds plus a list ``e
 ids are found by binary search over the in-force list (control tuples carry no id and are
 skipped by looking right to the next data tuple); a trimmed prefix is dropped in bulk when
 it is at least half the list, so appends and trims are O(1) amortized per tuple.
+
+Memory: with a :class:`~state.spill_list.SpillList` (``spill=``: the owner's
+``buffer_memory``) the held stream's oldest part waits on disk beyond the bound, and every
+operation above reads it back where it reaches there (a replay after a long failure, an
+UNDO of a long tentative run); a trimmed prefix is then dropped at once.
 """
 
 from __future__ import annotations
@@ -99,6 +104,8 @@ from protocol.tuples import Kind, Tuple, undo
 from protocol.undo_rule import undone_from
 
 from .errors import ReplayAheadError, ReplayError, StateError
+from .spill import NO_SPILL, SpillStats
+from .spill_list import SpillList
 
 __all__ = ["AheadView", "OutputBuffer"]
 
@@ -177,14 +184,16 @@ class OutputBuffer:
         "stream",
     )
 
-    def __init__(self, stream: str, *, retain: bool = True) -> None:
+    def __init__(self, stream: str, *, retain: bool = True, spill: SpillList | None = None
+                 ) -> None:
         """``retain=False``: every append trims every stable tuple at once, whatever the
         consumers acked (fault tolerance off, for ``dpc bench overhead``: no replay from
-        here is possible)."""
+        here is possible). ``spill``: hold the stream in it, its oldest part on disk past
+        its bound (a long failure downstream, state/spill_list.py), instead of a list."""
         self.stream = stream
         self.retain = retain
         # _items[_head:] is held; _items[:_head] was trimmed and awaits compaction.
-        self._items: list[Tuple] = []
+        self._items: list[Tuple] | SpillList = [] if spill is None else spill
         self._head = 0
         # Index in _items of the first TENTATIVE tuple in force, None when there is none.
         self._tent: int | None = None
@@ -416,6 +425,15 @@ class OutputBuffer:
         return out
 
     # ------------------------------------------------------------------ inspection
+    def spill_stats(self) -> SpillStats:
+        """What the held stream keeps on disk (nothing without a spill list)."""
+        return self._items.stats() if isinstance(self._items, SpillList) else NO_SPILL
+
+    def close_spill(self) -> None:
+        """Delete what the held stream keeps on disk (its owner stops)."""
+        if isinstance(self._items, SpillList):
+            self._items.store.close()
+
     def __len__(self) -> int:
         """Number of tuples held (in force and not trimmed), control tuples included."""
         return len(self._items) - self._head
@@ -512,14 +530,15 @@ class OutputBuffer:
         items = self._items
         self._trimmed_up_to = items[p - 1][1]
         self._head = p
-        if p >= _COMPACT_MIN and 2 * p >= len(items):
+        if isinstance(items, SpillList) or (p >= _COMPACT_MIN and 2 * p >= len(items)):
+            # (A spill list drops its prefix at once: the disk it frees is worth it.)
             del items[:p]
             self._head = 0
             if self._tent is not None:
                 self._tent -= p
 
 
-def _history(items: list[Tuple], start: int) -> list[Tuple]:
+def _history(items: list[Tuple] | SpillList, start: int) -> list[Tuple]:
     """``items[start:]`` without its REC_DONEs (a replay is history: module docstring)."""
     tail = items[start:]
     if REC_DONE not in map(_kind_of, tail):  # C-level scan: REC_DONEs are rare

@@ -34,6 +34,8 @@ The format (``examples/README.md`` has the long version)::
     stabilization = "process"      # "suspend" | "delay" | "process"
     replay_step = 10           # at most this many buckets re-released per event-loop turn
                                # while reconciling (fewer when a turn took > interval/5)
+    buffer_memory = 256.0      # MiB of input the SUnions keep in memory for a replay; a
+                               # long failure's rest goes to disk (<run dir>/replicas/<name>/spill)
 
     [sources.s1]
     schema = ["key", "value"]  # non-empty, distinct names
@@ -106,6 +108,7 @@ from node.config.check import (
 )
 from node.config.datafile import read_header, resolve_data_file, scan_event_times
 from node.config.model import (
+    DEFAULT_BUFFER_MEMORY,
     DEFAULT_CONSUMER_GRACE,
     AttributeGen,
     ClientConfig,
@@ -282,6 +285,7 @@ def _settings(t: Table, base: NodeSettings) -> NodeSettings:
             "checkpointing", base.checkpointing, choices=("on_failure", "periodic")
         ),
         fault_tolerance=t.boolean("fault_tolerance", base.fault_tolerance),
+        buffer_memory=_buffer_memory(t, base.buffer_memory),
     )
 
 
@@ -294,6 +298,7 @@ def _source(t: Table, name: str, default_boundary: int) -> SourceConfig:
     seed = t.integer("seed", 0)
     limit = t.integer("limit", 0, lo=1) if t.has("limit") else None
     t.allow("limit", "attributes", "file", "rate", "speedup", "time_column", "align", "constants")
+    buffer_memory = _buffer_memory(t, DEFAULT_BUFFER_MEMORY)
     constants = _constants(t, schema)
     time_column = t.string("time_column", nonempty=True) if t.has("time_column") else None
     attributes: dict[str, AttributeGen] = {}
@@ -320,7 +325,14 @@ def _source(t: Table, name: str, default_boundary: int) -> SourceConfig:
     return SourceConfig(
         name, schema, host, port, rate, boundary_interval, generator, seed, attributes, file, limit,
         time_column=time_column, speedup=speedup, align=align, constants=constants,
+        buffer_memory=buffer_memory,
     )
+
+
+def _buffer_memory(t: Table, default: int) -> int:
+    """``buffer_memory``: MiB in the file, bytes in the model."""
+    mib = t.number("buffer_memory", default / 2**20, lambda v: v > 0, "MiB, a number > 0")
+    return round(2**20 * mib)
 
 
 def _constants(t: Table, schema: Schema) -> dict[str, Any]:

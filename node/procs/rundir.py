@@ -186,6 +186,11 @@ class RunDir:
         """The source's end record (the module docstring); no file: it never ended."""
         return self.sources / f"{_safe_name('source', source)}.end.json"
 
+    def source_spill(self, source: str) -> Path:
+        """Where the source's output buffer spills past ``buffer_memory``
+        (state/spill_list.py); emptied when the source starts and when it stops."""
+        return self.sources / f"{_safe_name('source', source)}.spill"
+
     def client_log(self, client: str) -> Path:
         return self.clients / f"{_safe_name('client', client)}.jsonl"
 
@@ -201,6 +206,11 @@ class RunDir:
         """The output log of an earlier incarnation (``1``: the first) of a replica that was
         restarted with ``--recover``; the current one is :meth:`replica_output`."""
         return self.replica_output(replica, stream).with_suffix(f".incarnation-{incarnation}.jsonl")
+
+    def replica_spill(self, replica: str) -> Path:
+        """Where the replica's SUnions spill what a replay needs beyond ``buffer_memory``
+        (state/spill.py); emptied when the replica starts."""
+        return self.replicas / _safe_name("replica", replica) / "spill"
 
     def replica_recoveries(self, replica: str) -> Path:
         """JSONL: one line per recovery of ``replica`` (node/replica/recovery.py)."""

@@ -80,6 +80,8 @@ from node.procs.rundir import (
 from node.streams.publisher import Publisher
 from protocol.tuples import END_OF_STREAM, Tuple, boundary
 from state.buffer import OutputBuffer
+from state.spill import SpillStore
+from state.spill_list import SpillList
 from state.tuplelog import HEADER_COLUMNS, TupleLogWriter, tuples_of
 
 __all__ = ["TRIM_EVERY", "Resumed", "Source", "resume_from"]
@@ -118,7 +120,9 @@ class Source:
                                   trim_file=str(run_dir.source_trim(name)))
         self.produced = resumed.produced
         self._last_time = resumed.last_time
-        buf = OutputBuffer(name)
+        # What consumers have not acknowledged, past buffer_memory, waits on disk.
+        spill = SpillList(SpillStore(run_dir.source_spill(name), "buffer"), self.src.buffer_memory)
+        buf = OutputBuffer(name, spill=spill)
         buf.set_consumers(config.consumers_of(name))
         # As the buffer that trimmed up to there: replays from below it are refused.
         buf.start_after(self.produced, resumed.held, trimmed_up_to=trimmed)
@@ -174,6 +178,7 @@ class Source:
         finally:
             if self.log_writer is not None:
                 self.log_writer.close()
+            self._buffer.close_spill()
             await server.close()
             log.info("source %s stopped after %d tuples", self.src.name, self.produced)
 

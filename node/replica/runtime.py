@@ -73,6 +73,8 @@ from protocol.messages import (
 )
 from protocol.tuples import END_OF_STREAM, Kind, Tuple
 from state.buffer import OutputBuffer
+from state.spill import SpillStore
+from state.spill_list import SpillList
 
 __all__ = ["MUTATION_DUPLICATES", "Replica"]
 
@@ -140,6 +142,11 @@ class Replica:
         # still cost failure-free (issue 15's profile: ``Operator._trim``).
         undo_logs = ft and self.node.settings.reconciliation == "undo"
         self.network = QueryNetwork(self.node.network, undo_logs=undo_logs)
+        # During a long failure, half of buffer_memory holds the input kept for the replay,
+        # half the output buffers' streams (evenly); the rest waits on disk (state/spill.py).
+        memory, spill_dir = self.node.settings.buffer_memory, run_dir.replica_spill(name)
+        if ft:
+            self.network.set_spill(spill_dir, memory // 2)
         if mutation is Mutation.RESUBSCRIBE_OVERLAP:
             log.error("%s: TEST MUTATION %s: resubscriptions overlap (duplicates)", name,
                       mutation.value)
@@ -150,8 +157,10 @@ class Replica:
         self.stream_of = {op: stream for stream, op in self.node.outputs.items()}
         self.fed_by = _outputs_fed_by(self.network.spec.operators, self.stream_of)
         buffers: dict[str, OutputBuffer] = {}
+        share = memory // 2 // max(1, len(self.node.outputs))
         for stream in self.node.outputs:
-            buf = OutputBuffer(stream, retain=ft)
+            spill = SpillList(SpillStore(spill_dir / "output", stream), share) if ft else None
+            buf = OutputBuffer(stream, retain=ft, spill=spill)
             buf.set_consumers(config.consumers_of(stream))
             buffers[stream] = buf
         self.buffers = buffers
@@ -248,6 +257,9 @@ class Replica:
                 await control.stop()
             for w in self.output_logs.values():
                 w.close()
+            self.network.close_spill()  # the segments die with the process (state/spill.py)
+            for buf in self.buffers.values():
+                buf.close_spill()
             log.info("replica %s stopped", self.me.name)
 
     @property
@@ -474,6 +486,8 @@ class Replica:
         names = self.config.addresses()
         ha = self.monitor.status()
         replay = self.manager.replay_progress()
+        spill = sum((b.spill_stats() for b in self.buffers.values()), self.network.spill_stats())
+        kept = self.network.kept_in_memory()
         return {
             "name": self.me.name,
             "kind": "replica",
@@ -530,6 +544,12 @@ class Replica:
                 "replay_to_replay_tuples": replay["to_replay"],
                 # Tuples behind a boundary their upstream had already promised: bad input.
                 "late_dropped": self.network.late_dropped,
+                # The SUnions' input kept for a replay beyond buffer_memory, on disk.
+                "kept_memory_tuples": kept[0],
+                "kept_memory_limit_tuples": kept[1],
+                "spilled_tuples": spill.tuples,
+                "spill_segments": spill.segments,
+                "spill_bytes": spill.bytes,
                 # The process's live Python heap (blocks allocated, any size): what a leak
                 # grows. RSS also keeps what the allocator holds after a burst (dpc soak).
                 "heap_blocks": sys.getallocatedblocks(),

@@ -14,6 +14,7 @@ between -- and the final stream equal to the failure-free one.
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ import pytest
 from operators import QueryNetwork
 from operators.sunion import SUnion
 from protocol.tuples import Kind, Tuple, boundary, make_tuple
+from state.spill import SpillStats
 from tests.operators.cases_fault import apply_undos, data_of
 
 S, T = Kind.STABLE, Kind.TENTATIVE
@@ -75,12 +77,16 @@ def kinds(stream: list[Tuple]) -> str:
     return " ".join(parts)
 
 
-def run(seed: int, *, fail: tuple[int, int] | None, replay_step: int | None) -> list[Tuple]:
+def run(seed: int, *, fail: tuple[int, int] | None, replay_step: int | None,
+        spill: Path | None = None, stats: list[SpillStats] | None = None) -> list[Tuple]:
     """Feed the ticks; with ``fail = (a, b)`` stream s3 is silent from bucket a to bucket b
     (exclusive) and its missed input arrives at bucket b, then the node reconciles by
     undo/redo as node/replica/manager.py does, through the network's reconciliation surface:
-    UNDO_START, then ``replay`` steps, then REC_DONE."""
+    UNDO_START, then ``replay`` steps, then REC_DONE. ``spill``: the network keeps almost
+    nothing of its SUnion's kept input and its undo logs in memory, the rest there."""
     net = QueryNetwork(spec())
+    if spill is not None:
+        net.set_spill(spill, 1)
     u = net.operator("u")
     assert isinstance(u, SUnion)
     net.set_replay_step(replay_step)
@@ -112,6 +118,8 @@ def run(seed: int, *, fail: tuple[int, int] | None, replay_step: int | None) -> 
             assert not u.in_failure and net.caught_up()
             out += net.end_reconciliation(now).outputs["out"]
     out += net.on_timer(10**9).outputs["out"]
+    if stats is not None:
+        stats.append(net.spill_stats())
     return out
 
 
@@ -141,6 +149,19 @@ def test_undo_reconciliation_through_a_join_emits_undo_corrections_rec_done(
     stable_boundaries = [t.time for t in out if t.kind is Kind.BOUNDARY]
     assert stable_boundaries == [t.time for t in reference if t.kind is Kind.BOUNDARY]
     assert [t for t in final if t.kind is not Kind.REC_DONE] == reference
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_undo_reconciliation_from_spilled_logs_is_the_same(seed: int, tmp_path: Path) -> None:
+    """Every undo log and the SUnion's kept input on disk (state/spill_list.py): the very
+    same output, and once reconciled, nothing left there but what the next UNDO may need."""
+    kept = run(seed, fail=(8, 16), replay_step=3)
+    stats: list[SpillStats] = []
+    assert run(seed, fail=(8, 16), replay_step=3, spill=tmp_path, stats=stats) == kept
+    [st] = stats
+    assert st.written_tuples > 100, st  # the failure's input and logs did go to disk
+    on_disk = [p for p in tmp_path.rglob("*.arrow")]
+    assert st.segments == len(on_disk) and st.deleted_segments > 0, (st, on_disk)
 
 
 def test_join_undo_when_the_other_input_went_tentative_first() -> None:

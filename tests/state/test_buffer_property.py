@@ -14,6 +14,10 @@ same tuples with ``helpers.apply``. A plain property feeds random valid streams
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from pathlib import Path
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -21,6 +25,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from protocol.tuples import DATA_KINDS, TENTATIVE_BOUNDARY_ID, Kind, Tuple
 from protocol.undo_rule import apply_undos, kept_end
 from state import OutputBuffer, ReplayError
+from state.spill import SpillStore
+from state.spill_list import SpillList
 from tests.protocol.strategies import producer_batches
 
 from .helpers import RD, TB, B, S, T, U, apply, data_of, last_ids
@@ -42,9 +48,12 @@ def test_the_buffer_holds_the_one_rules_stream_in_force(
 
 
 class BufferMachine(RuleBasedStateMachine):
+    def new_buffer(self) -> OutputBuffer:
+        return OutputBuffer("prop")
+
     @initialize()
     def start(self) -> None:
-        self.buffer = OutputBuffer("prop")
+        self.buffer = self.new_buffer()
         self.buffer.set_consumers(["a", "b"])
         self.model: list[Tuple] = []  # the stream in force, from the first tuple
         self.pending: list[Tuple] = []  # produced, not yet appended (one batch)
@@ -183,3 +192,41 @@ def _ids_in(stream: list[Tuple], s: int, t: int) -> list[int]:
 
 BufferMachine.TestCase.settings = settings(max_examples=250, stateful_step_count=40, deadline=None)
 test_replay_restores_the_stream_in_force = BufferMachine.TestCase
+
+
+class SpilledBufferMachine(BufferMachine):
+    """The same buffer holding its stream in a spill list that keeps one tuple in memory
+    (state/spill_list.py): every index, slice, cut and trim crosses the disk."""
+
+    def new_buffer(self) -> OutputBuffer:
+        self.dir = Path(tempfile.mkdtemp(prefix="spill-"))
+        self.store = SpillStore(self.dir, "prop")
+        return OutputBuffer("prop", spill=SpillList(self.store, 1))
+
+    @invariant()
+    def disk_holds_what_is_held(self) -> None:
+        if hasattr(self, "store"):
+            assert self.store.stats().tuples + self.buffer._items.in_memory == \
+                len(self.buffer._items)  # type: ignore[union-attr]
+
+    def teardown(self) -> None:
+        if hasattr(self, "dir"):
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+SpilledBufferMachine.TestCase.settings = settings(
+    max_examples=80, stateful_step_count=40, deadline=None)
+test_a_spilled_buffer_replays_the_same = SpilledBufferMachine.TestCase
+
+
+@settings(max_examples=100, deadline=None)
+@given(producer_batches(), st.booleans())
+def test_a_spilled_buffer_holds_the_same_stream_in_force(
+    batches: list[list[Tuple]], one_batch: bool
+) -> None:
+    stream = [t for batch in batches for t in batch]
+    with tempfile.TemporaryDirectory() as d:
+        b = OutputBuffer("prop", spill=SpillList(SpillStore(d, "prop"), 1))
+        for batch in [stream] if one_batch else batches:
+            b.append(batch)
+        assert list(b) == apply_undos(stream)

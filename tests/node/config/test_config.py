@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from node.config.load import DEFAULT_SETTINGS, load_config, parse_config
-from node.config.model import DEFAULT_CONSUMER_GRACE
+from node.config.model import DEFAULT_BUFFER_MEMORY, DEFAULT_CONSUMER_GRACE
 from node.errors import ConfigError
 from operators import QueryNetwork
 from tests.paths import ROOT
@@ -601,6 +601,21 @@ def test_checkpointing_and_fault_tolerance_default_and_override_per_node(tmp_pat
     cfg = load_config(write(tmp_path, text))
     assert {(n.settings.checkpointing, n.settings.fault_tolerance) for n in cfg.nodes.values()} \
         == {("periodic", False)}
+
+
+def test_buffer_memory_is_in_mib_defaults_and_refuses_nonsense(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, BASE))
+    assert {n.settings.buffer_memory for n in cfg.nodes.values()} == {DEFAULT_BUFFER_MEMORY}
+    text = mutate(BASE, ("[sources.s1]", "[defaults]\nbuffer_memory = 0.5\n\n[sources.s1]"))
+    assert {n.settings.buffer_memory for n in load_config(write(tmp_path, text)).nodes.values()} \
+        == {512 * 1024}
+    assert load_config(write(tmp_path, BASE)).sources["s1"].buffer_memory == DEFAULT_BUFFER_MEMORY
+    text = mutate(BASE, ("[sources.s1]\n", "[sources.s1]\nbuffer_memory = 2\n"))
+    assert load_config(write(tmp_path, text)).sources["s1"].buffer_memory == 2 * 2**20
+    for bad in ("0", "-1.0", '"lots"'):
+        text = mutate(BASE, ("[sources.s1]", f"[defaults]\nbuffer_memory = {bad}\n\n[sources.s1]"))
+        with pytest.raises(ConfigError, match=r"defaults\.buffer_memory: expected MiB"):
+            load_config(write(tmp_path, text))
 
 
 def test_consumer_grace_is_a_cluster_setting_in_seconds(tmp_path: Path) -> None:

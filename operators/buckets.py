@@ -1,0 +1,168 @@
+"""SUnion's buckets, and the memory bound on the ones it keeps for a replay.
+
+A :class:`Bucket` holds one list per input port, in id order. Once SUnion released it, a
+bucket is *kept* while a reconciliation may replay it (operators/sunion.py, "Keeping for
+replay"); during a long failure the kept buckets are the whole failure's input. With a
+:class:`Spiller` (the runtime's ``buffer_memory``), SUnion moves the oldest kept tuples
+held in memory to disk (state/spill.py) whenever they exceed the bound: a port's sequence
+is then its spilled chunks, in order, followed by its in-memory list. Late tuples for a
+kept bucket (corrections) are appended to the in-memory list, so the order holds; an UNDO
+cuts the in-memory list first, then the chunks from the last one back. Pending buckets are
+never spilled: they hold at most alpha*X of input, and the hot path appends to them.
+"""
+
+from __future__ import annotations
+
+from protocol.tuples import Kind, Tuple
+from state.spill import Chunk, SpillStats, SpillStore, estimate_tuple_bytes
+
+__all__ = ["Bucket", "Spiller"]
+
+TENTATIVE = Kind.TENTATIVE
+
+
+class Bucket:
+    """One bucket: per-port lists in id order (after the port's spilled chunks, if any),
+    arrival ``now`` of its first tuple, and how many TENTATIVE tuples it holds (a bucket
+    with any is never stable-ready)."""
+
+    __slots__ = ("first_now", "n_tent", "ports", "spilled")
+
+    def __init__(self, n_ports: int, first_now: int) -> None:
+        self.ports: list[list[Tuple]] = [[] for _ in range(n_ports)]
+        self.first_now = first_now
+        self.n_tent = 0
+        self.spilled: list[list[Chunk]] | None = None  # per port, once anything spilled
+
+    def in_memory(self) -> int:
+        return sum(map(len, self.ports))
+
+    def size(self) -> int:
+        n = self.in_memory()
+        if self.spilled:
+            n += sum(c.length for cs in self.spilled for c in cs)
+        return n
+
+    def port_items(self, port: int, store: SpillStore | None) -> list[Tuple]:
+        """Port ``port``'s tuples, in id order, read back from disk where spilled."""
+        if not self.spilled or not self.spilled[port]:
+            return self.ports[port]
+        assert store is not None
+        items: list[Tuple] = []
+        for c in self.spilled[port]:
+            items += store.read(c)
+        return items + self.ports[port]
+
+    def port_tentative(self, port: int) -> bool:
+        """Whether port ``port`` holds a TENTATIVE tuple."""
+        if self.spilled and any(c.n_tent for c in self.spilled[port]):
+            return True
+        return any(t[0] is TENTATIVE for t in self.ports[port])
+
+    def cut(self, port: int, last_kept_id: int, store: SpillStore | None) -> int:
+        """Remove port ``port``'s tuples with id > ``last_kept_id`` (an UNDO); return how
+        many of them were TENTATIVE (``n_tent`` is updated)."""
+        lst = self.ports[port]
+        removed = 0
+        if lst and lst[-1][1] > last_kept_id:
+            k = len(lst)
+            while k and lst[k - 1][1] > last_kept_id:  # lists are in id order
+                k -= 1
+            removed = sum(1 for t in lst[k:] if t[0] is TENTATIVE)
+            del lst[k:]
+        chunks = self.spilled[port] if self.spilled else None
+        if chunks and not lst:  # the cut may reach into what was spilled
+            assert store is not None
+            while chunks and chunks[-1].last_id > last_kept_id:
+                c = chunks[-1]
+                if c.first_id > last_kept_id:
+                    removed += c.n_tent
+                    store.release(c)
+                    chunks.pop()
+                else:
+                    removed += store.cut(c, last_kept_id)
+                    break
+        self.n_tent -= removed
+        return removed
+
+    def release(self, store: SpillStore | None) -> None:
+        """Forget the spilled chunks (the bucket is dropped)."""
+        if self.spilled:
+            assert store is not None
+            for cs in self.spilled:
+                for c in cs:
+                    store.release(c)
+            self.spilled = None
+
+
+class Spiller:
+    """The bound on one SUnion's kept tuples in memory, and its store on disk.
+
+    ``mem`` counts the kept buckets' in-memory tuples (SUnion reports each bucket that
+    becomes kept and each late tuple appended to a kept bucket; after a rare operation that
+    drops or rewinds many buckets it recounts). ``order`` holds the kept buckets with tuples
+    in memory, oldest reported first: they are spilled in that order, ``step`` tuples at
+    most per call (one segment), so that one call never stalls the node for long."""
+
+    #: Tuples spilled per call at most: ~20-40 ms of work on this machine.
+    STEP = 20_000
+
+    def __init__(self, store: SpillStore, limit_bytes: int) -> None:
+        self.store = store
+        self.limit_bytes = limit_bytes
+        self.limit: int | None = None  # in tuples, from the first kept tuple's size
+        self.mem = 0
+        self.order: dict[int, None] = {}
+
+    def kept(self, b: int, n: int) -> None:
+        if n:
+            self.mem += n
+            self.order[b] = None
+
+    def recount(self, buckets: dict[int, Bucket], below: int) -> None:
+        self.order = {}
+        self.mem = 0
+        for b in sorted(buckets):
+            if b < below:
+                self.kept(b, buckets[b].in_memory())
+
+    def over(self) -> bool:
+        # Before the first spill the limit is not known yet: spill() works it out.
+        return self.mem > (0 if self.limit is None else self.limit)
+
+    def spill(self, buckets: dict[int, Bucket], below: int) -> None:
+        """Spill the oldest kept in-memory tuples until ``mem`` is below 3/4 of the bound
+        (or one ``STEP`` was written)."""
+        if self.limit is None:
+            sample = next(t for b in self.order if b in buckets for p in buckets[b].ports
+                          for t in p)
+            self.limit = max(1, self.limit_bytes // estimate_tuple_bytes(sample))
+            if self.mem <= self.limit:
+                return
+        target = min(self.mem - self.limit * 3 // 4, self.STEP)
+        runs: list[list[Tuple]] = []
+        where: list[tuple[Bucket, int]] = []
+        taken = 0
+        for b in list(self.order):
+            if taken >= target:
+                break
+            del self.order[b]
+            bk = buckets.get(b)
+            if bk is None or b >= below:
+                continue  # dropped or pending again since: recounted then
+            for p, lst in enumerate(bk.ports):
+                if lst:
+                    runs.append(lst)
+                    where.append((bk, p))
+                    taken += len(lst)
+        if not runs:
+            return
+        for (bk, p), chunk in zip(where, self.store.write(runs), strict=True):
+            if bk.spilled is None:
+                bk.spilled = [[] for _ in bk.ports]
+            bk.spilled[p].append(chunk)
+            bk.ports[p] = []
+        self.mem -= taken
+
+    def stats(self) -> SpillStats:
+        return self.store.stats()
