@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from protocol.errors import DPCError
 
-__all__ = ["OperatorError", "SpecError"]
+__all__ = ["Fallback", "OperatorError", "SpecError"]
 
 
 class SpecError(DPCError):
@@ -14,3 +14,9 @@ class SpecError(DPCError):
 
 class OperatorError(DPCError):
     """An operator was fed something it cannot process (a local misuse, fails fast)."""
+
+
+class Fallback(OperatorError):
+    """A vectorized operator cannot compute this batch with the per-tuple operators' exact
+    result (operators/vectorized/expr.py): its caller evaluates the batch's tuples with the
+    per-tuple code instead. Caught there, never a failure."""

@@ -47,7 +47,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from operators.errors import SpecError
+from operators.errors import Fallback, SpecError
 from operators.expr import validate
 from protocol.tuples import Schema
 
@@ -64,11 +64,6 @@ _FLOAT_OPS = {ast.Add: pc.add, ast.Sub: pc.subtract, ast.Mult: pc.multiply}
 
 #: A value: an Arrow array (or scalar, for constants) and its static Python type.
 Value = tuple[Any, str]
-
-
-class Fallback(Exception):
-    """This batch cannot be computed here with Python's exact result: evaluate its tuples
-    with the operators' compiled Python instead."""
 
 
 def python_type(t: pa.DataType) -> str:
