@@ -105,9 +105,9 @@ from protocol.undo_rule import undone_from
 
 from .errors import ReplayAheadError, ReplayError, StateError
 from .spill import NO_SPILL, SpillStats
-from .spill_list import SpillList
+from .spill_list import SpillList, SpillReader
 
-__all__ = ["AheadView", "OutputBuffer"]
+__all__ = ["AheadView", "Catchup", "OutputBuffer"]
 
 STABLE = Kind.STABLE
 TENTATIVE = Kind.TENTATIVE
@@ -302,6 +302,11 @@ class OutputBuffer:
     def replay(self, last_stable_id: int, last_tentative_id: int) -> list[Tuple]:
         """What a subscriber holding ``(last_stable_id, last_tentative_id)`` needs next
         (cases 1-3 of the module docstring)."""
+        return self.catchup(last_stable_id, last_tentative_id).all()
+
+    def catchup(self, last_stable_id: int, last_tentative_id: int) -> Catchup:
+        """:meth:`replay`, read as it is sent: from a spill list, the held stream is read
+        back a batch at a time (a resubscriber after a long failure), never all at once."""
         s, t = last_stable_id, last_tentative_id
         if s < self._trimmed_up_to:
             raise ReplayError(
@@ -315,14 +320,14 @@ class OutputBuffer:
             )
         items = self._items
         if t <= s:
-            return _history(items, self._cut(s))
+            return Catchup([], _history_from(items, self._cut(s)))
         if s == self._last_stable_id and t <= self._last_id:
             # Every data tuple after s is tentative here. Ids strictly increase, so t - s of
             # them in (s, t] means exactly the ids s+1..t: the run the subscriber holds.
             ps, pt = self._cut(s), self._cut(t)
-            if sum(1 for x in items[ps:pt] if x[0] <= _LAST_DATA_KIND) == t - s:
-                return _history(items, pt)
-        return [undo(s), *_history(items, self._cut(s))]
+            if _data_between(items, ps, pt) == t - s:
+                return Catchup([], _history_from(items, pt))
+        return Catchup([undo(s)], _history_from(items, self._cut(s)))
 
     def after(self, s: int) -> list[Tuple]:
         """The in-force stream after data tuple ``s``, control tuples (REC_DONE too)
@@ -536,6 +541,68 @@ class OutputBuffer:
             self._head = 0
             if self._tent is not None:
                 self._tent -= p
+
+
+class Catchup:
+    """What a (re)subscriber is sent before the live feed (:meth:`OutputBuffer.catchup`):
+    ``first`` (an UNDO, or nothing), then the held stream from a position, without its
+    REC_DONEs (a replay is history: module docstring). ``take`` hands it out a batch at a
+    time; from a spill list it is read back only then."""
+
+    __slots__ = ("_at", "_first", "_rest")
+
+    def __init__(self, first: list[Tuple], rest: list[Tuple] | SpillReader) -> None:
+        self._first = first
+        self._rest = rest
+        self._at = 0  # in a list ``rest``: what was taken already
+
+    def __len__(self) -> int:
+        """Tuples left to send (a spilled part's REC_DONEs counted until read)."""
+        return len(self._first) + len(self._rest) - self._at
+
+    def take(self, n: int) -> list[Tuple]:
+        out = self._first[:n]
+        del self._first[:n]
+        rest = self._rest
+        if isinstance(rest, list):
+            k = n - len(out)
+            out += rest[self._at:self._at + k]
+            self._at = min(len(rest), self._at + k)
+            return out
+        while len(out) < n and len(rest):
+            out += [x for x in rest.take(n - len(out)) if x[0] is not REC_DONE]
+        return out
+
+    def all(self) -> list[Tuple]:
+        if not self._first and isinstance(self._rest, list) and not self._at:
+            out, self._rest = self._rest, []  # (the common case: no copy)
+            return out
+        return self.take(len(self))
+
+    def close(self) -> None:
+        """Not sent after all (the subscription ended): release what it reads from."""
+        self._first = []
+        if isinstance(self._rest, list):
+            self._rest, self._at = [], 0
+        else:
+            self._rest.close()
+
+
+def _history_from(items: list[Tuple] | SpillList, start: int) -> list[Tuple] | SpillReader:
+    """``items[start:]`` as a catch-up's source: a spill list's is read lazily."""
+    if isinstance(items, SpillList):
+        return items.reader(start)
+    return _history(items, start)
+
+
+def _data_between(items: list[Tuple] | SpillList, a: int, b: int) -> int:
+    """How many data tuples ``items[a:b]`` holds (a spill list's read a batch at a time)."""
+    if isinstance(items, list):
+        return sum(1 for x in items[a:b] if x[0] <= _LAST_DATA_KIND)
+    n = 0
+    for i in range(a, b, 10_000):
+        n += sum(1 for x in items[i:min(b, i + 10_000)] if x[0] <= _LAST_DATA_KIND)
+    return n
 
 
 def _history(items: list[Tuple] | SpillList, start: int) -> list[Tuple]:

@@ -235,6 +235,16 @@ class SpillStore:
         chunk.n_tent = kinds[:k].count(tentative)
         return rest
 
+    def share(self, chunk: Chunk, skip: int = 0) -> Chunk:
+        """A reader's own handle on ``chunk``'s tuples after its first ``skip``: the
+        segment stays on disk until this handle is released too (``release(handle,
+        counted=False)``: a handle is not counted among the tuples held)."""
+        if not 0 <= skip < chunk.length:
+            raise StateError(f"spill {self.name}: cannot share {chunk!r} after {skip}")
+        chunk.segment.refs += 1
+        return Chunk(chunk.segment, chunk.offset + skip, chunk.length - skip, chunk.first_id,
+                     chunk.last_id, 0)
+
     def _kinds_ids(self, chunk: Chunk, start: int, stop: int) -> tuple[list[int], list[int]]:
         table = self._table(chunk).slice(chunk.offset + start, stop - start)
         return table.column(0).to_pylist(), table.column(1).to_pylist()

@@ -25,7 +25,7 @@ from protocol.tuples import Tuple
 
 from .spill import Chunk, SpillStats, SpillStore, estimate_tuple_bytes
 
-__all__ = ["SpillList"]
+__all__ = ["SpillList", "SpillReader"]
 
 
 class SpillList(Sequence[Tuple]):
@@ -157,6 +157,17 @@ class SpillList(Sequence[Tuple]):
         self._starts.append(self._spilled)
         self._spilled += n
 
+    def reader(self, start: int) -> SpillReader:
+        """``self[start:]`` as it is now, read lazily: later changes to the list (appends,
+        cuts, trims) do not reach the reader, and the segments it reads from stay on disk
+        until it is closed or read to the end."""
+        chunks: list[Chunk] = []
+        if start < self._spilled:
+            c = bisect_right(self._starts, start) - 1
+            chunks.append(self.store.share(self._chunks[c], start - self._starts[c]))
+            chunks += [self.store.share(chunk) for chunk in self._chunks[c + 1:]]
+        return SpillReader(self.store, chunks, self._tail[max(0, start - self._spilled):])
+
     def split_off(self, p: int) -> SpillList:
         """Move ``self[p:]`` into a new spill list of the same store (its chunks go with
         it: nothing is read back) and keep ``self[:p]``."""
@@ -206,3 +217,45 @@ class SpillList(Sequence[Tuple]):
         """Delete the segments; the list is empty after."""
         self.store.close()
         self._chunks, self._starts, self._spilled, self._tail = [], [], 0, []
+
+
+class SpillReader:
+    """A snapshot of a spill list's suffix, read front to back (:meth:`SpillList.reader`):
+    what a resubscriber is sent after a long failure, a batch at a time, without reading
+    the whole suffix back into memory."""
+
+    def __init__(self, store: SpillStore, chunks: list[Chunk], tail: list[Tuple]) -> None:
+        self._store = store
+        self._chunks = chunks  # shared handles (SpillStore.share), first to read first
+        self._tail = tail
+        self._left = sum(c.length for c in chunks) + len(tail)
+
+    def __len__(self) -> int:
+        """Tuples not read yet."""
+        return self._left
+
+    def take(self, n: int) -> list[Tuple]:
+        """The next ``n`` tuples (fewer at the end)."""
+        out: list[Tuple] = []
+        while len(out) < n and self._chunks:
+            chunk = self._chunks[0]
+            k = min(n - len(out), chunk.length)
+            out += self._store.read(chunk, 0, k)
+            if k == chunk.length:
+                self._store.release(self._chunks.pop(0), counted=False)
+            else:
+                chunk.offset += k
+                chunk.length -= k
+        if len(out) < n and self._tail:
+            k = n - len(out)
+            out += self._tail[:k]
+            del self._tail[:k]
+        self._left -= len(out)
+        return out
+
+    def close(self) -> None:
+        """Stop reading: the segments are released."""
+        for chunk in self._chunks:
+            self._store.release(chunk, counted=False)
+        self._chunks, self._tail, self._left = [], [], 0
+

@@ -9,7 +9,9 @@ stream in force, and appends the *raw* batch (UNDO, REC_DONE and BOUNDARY includ
 pending list of every live subscription of that stream, then wakes the writer of each
 subscription's connection. A subscriber that applies what it receives holds the same
 stream in force as the buffer. ``Subscribe(stream, subscriber, s, t)`` queues
-``buffer.replay(s, t)`` and registers the subscription, with no ``await`` in between: every
+``buffer.catchup(s, t)`` (the replay, read back from disk a batch at a time where the
+buffer spilled: a resubscriber after a long failure never makes the process hold the
+whole replay at once) and registers the subscription, with no ``await`` in between: every
 tuple published before is in the replay and every one published after is in the pending
 list, exactly once. Each connection has one writer task, which sends each subscription's
 pending tuples as Batch frames of at most ``max_batch`` tuples, as soon as it can: no
@@ -81,7 +83,7 @@ from protocol.messages import (
     Unsubscribe,
 )
 from protocol.tuples import Tuple
-from state.buffer import AheadView, OutputBuffer
+from state.buffer import AheadView, Catchup, OutputBuffer
 from state.errors import ReplayAheadError, ReplayError
 
 __all__ = ["FRAMES_PER_TURN", "Publisher"]
@@ -96,24 +98,35 @@ FRAMES_PER_TURN = 8
 class _Subscription:
     """What one subscriber of one stream still has to receive over one connection."""
 
-    __slots__ = ("ahead", "head", "live", "pending", "sent", "session", "stream", "subscriber")
+    __slots__ = ("ahead", "catchup", "head", "live", "pending", "sent", "session", "stream",
+                 "subscriber")
 
-    def __init__(self, stream: str, subscriber: str, session: _Session, pending: list[Tuple],
+    def __init__(self, stream: str, subscriber: str, session: _Session, catchup: Catchup,
                  ahead: AheadView | None = None):
         self.ahead = ahead  # a subscriber ahead of this replica: its filter, until caught up
         self.stream = stream
         self.subscriber = subscriber
         self.session = session
-        self.pending = pending  # pending[head:] is still to send
+        # The replay, sent first (read from disk batch by batch where the buffer spilled),
+        # then what was published since.
+        self.catchup: Catchup | None = catchup if len(catchup) else None
+        self.pending: list[Tuple] = []  # pending[head:] is still to send
         self.head = 0
         self.sent = 0
         self.live = True
 
     @property
     def backlog(self) -> int:
-        return len(self.pending) - self.head
+        return (len(self.catchup) if self.catchup else 0) + len(self.pending) - self.head
 
     def take(self, n: int) -> list[Tuple]:
+        """The next batch to send, at most ``n`` tuples (empty: nothing is left)."""
+        if self.catchup is not None:
+            chunk = self.catchup.take(n)
+            if not len(self.catchup):
+                self.catchup = None
+            if chunk:
+                return chunk
         pending, head = self.pending, self.head
         chunk = pending[head : head + n]
         head += len(chunk)
@@ -249,7 +262,7 @@ class Publisher:
         high = self._high_water
         for subs in self._live.values():
             for sub in subs.values():
-                if len(sub.pending) - sub.head >= high:
+                if sub.backlog >= high:
                     return False
         return True
 
@@ -408,14 +421,15 @@ class Publisher:
                     "that holds its subscription: superseded")
         ahead: AheadView | None = None
         try:
-            catchup = buffer.replay(msg.last_stable_id, msg.last_tentative_id)
+            catchup = buffer.catchup(msg.last_stable_id, msg.last_tentative_id)
         except ReplayAheadError as exc:
             if not self._serve_ahead:  # a source: nobody can hold what it never produced
                 return (f"subscribed {name!r} to {stream!r} claiming stable id "
                         f"{msg.last_stable_id}, beyond anything produced here ({exc}): refused")
             # It took stable tuples from a partner that this replica (in UP_FAILURE) has not
             # produced yet: serve it what comes after them, not nothing (state/buffer.py).
-            catchup, ahead = buffer.replay_ahead(msg.last_stable_id, msg.last_tentative_id)
+            replayed, ahead = buffer.replay_ahead(msg.last_stable_id, msg.last_tentative_id)
+            catchup = Catchup(replayed, [])
             if ahead.passing:
                 ahead = None
         except ReplayError as exc:
@@ -424,7 +438,8 @@ class Publisher:
             # Never heard from within the grace period (state/buffer.py): served from the
             # trim point; what it missed is gone, and said so.
             trimmed = buffer.trimmed_up_to
-            catchup = buffer.replay_lapsed(name, msg.last_stable_id, msg.last_tentative_id)
+            catchup = Catchup(buffer.replay_lapsed(name, msg.last_stable_id,
+                                                   msg.last_tentative_id), [])
             self._log.warning(
                 "%s: %s subscribed to %r from stable id %d, but it was not heard from within "
                 "the grace period and the buffer was trimmed up to id %d: serving it from "
@@ -457,6 +472,9 @@ class Publisher:
 
     def _unlink(self, sub: _Subscription) -> None:
         sub.live = False
+        if sub.catchup is not None:  # not sent: what it reads from disk is released
+            sub.catchup.close()
+            sub.catchup = None
         subs = self._live.get(sub.stream)
         if subs is not None and subs.get(sub.subscriber) is sub:
             del subs[sub.subscriber]
@@ -475,9 +493,11 @@ class Publisher:
                     while session.replies:
                         await conn.send(session.replies.pop(0))
                     for sub in list(session.subs.values()):
-                        if not sub.live or sub.head >= len(sub.pending):
+                        if not sub.live or not sub.backlog:
                             continue
                         chunk = sub.take(max_batch)
+                        if not chunk:
+                            continue  # (only a spilled replay's REC_DONEs were left)
                         await conn.send(Batch(sub.stream, tuple(chunk)))
                         sub.sent += len(chunk)
                         busy = True

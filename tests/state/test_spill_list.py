@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import tempfile
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.tuples import Kind, Tuple, boundary, make_tuple
+from state.buffer import OutputBuffer
 from state.spill import SpillStore
 from state.spill_list import SpillList
+from tests.state.helpers import RD, B, S, T, U
 
 ops = st.lists(st.one_of(
     st.tuples(st.just("extend"), st.integers(1, 7), st.booleans()),
@@ -78,3 +81,39 @@ def test_only_prefixes_and_suffixes_are_deleted(tmp_path: object) -> None:
         del xs[1:3]
     with pytest.raises(IndexError):
         xs[5]
+
+
+@pytest.mark.parametrize("batch", [1, 7, 1000])
+def test_a_catchup_sends_the_replay_of_its_moment_a_batch_at_a_time(tmp_path: Path,
+                                                                     batch: int) -> None:
+    """A spilled buffer's catch-up (what the publisher sends a resubscriber) is read back
+    lazily: the very replay of the moment of the subscription, whatever the buffer does
+    meanwhile (an UNDO, corrections, trims), and the segments it read from are released
+    once it is read to the end, or closed."""
+    store = SpillStore(tmp_path, "out")
+    spilled = OutputBuffer("s", spill=SpillList(store, 1))
+    plain = OutputBuffer("s")
+    stream = [*(S(i) for i in range(1, 41)), B(400), RD, *(T(i) for i in range(41, 61))]
+    for b in (spilled, plain):
+        b.set_consumers(["c"])
+        b.append(stream)
+    assert store.stats().tuples > 40  # on disk, but for one tuple
+    for s, t in [(40, 55), (12, 50), (10, 0)]:  # cases 2, 3 and 1 of state/buffer.py
+        want = plain.replay(s, t)
+        c = spilled.catchup(s, t)
+        got = c.take(batch)
+        if (s, t) == (10, 0):  # meanwhile: an UNDO, corrections, the consumer's ack
+            for b in (spilled, plain):
+                b.append([U(40), *(S(i) for i in range(41, 46))])
+                b.ack("c", 30)
+        while len(c):
+            got += c.take(batch)
+        assert got == want, (s, t)
+    assert spilled.replay(30, 0) == plain.replay(30, 0)
+    held = store.stats().segments
+    spilled.catchup(30, 0).close()  # a subscription that ended before its replay was sent
+    assert store.stats().segments == held
+    reader = spilled.catchup(30, 0)
+    spilled.append([U(45)])
+    spilled.ack("c", 45)  # the buffer lets go of what the reader still reads
+    assert reader.all()[0] == S(31)
