@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import selectors
+import signal
 from typing import Any
 
 from node.errors import SimulationDeadlock
@@ -73,9 +74,17 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
     """A selector event loop whose clock starts at 0 and jumps over idle time."""
 
     def __init__(self) -> None:
-        self._virtual_now = 0.0
-        self._spins = 0
-        super().__init__(selector=_JumpingSelector(self))
+        # A Ctrl-C landing inside the base constructor left a half-built loop whose __del__
+        # then failed at exit ("no attribute '_ssock'": dpc simulate interrupted, its test
+        # saw it once in a fresh clone's suite). SIGINT waits until the loop is whole: it is
+        # delivered when the mask is restored, and a whole loop closes cleanly.
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            self._virtual_now = 0.0
+            self._spins = 0
+            super().__init__(selector=_JumpingSelector(self))
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
     def spin(self) -> None:
         """One loop turn at the same virtual time."""

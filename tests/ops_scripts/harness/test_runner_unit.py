@@ -52,6 +52,17 @@ def error_of(path: Path) -> str:
 
 
 # ------------------------------------------------------------------ scenario files
+@pytest.mark.parametrize("path", sorted((EXAMPLES / "long-runs").glob("*.toml")),
+                         ids=lambda p: p.stem)
+def test_the_long_runs_load(path: Path) -> None:
+    """Too long for make test to play (examples/README.md), they must stay playable."""
+    scenario = load_scenario(path)
+    config = scenario.config()
+    assert scenario.faults and scenario.schedule_length >= 600
+    assert {n.settings.buffer_memory for n in config.nodes.values()} == {64 * 2**20}
+
+
+# ------------------------------------------------------------------ scenario files
 def test_unknown_keys_are_named_with_the_file_and_a_suggestion(tmp_path: Path) -> None:
     p = write(tmp_path, HEAD + "settel = 2.0\n")
     msg = error_of(p)
