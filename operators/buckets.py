@@ -16,6 +16,8 @@ from __future__ import annotations
 from protocol.tuples import Kind, Tuple
 from state.spill import Chunk, SpillStats, SpillStore, estimate_tuple_bytes
 
+from .errors import OperatorError
+
 __all__ = ["Bucket", "Spiller"]
 
 TENTATIVE = Kind.TENTATIVE
@@ -47,7 +49,7 @@ class Bucket:
         """Port ``port``'s tuples, in id order, read back from disk where spilled."""
         if not self.spilled or not self.spilled[port]:
             return self.ports[port]
-        assert store is not None
+        store = _needed(store)
         items: list[Tuple] = []
         for c in self.spilled[port]:
             items += store.read(c)
@@ -72,7 +74,7 @@ class Bucket:
             del lst[k:]
         chunks = self.spilled[port] if self.spilled else None
         if chunks and not lst:  # the cut may reach into what was spilled
-            assert store is not None
+            store = _needed(store)
             while chunks and chunks[-1].last_id > last_kept_id:
                 c = chunks[-1]
                 if c.first_id > last_kept_id:
@@ -88,11 +90,18 @@ class Bucket:
     def release(self, store: SpillStore | None) -> None:
         """Forget the spilled chunks (the bucket is dropped)."""
         if self.spilled:
-            assert store is not None
+            store = _needed(store)
             for cs in self.spilled:
                 for c in cs:
                     store.release(c)
             self.spilled = None
+
+
+def _needed(store: SpillStore | None) -> SpillStore:
+    """The store a spilled bucket's chunks are in (SUnion passes its spiller's)."""
+    if store is None:
+        raise OperatorError("a bucket holds spilled tuples but no spill store was given")
+    return store
 
 
 class Spiller:
