@@ -11,6 +11,7 @@ import itertools
 import logging
 from collections.abc import AsyncIterator, Coroutine, Iterable, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +24,8 @@ from protocol.messages import Ack, Batch, HeartbeatRequest, Message, Subscribe, 
 from protocol.tuples import DATA_KINDS, Kind, Tuple, make_tuple
 from protocol.undo_rule import apply_undos
 from state.buffer import OutputBuffer
+from state.spill import SpillStore
+from state.spill_list import SpillList
 from tests.node.net.test_transport import (
     GUARD,
     LEAK_FREE,
@@ -236,6 +239,28 @@ async def test_a_long_replay_goes_out_in_slices_that_let_other_tasks_run(net: Ne
     jumps = [b - a for a, b in itertools.pairwise(samples)]
     assert max(jumps) <= FRAMES_PER_TURN * 10, f"the writer held the loop for {max(jumps)} tuples"
     await conn.close()
+    await prod.stop()
+
+
+async def test_a_spilled_replay_is_read_from_disk_as_it_is_sent(net: Net, tmp_path: Path) -> None:
+    """A buffer whose stream is on disk (state/spill_list.py, one tuple in memory) serves a
+    subscriber its replay a batch at a time (Catchup): complete, in order, in frames of at
+    most max_batch, and followed by what was published meanwhile (tests/state/
+    test_spill_list.py holds the catch-up to the replay of its moment and its segments)."""
+    prod = Producer(net, max_batch=50)
+    store = SpillStore(tmp_path, "s")
+    prod.buffers["s"] = OutputBuffer("s", spill=SpillList(store, 1))
+    prod.pub = Publisher("up", prod.buffers, log=LOG, max_batch=50)
+    await prod.start()
+    await prod.publish(stable(1, 2000))
+    assert store.stats().tuples >= 1999
+    link, sink = make_link(net, [prod.address])
+    async with running(link.run()):
+        await wait_until(lambda: link.connected)
+        await prod.publish(stable(2001, 2100))  # published during the replay: after it
+        await wait_until(lambda: link.last_stable_id == 2100)
+    assert sink.raw == stable(1, 2100)
+    assert all(len(b) <= 50 for _, b in sink.batches)
     await prod.stop()
 
 
