@@ -75,3 +75,34 @@ def test_a_busy_wait_is_a_livelock_not_a_hang(monkeypatch: pytest.MonkeyPatch) -
 
     with pytest.raises(SimulationDeadlock, match="livelock"):
         _run(main())
+
+
+def test_a_ctrl_c_while_the_loop_is_built_leaves_a_whole_loop(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The defect (a fresh clone's suite, `dpc simulate` interrupted): a Ctrl-C landing
+    inside the loop's constructor left a half-built loop whose __del__ failed at exit
+    ("'VirtualTimeLoop' object has no attribute '_ssock'"). Here SIGINT arrives while the
+    loop's selector is made: it must come out as KeyboardInterrupt once the loop is whole,
+    and the loop must be collected without an error."""
+    import gc
+    import selectors
+    import signal
+    import sys
+
+    real = selectors.DefaultSelector
+
+    def selector_with_ctrl_c() -> selectors.BaseSelector:
+        signal.raise_signal(signal.SIGINT)
+        return real()
+
+    unraisable: list[object] = []
+    monkeypatch.setattr(selectors, "DefaultSelector", selector_with_ctrl_c)
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            VirtualTimeLoop()
+    finally:
+        signal.signal(signal.SIGINT, before)
+    gc.collect()
+    assert not unraisable, [getattr(u, "exc_value", u) for u in unraisable]
