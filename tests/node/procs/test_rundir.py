@@ -237,6 +237,28 @@ def test_client_parquet_written_from_jsonl(tmp_path: Path) -> None:
     assert not list(rd.clients.glob("*.tmp"))
 
 
+def test_a_long_client_log_is_converted_a_batch_at_a_time(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The conversion streams (one row group per batch read, the log never held whole) and
+    gives what one batch would; a corrupt line names itself and leaves no file behind."""
+    import node.procs.rundir as rundir
+
+    rows = [(i, S(i)) for i in range(1, 1001)]
+    with JsonlTupleWriter(tmp_path / "c.jsonl") as w:
+        for arrival, t in rows:
+            w.write([t], arrival)
+    real = rundir.iter_jsonl_tuples
+    monkeypatch.setattr(rundir, "iter_jsonl_tuples", lambda p: real(p, batch=64))
+    assert write_client_parquet(tmp_path / "c.jsonl", tmp_path / "c.parquet") == 1000
+    assert pq.ParquetFile(tmp_path / "c.parquet").num_row_groups == 16
+    assert read_client_parquet(tmp_path / "c.parquet") == rows
+    with (tmp_path / "c.jsonl").open("ab") as f:
+        f.write(b"not json\n")
+    with pytest.raises(RunLogError, match=r"c\.jsonl, line 1001: corrupt line"):
+        write_client_parquet(tmp_path / "c.jsonl", tmp_path / "d.parquet")
+    assert not (tmp_path / "d.parquet").exists() and not list(tmp_path.glob("*.tmp"))
+
+
 def test_empty_client_parquet(tmp_path: Path) -> None:
     (tmp_path / "c.jsonl").write_bytes(b"")
     assert write_client_parquet(tmp_path / "c.jsonl", tmp_path / "c.parquet") == 0
