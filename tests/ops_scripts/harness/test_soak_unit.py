@@ -30,6 +30,7 @@ from ops_scripts.harness.soak import (
     soak_schedule,
 )
 from ops_scripts.harness.soakreport import fault_intervals, print_report
+from tests.integration.test_cluster import wait_for
 from tests.paths import ROOT
 
 BASIC = ROOT / "examples" / "basic.toml"
@@ -141,6 +142,9 @@ def test_the_sampler_follows_pid_files_and_skips_what_is_down(sleepers: Sleepers
     sleepers.kill("n1a")
     assert "n1a" not in sampler.sample(1.0)["rss"]  # killed, not restarted yet
     new = sleepers.start("n1a")
+    # A process that has just started may miss a sample, as a down one does (a fresh clone's
+    # suite saw it once, loaded): the sampler follows the pid file once the process is seen.
+    wait_for(lambda: "n1a" in sampler.sample(2.0)["rss"], what="the restarted n1a sampled")
     assert sampler.sample(2.0)["rss"]["n1a"]["pid"] == new != old
     rd.pid_file("c1").write_text(f"{sleepers.procs['s1'].pid}\n")  # a stranger's pid
     assert "c1" not in sampler.sample(3.0)["rss"]
