@@ -6,8 +6,8 @@ tentatively and keep everything their SUnion releases for the replay after the h
 each replica's ``/status`` while the scenario plays: the kept tuples in memory never exceed
 the bound, segments are written (the SUnion's kept input and the output buffer's tentative
 tuples), and once the replicas reconciled (the replay reads the segments back, the UNDO and
-the client's acks remove the rest) none is left; the run is valid (``dpc check``,
-identical digests).
+the client's acks remove the rest) fewer are held than at the peak, and none once the
+replicas stopped; the run is valid (``dpc check``, identical digests).
 """
 
 from __future__ import annotations
@@ -89,7 +89,9 @@ def test_a_failure_beyond_buffer_memory_spills_and_reconciles_valid(tmp_path: Pa
     for r in ("n1a", "n1b"):
         s = seen[r]
         assert s["spilled"] > 500 and s["segments"] >= 1, (r, s)  # the failure went to disk
-        assert s["last_segments"] == 0, (r, s)  # reconciled: the replay's input went away
+        # Reconciled: the replay's input went away while the replica ran (what its output
+        # buffer holds goes as the client's acks reach it: some may be left at the end).
+        assert s["last_segments"] < s["segments"], (r, s)
         assert s["over"] <= 0, f"{r}: kept tuples in memory exceeded the bound: {s}"
         assert 50 < s["limit"] < 1000, (r, s)  # 48 KiB of tuples of a few hundred bytes
         left = [p for p in rd.replica_spill(r).rglob("*") if p.is_file()]
