@@ -437,7 +437,7 @@ class OutputBuffer:
     def close_spill(self) -> None:
         """Delete what the held stream keeps on disk (its owner stops)."""
         if isinstance(self._items, SpillList):
-            self._items.store.close()
+            self._items.close()  # deletes the segments, empties the list
 
     def __len__(self) -> int:
         """Number of tuples held (in force and not trimmed), control tuples included."""
