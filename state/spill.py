@@ -14,9 +14,11 @@ tuples unneeded).
 Exactness (the replay must see the tuples that were spilled, bit for bit): kinds, ids,
 times and tmax are int8/int64 columns; an attribute whose values in the segment are all
 ``int`` (bools excluded), all ``float``, all ``str`` or all ``bool`` (None allowed in each)
-is an int64, float64, string or bool column; any other attribute (mixed types, an int
-beyond 64 bits) is stored as orjson text per cell, which is how the values crossed the wire
-(protocol/codec.py): it loses nothing the wire kept.
+is an int64, float64, string or bool column; any other attribute (mixed types) is stored as
+orjson text per cell, which is how the values crossed the wire (protocol/codec.py; an int
+beyond 64 bits, which neither carries, is refused with a StateError). The wire refuses NaN and infinities, but an operator's state (an undo
+log) may hold them, and orjson would write them as ``null``: in such a column a non-finite
+float is stored as its 8 bytes behind a zero byte, which no JSON text starts with.
 
 Not durable: a segment outlives no process (a crashed replica recovers from its partner,
 node/replica/recovery.py), so nothing is fsynced, and a store deletes the segments a
@@ -33,7 +35,9 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from math import isfinite
 from pathlib import Path
+from struct import Struct
 from typing import Any
 
 import orjson
@@ -47,6 +51,7 @@ __all__ = ["NO_SPILL", "Chunk", "SpillStats", "SpillStore", "estimate_tuple_byte
 _SUFFIX = ".arrow"
 _LAST_DATA_KIND = int(Kind.TENTATIVE)  # kinds above it are control tuples
 _JSON = b"json"  # field metadata value of an attribute stored as orjson text
+_FLOAT_BITS = Struct("<xd")  # a non-finite float in an orjson column: a zero byte, its bits
 
 
 def estimate_tuple_bytes(t: Tuple) -> int:
@@ -188,7 +193,7 @@ class SpillStore:
         attrs = []
         for c in range(table.num_columns - 4):
             col = table.column(4 + c).to_pylist()
-            attrs.append([orjson.loads(v) for v in col] if c in json_cols else col)
+            attrs.append([_from_cell(v) for v in col] if c in json_cols else col)
         values = zip(*attrs, strict=True) if attrs else ((),) * len(ids)
         return [make_tuple(KINDS[k], i, tm, tx, tuple(v) if k <= _LAST_DATA_KIND else ())
                 for k, i, tm, tx, v in zip(kinds, ids, times, tmaxs, values, strict=True)]
@@ -312,8 +317,18 @@ def _column(values: list[Any], where: str) -> tuple[Any, bool]:
         try:
             return pa.array(values, exact[t]), False
         except OverflowError:
-            pass  # an int beyond 64 bits: as text, below
+            pass  # an int beyond 64 bits: orjson refuses it below, with the reason
     try:
-        return pa.array([orjson.dumps(v) for v in values], pa.binary()), True
+        return pa.array([_to_cell(v) for v in values], pa.binary()), True
     except orjson.JSONEncodeError as e:  # nothing the wire would have carried either
         raise StateError(f"{where}: cannot store {e}") from None
+
+
+def _to_cell(v: Any) -> bytes:
+    if type(v) is float and not isfinite(v):
+        return _FLOAT_BITS.pack(v)
+    return orjson.dumps(v)
+
+
+def _from_cell(cell: bytes) -> Any:
+    return _FLOAT_BITS.unpack(cell)[0] if cell[:1] == b"\0" else orjson.loads(cell)
