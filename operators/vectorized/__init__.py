@@ -9,4 +9,9 @@ without it, tests/node/procs/test_startup.py).
 | module | role |
 |---|---|
 | ``expr.py`` | ``filter`` / ``map`` expressions as pyarrow compute, exact or not at all: a batch the translation cannot compute with Python's result falls back to the operators' compiled Python |
+| ``flow.py`` | a stream's tuples over several waves of a replay: one Arrow table and its boundaries (``Flow``, ``Mark``) |
+| ``entries.py`` | the order a multi-input operator processes its flows in, and the undo log it has after them |
+| ``stateless.py`` | ``filter`` and ``map`` over a flow |
+| ``join.py`` | the band join over flows: one hash join per step; its state and undo log worked out |
+| ``engine.py`` | one operator over a step: vectorized, or per tuple wave by wave where it cannot be exact |
 """

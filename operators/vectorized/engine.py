@@ -1,0 +1,60 @@
+"""One operator over a step's flows: vectorized where it can be, per tuple where not.
+
+Role: the vectorized replay's dispatch. :func:`run_operator` hands a step's input flows to
+the operator's vectorized implementation (filter, map, join) and, when there is none or it
+raised :class:`Fallback` (which leaves the operator untouched), runs the per-tuple
+operator itself wave by wave, exactly as the query network would: so any operator, in any
+state, gets the per-tuple result, and the vectorized ones get it faster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from operators.base import Operator
+from operators.errors import Fallback
+from operators.filter import Filter
+from operators.join import Join
+from operators.map import Map
+from protocol.tuples import Tuple
+
+from .flow import Flow
+from .join import run_join
+from .stateless import run_filter, run_map
+
+__all__ = ["run_operator", "run_per_tuple"]
+
+
+def run_operator(op: Operator, flows: Sequence[Flow], ports: Sequence[int],
+                 now: int = 0) -> tuple[Flow | None, list[tuple[int, list[Tuple]]] | None]:
+    """``op``'s output for ``flows`` (by port; each wave's batches in ``ports`` order): a
+    flow when vectorized, else ``(wave, tuples)`` batches from the per-tuple operator."""
+    try:
+        if type(op) is Filter:
+            return run_filter(op, flows[0]), None
+        if type(op) is Map:
+            return run_map(op, flows[0]), None
+        if type(op) is Join:
+            return run_join(op, flows, ports), None
+    except Fallback:
+        pass
+    return None, run_per_tuple(op, [f.to_waves() for f in flows], ports, now)
+
+
+def run_per_tuple(op: Operator, waves: Sequence[Sequence[tuple[int, Sequence[Tuple]]]],
+                  ports: Sequence[int], now: int = 0) -> list[tuple[int, list[Tuple]]]:
+    """What the query network does: wave by wave, each port's batch in ``ports`` order."""
+    by_wave: dict[int, dict[int, Sequence[Tuple]]] = {}
+    for p, batches in enumerate(waves):
+        for wave, batch in batches:
+            by_wave.setdefault(wave, {})[p] = batch
+    out: list[tuple[int, list[Tuple]]] = []
+    for wave in sorted(by_wave):
+        got: list[Tuple] = []
+        for p in ports:
+            batch = by_wave[wave].get(p, ())
+            if batch:
+                got += op.process(p, batch, now)
+        if got:
+            out.append((wave, got))
+    return out

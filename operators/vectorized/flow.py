@@ -1,0 +1,145 @@
+"""A stream's tuples over several waves of a replay, as one Arrow table and its marks.
+
+Role: what the vectorized operators take and give. A replay releases buckets one *wave*
+after another (operators/network.py: a bucket's tuples and its boundary go through every
+operator before the next bucket's); the per-tuple operators see one wave at a time, the
+vectorized ones see many at once and must produce what the waves, one by one, would have.
+
+A :class:`Flow` is one stream's entries over those waves, in the order an operator
+processes them: its data tuples as a table (``id``, ``time``, ``tmax``, ``wave``, then one
+column per attribute, every row STABLE: a replay is of corrected input) and its control
+tuples (boundaries, in practice) as :class:`Mark` s saying after how many data rows, in
+which wave, each one comes. The table is built from tuples only when every attribute has
+one Python type over its rows (int, float, str or bool; None allowed): what the vectorized
+operators can compute with Python's result. Anything else (a tentative tuple, mixed
+types, an int beyond 64 bits) raises :class:`Fallback`, and the caller runs the per-tuple
+operators.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import repeat
+from typing import Any
+
+import pyarrow as pa
+
+from operators.errors import Fallback
+from protocol.tuples import Kind, Schema, Tuple
+
+__all__ = ["Flow", "Mark"]
+
+_KEYS = ("id", "time", "tmax", "wave")
+_TYPES = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_()}
+_new = tuple.__new__
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A control tuple of a flow: it comes after ``at`` data rows, in wave ``wave``."""
+
+    wave: int
+    at: int
+    tuple: Tuple
+
+
+@dataclass(frozen=True)
+class Flow:
+    """One stream's entries over a run of waves (see the module docstring)."""
+
+    schema: Schema
+    data: pa.Table
+    marks: tuple[Mark, ...] = ()
+
+    @property
+    def n(self) -> int:
+        return int(self.data.num_rows)
+
+    def attributes(self) -> list[Any]:
+        """The attribute columns, in schema order."""
+        return [self.data.column(4 + i) for i in range(len(self.schema))]
+
+    def column(self, name: str) -> Any:
+        return self.data.column(name)
+
+    @classmethod
+    def from_waves(cls, schema: Schema, waves: Sequence[tuple[int, Sequence[Tuple]]]) -> Flow:
+        """The flow of ``(wave, tuples)`` batches, in order; :class:`Fallback` when the
+        tuples are not all STABLE data and stable controls, or a column is not typed."""
+        rows: list[Tuple] = []
+        wave_of: list[int] = []
+        marks: list[Mark] = []
+        for wave, batch in waves:
+            for t in batch:
+                kind = t[0]
+                if kind is Kind.STABLE:
+                    rows.append(t)
+                    wave_of.append(wave)
+                elif kind is Kind.BOUNDARY and t[1] == 0:
+                    marks.append(Mark(wave, len(rows), t))
+                else:
+                    raise Fallback(f"a {kind.name} tuple (id {t[1]}) in the replay")
+        return cls.from_rows(schema, rows, wave_of, marks)
+
+    @classmethod
+    def from_rows(cls, schema: Schema, rows: Sequence[Tuple], waves: Sequence[int],
+                  marks: Sequence[Mark] = ()) -> Flow:
+        """The flow of STABLE data ``rows`` (each in the wave of the same index) and
+        ``marks``; :class:`Fallback` if a column is not of one Python type."""
+        cols: list[Any] = [pa.array([t[1] for t in rows], pa.int64()),
+                           pa.array([t[2] for t in rows], pa.int64()),
+                           pa.array([t[3] for t in rows], pa.int64()),
+                           pa.array(waves, pa.int64())]
+        for i, values in enumerate(zip(*(t[4] for t in rows), strict=True) if rows else
+                                   ([] for _ in schema)):
+            cols.append(typed_column(list(values), schema[i]))
+        if rows and any(len(t[4]) != len(schema) for t in rows):
+            raise Fallback("a tuple whose arity is not its schema's")
+        names = [*_KEYS, *(f"v{i}" for i in range(len(schema)))]
+        return cls(tuple(schema), pa.table(cols, names=names), tuple(marks))
+
+    def with_data(self, data: pa.Table, marks: Sequence[Mark] | None = None,
+                  schema: Schema | None = None) -> Flow:
+        return Flow(self.schema if schema is None else tuple(schema), data,
+                    self.marks if marks is None else tuple(marks))
+
+    def to_waves(self) -> list[tuple[int, list[Tuple]]]:
+        """The flow as ``(wave, tuples)`` batches, in order (a wave with no entry is absent)."""
+        d = self.data
+        ids, times, tmaxs, waves = (d.column(k).to_pylist() for k in _KEYS)
+        attrs = [c.to_pylist() for c in self.attributes()]
+        values = list(zip(*attrs, strict=True)) if attrs else [()] * len(ids)
+        tuples = list(map(_new, repeat(Tuple), zip(repeat(Kind.STABLE), ids, times, tmaxs,
+                                                   values)))
+        out: list[tuple[int, list[Tuple]]] = []
+        marks, m, row, n = self.marks, 0, 0, len(tuples)
+        while row < n or m < len(marks):
+            # The next entry is the mark if it comes before the next row.
+            if m < len(marks) and (row >= n or marks[m].at <= row):
+                wave, t = marks[m].wave, marks[m].tuple
+                m += 1
+            else:
+                wave, t = waves[row], tuples[row]
+                row += 1
+            if not out or out[-1][0] != wave:
+                out.append((wave, []))
+            out[-1][1].append(t)
+        return out
+
+
+def typed_column(values: list[Any], name: str) -> pa.Array:
+    """``values`` as an Arrow array of their one Python type (None allowed), or Fallback."""
+    types = {type(v) for v in values} - {type(None)}
+    if not types:
+        return pa.nulls(len(values), pa.null())
+    if len(types) > 1:
+        raise Fallback(f"attribute {name!r} holds values of types "
+                       f"{', '.join(sorted(t.__name__ for t in types))}")
+    t = types.pop()
+    if t not in _TYPES:
+        raise Fallback(f"attribute {name!r} holds {t.__name__} values")
+    try:
+        return pa.array(values, _TYPES[t])
+    except OverflowError:
+        raise Fallback(f"attribute {name!r} holds an int beyond 64 bits") from None

@@ -1,0 +1,248 @@
+"""``join`` over flows: the band equi-join of operators/join.py, all of a step's waves at once.
+
+The per-tuple join probes, for each arriving tuple, the other side's stored tuples with its
+key in their arrival order, emits a match per stored tuple within the band, then stores it.
+Over a step this is one hash join of the two sides (both the tuples the operator held
+before the step and the step's own) on the key, kept where ``|dt| <= band`` and where one
+of the pair arrived in the step: the later one is the probe. The matches, ordered by
+(probe's arrival, stored tuple's arrival), are exactly the per-tuple outputs in order, with
+``time`` / ``tmax`` the pair's max and the left values then the right.
+
+Why eviction can be ignored: a stored tuple is evicted (or never stored) once the other
+side's watermark is past its time plus the band, and no later tuple of that side can then
+be within the band, *provided no tuple arrives behind its own port's watermark*. That
+holds behind a SUnion, and is checked: a step with a late tuple falls back. Keys compare
+as Python's dict does only for two columns of the same type, int, str or bool, without
+None; any other key (a float, None, an int meeting a float) falls back.
+
+The state afterwards is worked out, not replayed: each side keeps the tuples whose time is
+at least the other side's final watermark minus the band (the ones eviction left), and the
+undo log is rebuilt by :func:`~operators.vectorized.entries.settle_log`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from operators.base import NO_TIME
+from operators.errors import Fallback
+from operators.join import Join
+from protocol.tuples import boundary
+
+from .entries import Entries, _last_call, settle_log
+from .flow import Flow, Mark, typed_column
+
+__all__ = ["run_join"]
+
+_KEY_TYPES = (pa.int64(), pa.string(), pa.bool_())
+
+
+def run_join(op: Join, flows: Sequence[Flow], ports: Sequence[int]) -> Flow:
+    """What ``op`` emits for ``flows`` (left, right) fed wave by wave, ports in ``ports``
+    order in each wave; ``op``'s state and bookkeeping move on as if it had run.
+    :class:`Fallback` (``op`` untouched) where the result could differ from the per-tuple
+    join's."""
+    if op._tainted:
+        raise Fallback(f"{op.describe()} is tainted")
+    seq0, band, last_id0 = op._seq, op.band, op.last_id
+    e = Entries.order(flows, ports, seq0)
+    marks = _walk_marks(op, e)
+    _check_not_late(op, flows, e)
+    sides = [_side(op, p, flows[p], e, seq0) for p in (0, 1)]
+    lpos, rpos = _key_positions(op)
+    li, ri = _matches(sides, lpos, rpos, band)
+    lg, rg = sides[0]["g"].to_numpy()[li], sides[1]["g"].to_numpy()[ri]
+    probe, built = np.maximum(lg, rg), np.minimum(lg, rg)
+    order = np.lexsort((built, probe))
+    li, ri, probe = li[order], ri[order], probe[order]
+    n = len(order)
+    lt, rt = sides[0]["time"].to_numpy()[li], sides[1]["time"].to_numpy()[ri]
+    lm, rm = sides[0]["tmax"].to_numpy()[li], sides[1]["tmax"].to_numpy()[ri]
+    columns = [pa.array(np.arange(last_id0 + 1, last_id0 + 1 + n, dtype=np.int64)),
+               pa.array(np.maximum(lt, rt)), pa.array(np.maximum(lm, rm)),
+               pa.array(e.wave[probe] if n else np.zeros(0, np.int64))]
+    li_a, ri_a = pa.array(li, pa.int64()), pa.array(ri, pa.int64())
+    columns += [c.take(li_a) for c in _values(sides[0], flows[0])]
+    columns += [c.take(ri_a) for c in _values(sides[1], flows[1])]
+    names = ["id", "time", "tmax", "wave", *(f"v{i}" for i in range(len(columns) - 4))]
+    out_marks = [Mark(int(e.wave[g]), int(np.searchsorted(probe, g)), boundary(b))
+                 for g, b in marks.emitted]
+    out = Flow(op.output_schema, pa.table(columns, names=names), tuple(out_marks))
+    # The state and bookkeeping the per-tuple join would have now.
+    f = _last_call(e) if e.n else 0
+    before = marks.at(f)
+    oldest = _oldest_seq(sides, before.watermarks, band, before.advanced, f, seq0)
+    op.last_id = last_id0 + n
+    op.watermarks, op.watermark = list(marks.final.watermarks), min(marks.final.watermarks)
+    op._boundary_out = marks.final.sent
+    op.restore_state(_state(sides, marks.final.watermarks, band, marks.final.advanced, seq0))
+    settle_log(op, e, lambda g: int(n - np.searchsorted(probe, g)), before.watermarks,
+               before.sent, oldest)
+    return out
+
+
+class _Point:
+    """The boundary bookkeeping at one point of the step."""
+
+    __slots__ = ("advanced", "sent", "watermarks")
+
+    def __init__(self, watermarks: list[int], sent: int, advanced: bool) -> None:
+        self.watermarks, self.sent, self.advanced = watermarks, sent, advanced
+
+
+class _Marks:
+    """The step's boundaries in order: which ones the join re-emits, and the watermarks
+    (and whether one moved: eviction ran) before any entry."""
+
+    def __init__(self, start: _Point) -> None:
+        self.points: list[tuple[int, _Point]] = [(-1, start)]  # (g of the mark, after it)
+        self.emitted: list[tuple[int, int]] = []  # (g, boundary time)
+
+    @property
+    def final(self) -> _Point:
+        return self.points[-1][1]
+
+    def at(self, g: int) -> _Point:
+        """The bookkeeping right before entry ``g``."""
+        k = max(i for i, (mg, _) in enumerate(self.points) if mg < g)
+        return self.points[k][1]
+
+
+def _walk_marks(op: Join, e: Entries) -> _Marks:
+    wm, sent, advanced = list(op.watermarks), op._boundary_out, False
+    marks = _Marks(_Point(list(wm), sent, False))
+    for g in np.flatnonzero(e.is_mark):
+        p, time = int(e.port[g]), int(e.mark_time[g])
+        if time <= wm[p]:
+            continue
+        wm[p], advanced = time, True
+        b = min(wm)
+        if b > sent and b > NO_TIME:
+            sent = b
+            marks.emitted.append((int(g), b))
+        marks.points.append((int(g), _Point(list(wm), sent, advanced)))
+    return marks
+
+
+def _check_not_late(op: Join, flows: Sequence[Flow], e: Entries) -> None:
+    """Fallback if a data tuple comes behind its port's watermark."""
+    for p, f in enumerate(flows):
+        if not f.n:
+            continue
+        times = np.array([m.tuple[2] for m in f.marks], dtype=np.int64)
+        wm = np.maximum.accumulate(np.concatenate([[op.watermarks[p]], times]))
+        at = np.array([m.at for m in f.marks], dtype=np.int64)
+        before = np.searchsorted(at, np.arange(f.n), side="right")  # marks before row i
+        if np.any(f.data.column("time").to_numpy() < wm[before]):
+            raise Fallback(f"{op.describe()}: a tuple behind its input's watermark")
+
+
+def _side(op: Join, p: int, flow: Flow, e: Entries, seq0: int) -> dict[str, Any]:
+    """One side's candidates: the tuples stored before the step (g < 0, by their log seq)
+    then the step's, as arrays ``g``, ``time``, ``tmax`` and value columns ``v*``."""
+    stored = op.snapshot_state()[p]
+    schema = op.input_schemas[p]
+    old_values = [typed_column([s[2][i] for s in stored], schema[i])
+                  for i in range(len(schema))]
+    side: dict[str, Any] = {
+        "g": pa.chunked_array([pa.array([s[3] - seq0 for s in stored], pa.int64()),
+                               pa.array(e.data_g[p], pa.int64())]),
+        "time": pa.chunked_array([pa.array([s[0] for s in stored], pa.int64()),
+                                  flow.data.column("time").combine_chunks()]),
+        "tmax": pa.chunked_array([pa.array([s[1] for s in stored], pa.int64()),
+                                  flow.data.column("tmax").combine_chunks()]),
+    }
+    for i, (old, new) in enumerate(zip(old_values, flow.attributes(), strict=True)):
+        side[f"v{i}"] = _concat(op, old, new.combine_chunks(), schema[i])
+    side["n_old"] = len(stored)
+    for k in ("g", "time", "tmax"):
+        side[k] = side[k].combine_chunks()
+    return side
+
+
+def _concat(op: Join, old: pa.Array, new: pa.Array, name: str) -> pa.Array:
+    """The stored values then the step's, as one column of their one type (or Fallback)."""
+    if pa.types.is_null(old.type):
+        old = pa.nulls(len(old), new.type)
+    elif pa.types.is_null(new.type):
+        new = pa.nulls(len(new), old.type)
+    elif old.type != new.type:
+        raise Fallback(f"{op.describe()}: attribute {name!r} is of two types")
+    return pa.concat_arrays([old, new])
+
+
+def _values(side: dict[str, Any], flow: Flow) -> list[pa.Array]:
+    return [side[f"v{i}"] for i in range(len(flow.schema))]
+
+
+def _key_positions(op: Join) -> tuple[list[int], list[int]]:
+    left, right = op.input_schemas
+    return [left.index(a) for a, _ in op.on], [right.index(b) for _, b in op.on]
+
+
+def _matches(sides: list[dict[str, Any]], lpos: list[int], rpos: list[int],
+             band: int) -> tuple[np.ndarray, np.ndarray]:
+    """(left row, right row) of every pair with equal keys, within the band, one of
+    them arrived in the step."""
+    nl, nr = len(sides[0]["g"]), len(sides[1]["g"])
+    empty = np.zeros(0, np.int64)
+    if nl == 0 or nr == 0:
+        return empty, empty
+    lk = [sides[0][f"v{i}"] for i in lpos]
+    rk = [sides[1][f"v{i}"] for i in rpos]
+    for a, b in zip(lk, rk, strict=True):
+        if a.type != b.type or a.type not in _KEY_TYPES or a.null_count or b.null_count:
+            raise Fallback(f"join keys of Arrow types {a.type} and {b.type} (or None)")
+    names = [f"k{i}" for i in range(len(lk))]
+    lt = pa.table([*lk, pa.array(np.arange(nl)), sides[0]["time"], sides[0]["g"]],
+                  names=[*names, "li", "lt", "lg"])
+    rt = pa.table([*rk, pa.array(np.arange(nr)), sides[1]["time"], sides[1]["g"]],
+                  names=[*names, "ri", "rt", "rg"])
+    j = lt.join(rt, keys=names, join_type="inner", use_threads=False)
+    li, ri = j.column("li").to_numpy(), j.column("ri").to_numpy()
+    dt = j.column("lt").to_numpy() - j.column("rt").to_numpy()
+    keep = (np.abs(dt) <= band) & ((j.column("lg").to_numpy() >= 0) |
+                                    (j.column("rg").to_numpy() >= 0))
+    return li[keep].astype(np.int64), ri[keep].astype(np.int64)
+
+
+def _kept(side: dict[str, Any], floor: int, advanced: bool, upto: int | None) -> np.ndarray:
+    """Which of a side's candidates the join holds: arrived (before entry ``upto``), at
+    or above ``floor`` (the old ones only if a boundary moved since the step began)."""
+    g, time = side["g"].to_numpy(), side["time"].to_numpy()
+    keep: np.ndarray = time >= floor
+    if not advanced:
+        keep |= g < 0
+    if upto is not None:
+        keep &= g < upto
+    return keep
+
+
+def _oldest_seq(sides: list[dict[str, Any]], wm: list[int], band: int, advanced: bool,
+                upto: int, seq0: int) -> int | None:
+    gs = [side["g"].to_numpy()[_kept(side, wm[1 - p] - band, advanced, upto)]
+          for p, side in enumerate(sides)]
+    lows = [int(g.min()) for g in gs if len(g)]
+    return seq0 + min(lows) if lows else None
+
+
+def _state(sides: list[dict[str, Any]], wm: list[int], band: int, advanced: bool,
+           seq0: int) -> list[list[list[Any]]]:
+    """The join's snapshot_state after the step: per side, [time, tmax, values, seq] of
+    the tuples it holds, in arrival order."""
+    state = []
+    for p, side in enumerate(sides):
+        idx = np.flatnonzero(_kept(side, wm[1 - p] - band, advanced, None))
+        idx = idx[np.argsort(side["g"].to_numpy()[idx], kind="stable")]
+        take = pa.array(idx, pa.int64())
+        cols = [side[k].take(take).to_pylist() for k in ("time", "tmax", "g")]
+        values = [side[f"v{i}"].take(take).to_pylist()
+                  for i in range(len([k for k in side if k.startswith("v")]))]
+        rows = list(zip(*values, strict=True)) if values else [()] * len(idx)
+        state.append([[t, m, list(v), g + seq0]
+                      for t, m, v, g in zip(cols[0], cols[1], rows, cols[2], strict=True)])
+    return state

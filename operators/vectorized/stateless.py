@@ -1,0 +1,98 @@
+"""``filter`` and ``map`` over a flow: the id-preserving operators, vectorized.
+
+Both keep a passing tuple's id, time and tmax (operators/filter.py, operators/map.py), so a
+flow's columns ``id``, ``time``, ``tmax`` and ``wave`` go through (filtered, for a filter)
+and only the attributes are computed, by :mod:`operators.vectorized.expr` (exact or
+:class:`Fallback`). Their only state is the base bookkeeping of an id-preserving operator
+(operators/base.py): the last input id and the watermark, which a boundary moves forward
+(a boundary that does not is dropped) and which each boundary that moves it re-emits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from operators.base import NO_TIME, Operator
+from operators.errors import Fallback
+from operators.filter import Filter
+from operators.map import Map
+from protocol.tuples import boundary
+
+from .expr import VectorFilter, VectorMap
+from .flow import Flow, Mark
+
+__all__ = ["run_filter", "run_map"]
+
+
+def run_filter(op: Filter, flow: Flow) -> Flow:
+    """What ``op`` emits for ``flow``; ``op``'s bookkeeping moves on as if it had run.
+    :class:`Fallback` (``op`` untouched) where the predicate cannot be computed exactly."""
+    _check_untainted(op)
+    if not flow.n:  # only boundaries (an empty column has no type to compute with)
+        return _finish(op, flow, flow.with_data(flow.data, _boundaries(op, flow, None)))
+    mask = VectorFilter(op.describe(), op.where, flow.schema).mask(flow.attributes(), flow.n)
+    data = flow.data.filter(mask)
+    kept = np.cumsum(np.asarray(mask.to_numpy(zero_copy_only=False), dtype=np.int64))
+    return _finish(op, flow, flow.with_data(data, _boundaries(op, flow, kept)))
+
+
+def run_map(op: Map, flow: Flow) -> Flow:
+    """What ``op`` emits for ``flow`` (see :func:`run_filter`)."""
+    _check_untainted(op)
+    if flow.n:
+        fields = VectorMap(op.describe(), op._sources, flow.schema).columns(
+            flow.attributes(), flow.n)
+    else:  # only boundaries
+        fields = [pa.nulls(0) for _ in op._sources]
+    d = flow.data
+    columns = [d.column(k) for k in range(4)] + [_full(c, flow.n) for c in fields]
+    names = [*d.column_names[:4], *(f"v{i}" for i in range(len(fields)))]
+    data = d.from_arrays(columns, names=names)
+    return _finish(op, flow, Flow(op.output_schema, data, tuple(_boundaries(op, flow, None))))
+
+
+def _check_untainted(op: Operator) -> None:
+    if op._tainted or op._boundary_history:
+        raise Fallback(f"{op.describe()} is tainted")
+
+
+def _full(column: Any, n: int) -> Any:
+    """A constant field (a Scalar) as a column of ``n`` rows."""
+    if isinstance(column, pa.Scalar):
+        return pa.array([column.as_py()] * n, column.type)
+    return column
+
+
+def _boundaries(op: Operator, flow: Flow, kept: Any) -> list[Mark]:
+    """The boundaries ``op`` emits: each input boundary past its watermark, after the
+    output rows of the input rows before it (``kept``: cumulative count of passing rows,
+    None: every row passes)."""
+    out: list[Mark] = []
+    wm, sent = op.watermarks[0], op._boundary_out
+    for m in flow.marks:
+        time = m.tuple[2]
+        if time <= wm:
+            continue
+        wm = time
+        if time > sent and time > NO_TIME:
+            sent = time
+            at = m.at if kept is None or m.at == 0 else int(kept[m.at - 1])
+            out.append(Mark(m.wave, at, boundary(time)))
+    return out
+
+
+def _finish(op: Operator, flow: Flow, out: Flow) -> Flow:
+    """Move ``op``'s bookkeeping to where running ``flow`` would have left it."""
+    if flow.n:
+        op._last_in_id = flow.data.column("id")[-1].as_py()
+    for m in flow.marks:
+        time = m.tuple[2]
+        if time > op.watermarks[0]:
+            op.watermarks = [time]
+            op.watermark = time
+    for m in out.marks:
+        op._boundary_out = op._boundary_floor = m.tuple[2]
+    return out
