@@ -48,9 +48,13 @@ from .reconciliation import OutputGuard, Rewindable, Serializer
 from .registry import create
 from .spec import NetworkSpec
 
-__all__ = ["NetworkOutput", "QueryNetwork"]
+__all__ = ["ENGINES", "NetworkOutput", "QueryNetwork"]
 
 _KIND = itemgetter(0)
+#: How a reconciliation's replay runs the operators below an SUnion: ``inproc`` wave by
+#: wave, per tuple; ``vectorized`` every wave of a replay step at once, over Arrow
+#: (operators/vectorized/: the same output and state, per tuple where it cannot be exact).
+ENGINES = ("inproc", "vectorized")
 _SERIALIZER = "sunion"
 _EXIT = "soutput"
 
@@ -111,6 +115,11 @@ class QueryNetwork:
         self._pending: list[list[tuple[int, Sequence[Tuple]]]] = [[] for _ in self.operators]
         self._result = NetworkOutput()
         self._now = 0
+        self._inputs = [by_name[op.name].inputs for op in self.operators]
+        self.engine = "inproc"
+        #: Operator runs of vectorized replays: how many were vectorized, how many per
+        #: tuple (no vectorized implementation, or a step it could not compute exactly).
+        self.replay_runs = {"vectorized": 0, "per_tuple": 0}
 
     # ---------------------------------------------------------------- queries
     def operator(self, name: str) -> Operator:
@@ -201,6 +210,13 @@ class QueryNetwork:
         """Buckets every SUnion re-releases per replay call (None: all at once)."""
         for _, s in self._serializers:
             s.replay_step = step
+
+    def set_engine(self, engine: str) -> None:
+        """How a reconciliation's replay runs (one of :data:`ENGINES`). A runtime setting:
+        output and state are the same either way."""
+        if engine not in ENGINES:
+            raise OperatorError(f"unknown replay engine {engine!r}; known: {', '.join(ENGINES)}")
+        self.engine = engine
 
     def set_spill(self, directory: str | os.PathLike[str] | None, memory: int = 0) -> None:
         """Keep at most ``memory`` bytes of what a reconciliation replays in memory, shared
@@ -331,7 +347,62 @@ class QueryNetwork:
 
     def _replay(self, now: int) -> None:
         for idx, s in self._serializers:
-            self._emit(idx, s.replay(now))
+            if self.engine == "vectorized" and self._vectorizable(idx):
+                self._replay_vectorized(idx, s.replay(now))
+            else:
+                self._emit(idx, s.replay(now))
+
+    def _vectorizable(self, idx: int) -> bool:
+        """No other SUnion below SUnion ``idx``: its waves would be cut again."""
+        below = {self.operators[idx].name}
+        for c in range(idx + 1, len(self.operators)):
+            if any(i in below for i in self._inputs[c]):
+                if isinstance(self.operators[c], Serializer):
+                    return False
+                below.add(self.operators[c].name)
+        return True
+
+    def _replay_vectorized(self, idx: int, released: list[Tuple]) -> None:
+        """What ``_emit`` does with a replay step's release, every wave at once: each
+        operator below the SUnion runs once over all the waves (operators/vectorized/)."""
+        from .vectorized.engine import Stream, run_step  # pyarrow: at the first such replay
+
+        sunion = self.operators[idx]
+        self._drain_signals(sunion)
+        waves: list[tuple[int, list[Tuple]]] = []
+        start = 0
+        for k, t in enumerate(released):
+            if t[0] is Kind.BOUNDARY:
+                waves.append((len(waves), released[start:k + 1]))
+                start = k + 1
+        if start < len(released):
+            waves.append((len(waves), released[start:]))
+        streams = {sunion.name: Stream(sunion.output_schema, batches=waves)}
+        for c in range(idx + 1, len(self.operators)):
+            inputs = self._inputs[c]
+            if not any(i in streams for i in inputs):
+                continue
+            op = self.operators[c]
+            step = [streams.get(i) or Stream(self.schemas[i], batches=[]) for i in inputs]
+            streams[op.name] = out = run_step(op, step, self._port_order(c), self._now)
+            self.replay_runs["vectorized" if out.vectorized else "per_tuple"] += 1
+            self._drain_signals(op)
+            if op.name in self._output_set:
+                self._result.outputs[op.name].extend(out.tuples())
+
+    def _port_order(self, c: int) -> list[int]:
+        """The order in which operator ``c``'s ports get their batches within a wave: by
+        producer (topological order), then by the producer's list of consumers."""
+        def key(port: int) -> tuple[int, int]:
+            src = self._inputs[c][port]
+            producer = self._index.get(src, -1)
+            return producer, self._consumers[src].index((c, port))
+        return sorted(range(len(self._inputs[c])), key=key)
+
+    def _drain_signals(self, op: Operator) -> None:
+        if op.signals:
+            self._result.signals.extend((op.name, s) for s in op.signals)
+            op.signals.clear()
 
     # ---------------------------------------------------------------- internals
     def _begin(self, now: int) -> None:
@@ -370,10 +441,7 @@ class QueryNetwork:
 
     def _emit(self, idx: int, out: list[Tuple], run_downstream: bool = True) -> None:
         """Route an operator's output (and drain its signals)."""
-        op = self.operators[idx]
-        if op.signals:
-            self._result.signals.extend((op.name, s) for s in op.signals)
-            op.signals.clear()
+        self._drain_signals(self.operators[idx])
         if not out:
             return
         if self._split[idx]:

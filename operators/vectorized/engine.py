@@ -16,13 +16,61 @@ from operators.errors import Fallback
 from operators.filter import Filter
 from operators.join import Join
 from operators.map import Map
-from protocol.tuples import Tuple
+from protocol.tuples import Schema, Tuple
 
 from .flow import Flow
 from .join import run_join
 from .stateless import run_filter, run_map
 
-__all__ = ["run_operator", "run_per_tuple"]
+__all__ = ["Stream", "run_operator", "run_per_tuple", "run_step"]
+
+_VECTORIZED = {Filter: lambda op, flows, ports: run_filter(op, flows[0]),
+               Map: lambda op, flows, ports: run_map(op, flows[0]),
+               Join: run_join}
+
+
+class Stream:
+    """One stream's output over a step: a flow, or ``(wave, tuples)`` batches, each made
+    from the other when a consumer needs it (a flow only if the tuples allow one)."""
+
+    def __init__(self, schema: Schema, flow: Flow | None = None,
+                 batches: list[tuple[int, list[Tuple]]] | None = None) -> None:
+        if flow is None and batches is None:
+            raise ValueError("a stream is a flow or batches")
+        self.schema, self._flow, self._batches = schema, flow, batches
+        #: Whether an operator's vectorized implementation made it.
+        self.vectorized = False
+
+    def flow(self) -> Flow:
+        if self._flow is None:
+            self._flow = Flow.from_waves(self.schema, self.batches())  # (or Fallback)
+        return self._flow
+
+    def batches(self) -> list[tuple[int, list[Tuple]]]:
+        if self._batches is None:
+            self._batches = self.flow().to_waves()
+        return self._batches
+
+    def tuples(self) -> list[Tuple]:
+        return [t for _, batch in self.batches() for t in batch]
+
+
+def run_step(op: Operator, inputs: Sequence[Stream], ports: Sequence[int], now: int) -> Stream:
+    """``op`` over a step's input streams (by port): vectorized if it has a vectorized
+    implementation and this step allows it, else per tuple, wave by wave."""
+    fn = _VECTORIZED.get(type(op))
+    if fn is not None:
+        try:
+            flows = [s.flow() for s in inputs]
+            out = fn(op, flows, ports)
+            op.now = now
+            stream = Stream(op.output_schema, flow=out)
+            stream.vectorized = True
+            return stream
+        except Fallback:
+            pass  # (op untouched)
+    return Stream(op.output_schema,
+                  batches=run_per_tuple(op, [s.batches() for s in inputs], ports, now))
 
 
 def run_operator(op: Operator, flows: Sequence[Flow], ports: Sequence[int],

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import pairwise, repeat
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from operators.errors import Fallback
@@ -87,15 +88,17 @@ class Flow:
                   marks: Sequence[Mark] = ()) -> Flow:
         """The flow of STABLE data ``rows`` (each in the wave of the same index) and
         ``marks``; :class:`Fallback` if a column is not of one Python type."""
-        cols: list[Any] = [pa.array([t[1] for t in rows], pa.int64()),
-                           pa.array([t[2] for t in rows], pa.int64()),
-                           pa.array([t[3] for t in rows], pa.int64()),
-                           pa.array(waves, pa.int64())]
-        for i, values in enumerate(zip(*(t[4] for t in rows), strict=True) if rows else
-                                   ([] for _ in schema)):
-            cols.append(typed_column(list(values), schema[i]))
-        if rows and any(len(t[4]) != len(schema) for t in rows):
-            raise Fallback("a tuple whose arity is not its schema's")
+        if rows:
+            _, ids, times, tmaxs, values = zip(*rows, strict=True)  # transposed in C
+            attrs = list(zip(*values, strict=True))
+            if len(attrs) != len(schema) or any(len(v) != len(schema) for v in values):
+                raise Fallback("a tuple whose arity is not its schema's")
+        else:
+            ids = times = tmaxs = ()
+            attrs = [() for _ in schema]
+        cols: list[Any] = [pa.array(ids, pa.int64()), pa.array(times, pa.int64()),
+                           pa.array(tmaxs, pa.int64()), pa.array(waves, pa.int64())]
+        cols += [typed_column(list(v), schema[i]) for i, v in enumerate(attrs)]
         names = [*_KEYS, *(f"v{i}" for i in range(len(schema)))]
         return cls(tuple(schema), pa.table(cols, names=names), tuple(marks))
 
@@ -107,24 +110,32 @@ class Flow:
     def to_waves(self) -> list[tuple[int, list[Tuple]]]:
         """The flow as ``(wave, tuples)`` batches, in order (a wave with no entry is absent)."""
         d = self.data
-        ids, times, tmaxs, waves = (d.column(k).to_pylist() for k in _KEYS)
+        ids, times, tmaxs = (d.column(k).to_pylist() for k in _KEYS[:3])
         attrs = [c.to_pylist() for c in self.attributes()]
-        values = list(zip(*attrs, strict=True)) if attrs else [()] * len(ids)
+        values = zip(*attrs, strict=True) if attrs else repeat((), len(ids))
         tuples = list(map(_new, repeat(Tuple), zip(repeat(Kind.STABLE), ids, times, tmaxs,
                                                    values)))
+        # Cut where the wave changes and at the marks: slices, not a loop per tuple.
+        waves = d.column("wave").to_numpy()
+        cuts = sorted({0, len(tuples), *(int(k) for k in np.flatnonzero(np.diff(waves)) + 1),
+                       *(min(m.at, len(tuples)) for m in self.marks)})
         out: list[tuple[int, list[Tuple]]] = []
-        marks, m, row, n = self.marks, 0, 0, len(tuples)
-        while row < n or m < len(marks):
-            # The next entry is the mark if it comes before the next row.
-            if m < len(marks) and (row >= n or marks[m].at <= row):
-                wave, t = marks[m].wave, marks[m].tuple
-                m += 1
+        marks, m = self.marks, 0
+
+        def add(wave: int, items: list[Tuple]) -> None:
+            if out and out[-1][0] == wave:
+                out[-1][1].extend(items)
             else:
-                wave, t = waves[row], tuples[row]
-                row += 1
-            if not out or out[-1][0] != wave:
-                out.append((wave, []))
-            out[-1][1].append(t)
+                out.append((wave, items))
+
+        for lo, hi in pairwise(cuts):
+            while m < len(marks) and marks[m].at <= lo:
+                add(marks[m].wave, [marks[m].tuple])
+                m += 1
+            if hi > lo:
+                add(int(waves[lo]), tuples[lo:hi])
+        for mark in marks[m:]:
+            add(mark.wave, [mark.tuple])
         return out
 
 

@@ -197,12 +197,24 @@ def _matches(sides: list[dict[str, Any]], lpos: list[int], rpos: list[int],
     for a, b in zip(lk, rk, strict=True):
         if a.type != b.type or a.type not in _KEY_TYPES or a.null_count or b.null_count:
             raise Fallback(f"join keys of Arrow types {a.type} and {b.type} (or None)")
+    # Band join as an equi-join: times cut into slots of band + 1, a pair within the band
+    # lies in the same or adjacent slots, so the right side goes in three times (its slot
+    # and both neighbours): the hash join only makes pairs near in time, not every pair
+    # of a key (quadratic in a long replay).
     names = [f"k{i}" for i in range(len(lk))]
-    lt = pa.table([*lk, pa.array(np.arange(nl)), sides[0]["time"], sides[0]["g"]],
-                  names=[*names, "li", "lt", "lg"])
-    rt = pa.table([*rk, pa.array(np.arange(nr)), sides[1]["time"], sides[1]["g"]],
-                  names=[*names, "ri", "rt", "rg"])
-    j = lt.join(rt, keys=names, join_type="inner", use_threads=False)
+    width = band + 1
+    lslot = pa.array(np.floor_divide(sides[0]["time"].to_numpy(), width))
+    lt = pa.table([*lk, lslot, pa.array(np.arange(nl)), sides[0]["time"], sides[0]["g"]],
+                  names=[*names, "slot", "li", "lt", "lg"])
+    rslot = np.floor_divide(sides[1]["time"].to_numpy(), width)
+    ri_all = np.arange(nr)
+    rt = pa.table([*(pa.concat_arrays([k] * 3) for k in rk),
+                   pa.array(np.concatenate([rslot - 1, rslot, rslot + 1])),
+                   pa.array(np.concatenate([ri_all] * 3)),
+                   pa.concat_arrays([sides[1]["time"]] * 3),
+                   pa.concat_arrays([sides[1]["g"]] * 3)],
+                  names=[*names, "slot", "ri", "rt", "rg"])
+    j = lt.join(rt, keys=[*names, "slot"], join_type="inner", use_threads=False)
     li, ri = j.column("li").to_numpy(), j.column("ri").to_numpy()
     dt = j.column("lt").to_numpy() - j.column("rt").to_numpy()
     keep = (np.abs(dt) <= band) & ((j.column("lg").to_numpy() >= 0) |
