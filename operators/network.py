@@ -42,7 +42,7 @@ from state.checkpoint import restore_checkpoint
 from state.spill import NO_SPILL, SpillStats, SpillStore
 
 from .base import Operator, Plain
-from .buckets import Spiller
+from .buckets import Released, Spiller
 from .errors import OperatorError, SpecError
 from .reconciliation import OutputGuard, Rewindable, Serializer
 from .registry import create
@@ -117,8 +117,9 @@ class QueryNetwork:
         self._now = 0
         self._inputs = [by_name[op.name].inputs for op in self.operators]
         self.engine = "inproc"
-        #: Operator runs of vectorized replays: how many were vectorized, how many per
-        #: tuple (no vectorized implementation, or a step it could not compute exactly).
+        #: Operator runs of vectorized replays (an SUnion's release counts as one): how
+        #: many were vectorized, how many per tuple (no vectorized implementation, or a
+        #: step it could not compute exactly).
         self.replay_runs = {"vectorized": 0, "per_tuple": 0}
 
     # ---------------------------------------------------------------- queries
@@ -348,7 +349,7 @@ class QueryNetwork:
     def _replay(self, now: int) -> None:
         for idx, s in self._serializers:
             if self.engine == "vectorized" and self._vectorizable(idx):
-                self._replay_vectorized(idx, s.replay(now))
+                self._replay_vectorized(idx, *s.replay_released(now))
             else:
                 self._emit(idx, s.replay(now))
 
@@ -362,22 +363,19 @@ class QueryNetwork:
                 below.add(self.operators[c].name)
         return True
 
-    def _replay_vectorized(self, idx: int, released: list[Tuple]) -> None:
-        """What ``_emit`` does with a replay step's release, every wave at once: each
-        operator below the SUnion runs once over all the waves (operators/vectorized/)."""
-        from .vectorized.engine import Stream, run_step  # pyarrow: at the first such replay
+    def _replay_vectorized(self, idx: int, released: list[Tuple], runs: list[Released]
+                           ) -> None:
+        """What ``_emit`` does with a replay step's release, every wave at once: the
+        release is built as columns (spilled buckets straight from disk), and each operator
+        below the SUnion runs once over all the waves (operators/vectorized/)."""
+        # pyarrow: imported at the first vectorized replay, not with the network
+        from .vectorized.engine import Stream, run_step
+        from .vectorized.release import released_stream
 
         sunion = self.operators[idx]
         self._drain_signals(sunion)
-        waves: list[tuple[int, list[Tuple]]] = []
-        start = 0
-        for k, t in enumerate(released):
-            if t[0] is Kind.BOUNDARY:
-                waves.append((len(waves), released[start:k + 1]))
-                start = k + 1
-        if start < len(released):
-            waves.append((len(waves), released[start:]))
-        streams = {sunion.name: Stream(sunion.output_schema, batches=waves)}
+        streams = {sunion.name: released_stream(sunion.output_schema, released, runs)}
+        self.replay_runs["vectorized" if streams[sunion.name].vectorized else "per_tuple"] += 1
         for c in range(idx + 1, len(self.operators)):
             inputs = self._inputs[c]
             if not any(i in streams for i in inputs):

@@ -28,7 +28,7 @@ from abc import ABC, abstractmethod
 from protocol.tuples import Tuple
 
 from .base import Plain
-from .buckets import Spiller
+from .buckets import Released, Spiller
 
 __all__ = ["RELEASE_MODES", "OutputGuard", "Rewindable", "Serializer"]
 
@@ -86,6 +86,11 @@ class Serializer(Rewindable):
     @abstractmethod
     def replay(self, now: int) -> list[Tuple]:
         """One step of a reconciliation's replay: re-release what this call may."""
+
+    @abstractmethod
+    def replay_released(self, now: int) -> tuple[list[Tuple], list[Released]]:
+        """:meth:`replay`, with the buckets released stable left as :class:`Released`
+        records at their places in the output (a vectorized replay builds them as columns)."""
 
     @property
     @abstractmethod

@@ -70,14 +70,13 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left
 from collections.abc import Sequence
-from itertools import count, repeat
 from operator import itemgetter
 from typing import ClassVar
 
 from protocol.tuples import Kind, Schema, Tuple, boundary, make_tuple, tentative_boundary, undo
 
 from .base import NO_TIME, Operator, Plain, tuple_from_plain, tuple_to_plain
-from .buckets import Bucket, Spiller
+from .buckets import Bucket, Released, Spiller, release_order
 from .errors import OperatorError, SpecError
 from .reconciliation import RELEASE_MODES, Serializer
 from .registry import register
@@ -93,9 +92,6 @@ DEFAULT_PROCESS_WAIT = 350_000
 STABLE = Kind.STABLE
 TENTATIVE = Kind.TENTATIVE
 _TIME = itemgetter(2)
-_TMAX = itemgetter(3)
-_VALUES = itemgetter(4)
-_new = tuple.__new__
 
 
 @register
@@ -131,6 +127,7 @@ class SUnion(Operator, Serializer):
         self.replay_step: int | None = None  # kept across ``clear``: see Serializer
         self.spiller: Spiller | None = None  # likewise (Serializer.set_spill)
         self._buckets: dict[int, Bucket] = {}
+        self._collect: list[Released] | None = None  # see replay_released
 
     def clear(self) -> None:
         n = self._n_ports
@@ -237,6 +234,18 @@ class SUnion(Operator, Serializer):
     def replay(self, now: int) -> list[Tuple]:
         """After :meth:`rewind`: re-release the kept buckets (same as ``on_timer``)."""
         return self.on_timer(now)
+
+    def replay_released(self, now: int) -> tuple[list[Tuple], list[Released]]:
+        """:meth:`replay`, but a bucket released stable is not made into tuples: it is a
+        :class:`Released` (where its tuples are: in memory, or spilled chunks read as
+        Arrow tables) at its place in the output, for the vectorized replay to build as
+        columns. The bookkeeping is exactly :meth:`replay`'s."""
+        self._collect = []
+        try:
+            out = self.on_timer(now)
+            return out, self._collect
+        finally:
+            self._collect = None
 
     def set_mode(self, mode: str) -> None:
         """The release mode during a failure episode (the consistency manager's choice)."""
@@ -572,22 +581,29 @@ class SUnion(Operator, Serializer):
         return self.replay_step is not None and self._budget <= 0
 
     def _release(self, b: int, bk: Bucket, kind: Kind, out: list[Tuple]) -> None:
+        store = self.spiller.store if self.spiller else None
+        if self._collect is not None and kind is STABLE and self.recovery == "checkpoint":
+            # (Under undo/redo a stable release drops the bucket's chunks at once.)
+            self._collect.append(Released(len(out), self.last_id + 1,
+                                          [bk.port_sources(p) for p in range(self._n_ports)],
+                                          store))
+            self._released(b, bk, kind, bk.size(), out)
+            return
         items: list[Tuple] = []
         if bk.spilled is None:
             for lst in bk.ports:
                 items += lst
         else:  # read back from disk (a replay after a long failure)
             for p in range(self._n_ports):
-                items += bk.port_items(p, self.spiller.store if self.spiller else None)
-        items.sort(key=_TIME)  # stable: ties keep (port, id) order
-        i = self.last_id
-        # (kind, id, time, tmax, values) per tuple, renumbered, built by map and zip in C:
-        # a third cheaper than a comprehension, and this runs for every tuple of the node.
-        out += map(_new, repeat(Tuple), zip(repeat(kind), count(i + 1), map(_TIME, items),
-                                            map(_TMAX, items), map(_VALUES, items)))
-        self.last_id = i + len(items)
+                items += bk.port_items(p, store)
+        out += release_order(items, kind, self.last_id + 1)
+        self._released(b, bk, kind, len(items), out)
+
+    def _released(self, b: int, bk: Bucket, kind: Kind, n: int, out: list[Tuple]) -> None:
+        """The bookkeeping of releasing bucket ``b`` (``n`` tuples, already in ``out``)."""
+        self.last_id += n
         if self._replay_to is not None and b < self._replay_to:
-            self._replay_done += len(items)
+            self._replay_done += n
             self._budget -= 1
         self._next = b + 1
         end = (b + 1) * self.width

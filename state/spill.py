@@ -181,6 +181,15 @@ class SpillStore:
         self._written += len(rows)
         return chunks
 
+    def read_table(self, chunk: Chunk) -> Any:
+        """The chunk's rows as an Arrow table (columns kind, id, time, tmax, v0, v1, ...,
+        memory-mapped, not copied), or None when an attribute of its segment is orjson
+        text (mixed types: only :meth:`read` decodes them)."""
+        table = self._table(chunk)  # (raises for a released chunk)
+        if chunk.segment.json_cols:
+            return None
+        return table.slice(chunk.offset, chunk.length)
+
     def read(self, chunk: Chunk, start: int = 0, stop: int | None = None) -> list[Tuple]:
         """The chunk's tuples ``start .. stop`` (default: all), as they were written."""
         table = self._table(chunk)  # (raises for a released chunk)

@@ -197,29 +197,45 @@ def _matches(sides: list[dict[str, Any]], lpos: list[int], rpos: list[int],
     for a, b in zip(lk, rk, strict=True):
         if a.type != b.type or a.type not in _KEY_TYPES or a.null_count or b.null_count:
             raise Fallback(f"join keys of Arrow types {a.type} and {b.type} (or None)")
-    # Band join as an equi-join: times cut into slots of band + 1, a pair within the band
-    # lies in the same or adjacent slots, so the right side goes in three times (its slot
-    # and both neighbours): the hash join only makes pairs near in time, not every pair
-    # of a key (quadratic in a long replay).
-    names = [f"k{i}" for i in range(len(lk))]
-    width = band + 1
-    lslot = pa.array(np.floor_divide(sides[0]["time"].to_numpy(), width))
-    lt = pa.table([*lk, lslot, pa.array(np.arange(nl)), sides[0]["time"], sides[0]["g"]],
-                  names=[*names, "slot", "li", "lt", "lg"])
-    rslot = np.floor_divide(sides[1]["time"].to_numpy(), width)
-    ri_all = np.arange(nr)
-    rt = pa.table([*(pa.concat_arrays([k] * 3) for k in rk),
-                   pa.array(np.concatenate([rslot - 1, rslot, rslot + 1])),
-                   pa.array(np.concatenate([ri_all] * 3)),
-                   pa.concat_arrays([sides[1]["time"]] * 3),
-                   pa.concat_arrays([sides[1]["g"]] * 3)],
-                  names=[*names, "slot", "ri", "rt", "rg"])
-    j = lt.join(rt, keys=[*names, "slot"], join_type="inner", use_threads=False)
-    li, ri = j.column("li").to_numpy(), j.column("ri").to_numpy()
-    dt = j.column("lt").to_numpy() - j.column("rt").to_numpy()
-    keep = (np.abs(dt) <= band) & ((j.column("lg").to_numpy() >= 0) |
-                                    (j.column("rg").to_numpy() >= 0))
-    return li[keep].astype(np.int64), ri[keep].astype(np.int64)
+    # Sort-merge band join: each key (the pair's codes in one dictionary per attribute)
+    # and time make one int64, ``code * span + time``, with room of a band on either
+    # side of every time; a left tuple's partners are then the right tuples between
+    # (code, time - band) and (code, time + band) in that order: two binary searches.
+    codes, n_codes = _codes(lk, rk)
+    lt, rt = sides[0]["time"].to_numpy(), sides[1]["time"].to_numpy()
+    t0 = min(int(lt.min()), int(rt.min())) - band - 1
+    span = max(int(lt.max()), int(rt.max())) - t0 + band + 1
+    if n_codes * span >= 2**62:
+        raise Fallback("join keys and times too wide for one int64")
+    lcode, rcode = codes[:nl], codes[nl:]
+    rkey = rcode * span + (rt - t0)
+    r_order = np.argsort(rkey, kind="stable")
+    rkey = rkey[r_order]
+    lkey = lcode * span + (lt - t0)
+    lo = np.searchsorted(rkey, lkey - band, side="left")
+    hi = np.searchsorted(rkey, lkey + band, side="right")
+    counts = hi - lo
+    total = int(counts.sum())
+    li = np.repeat(np.arange(nl, dtype=np.int64), counts)
+    first = np.repeat(lo - (np.cumsum(counts) - counts), counts)
+    ri = r_order[first + np.arange(total, dtype=np.int64)]
+    new = (sides[0]["g"].to_numpy()[li] >= 0) | (sides[1]["g"].to_numpy()[ri] >= 0)
+    return li[new], ri[new].astype(np.int64)
+
+
+def _codes(lk: list[pa.Array], rk: list[pa.Array]) -> tuple[np.ndarray, int]:
+    """One int64 code per row of the left then the right side: equal iff every key
+    attribute is equal (a dictionary per attribute over both sides)."""
+    codes = np.zeros(len(lk[0]) + len(rk[0]), dtype=np.int64)
+    n = 1
+    for a, b in zip(lk, rk, strict=True):
+        enc = pa.concat_arrays([a, b]).dictionary_encode()
+        size = len(enc.dictionary)
+        if n * size >= 2**62:
+            raise Fallback("too many distinct join keys for one int64")
+        codes = codes * size + enc.indices.to_numpy().astype(np.int64)
+        n *= size
+    return codes, n
 
 
 def _kept(side: dict[str, Any], floor: int, advanced: bool, upto: int | None) -> np.ndarray:

@@ -1,0 +1,152 @@
+"""SUnion's release of a replay step, built as a flow: from spilled Arrow segments as they are.
+
+Role: the head of a vectorized replay. ``SUnion.replay_released`` does a replay step's
+bookkeeping but leaves each bucket released stable as a :class:`~operators.buckets.Released`
+(where its tuples are: spilled chunks, an in-memory list). :func:`released_stream` builds
+the step's output from them: the chunks' rows straight from their memory-mapped segments
+(no Python object per tuple), the in-memory tuples converted, all of a bucket in time order
+(a stable sort: ties keep port, then id, order, as ``release_order`` does) and numbered from
+its first id; the boundaries as marks, a wave ending at each. Anything a flow cannot hold
+(a tentative release, an attribute of mixed types, columns of two types) makes the step
+plain tuples, built exactly as the per-tuple release builds them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from operators.buckets import Released
+from operators.errors import Fallback
+from protocol.tuples import Kind, Schema, Tuple
+from state.spill import Chunk
+
+from .engine import Stream
+from .flow import Flow, Mark, typed_column
+
+__all__ = ["released_stream"]
+
+
+def released_stream(schema: Schema, out: list[Tuple], runs: Sequence[Released]) -> Stream:
+    """The step's output (``out``, with ``runs`` at their places) as a stream."""
+    try:
+        stream = Stream(schema, flow=_flow(schema, out, runs))
+        stream.vectorized = True
+        return stream
+    except Fallback:
+        return Stream(schema, batches=_waves(_tuples(out, runs)))
+
+
+def _flow(schema: Schema, out: list[Tuple], runs: Sequence[Released]) -> Flow:
+    if any(t[0] is not Kind.BOUNDARY or t[1] != 0 for t in out):
+        raise Fallback("a tentative release in the replay step")
+    names = ["time", "tmax", *(f"v{i}" for i in range(len(schema)))]
+    # Every source (a spilled chunk, an in-memory list) in release order, numbered: the
+    # chunks' rows are sliced from their segments, the lists' converted in one go.
+    slices: list[pa.Table] = []
+    rows: list[Tuple] = []
+    keys: list[tuple[bool, int, int, int]] = []  # (spilled, bucket, ordinal, rows)
+    for k, r in enumerate(runs):
+        for sources in r.ports:
+            for src in sources:
+                if isinstance(src, list):
+                    rows += src
+                    keys.append((False, k, len(keys), len(src)))
+                else:
+                    slices.append(_chunk_table(src, r))
+                    keys.append((True, k, len(keys), src.length))
+    sizes = np.zeros(len(runs), dtype=np.int64)
+    for _, k, _, n in keys:
+        sizes[k] += n
+    parts = [t.select(names) for t in slices]
+    if rows:
+        parts.append(_rows_table(schema, rows, names))
+    if not parts:
+        return Flow(tuple(schema), _empty(schema), tuple(_marks(out, runs, sizes)))
+    try:
+        data = pa.concat_tables(parts, promote_options="default").combine_chunks()
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        raise Fallback(f"the replay's columns do not agree: {e}") from None
+    if slices and np.any(pa.concat_tables([t.select(["kind"]) for t in slices])
+                         .column("kind").to_numpy() != 0):
+        raise Fallback("a spilled chunk that is not all stable data")
+    # Rows are in (spilled first, then in-memory) order: per row its bucket and source.
+    ordered = [k for k in keys if k[0]] + [k for k in keys if not k[0]]
+    lengths = np.array([k[3] for k in ordered], dtype=np.int64)
+    bucket = np.repeat(np.array([k[1] for k in ordered], dtype=np.int64), lengths)
+    source = np.repeat(np.array([k[2] for k in ordered], dtype=np.int64), lengths)
+    # A stable sort by time within a bucket of its ports' lists one after the other.
+    order = np.lexsort((source, data.column("time").to_numpy(), bucket))
+    data = data.take(pa.array(order))
+    bucket = bucket[order]
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    first = np.array([r.first_id for r in runs], dtype=np.int64)
+    ids = first[bucket] + (np.arange(len(bucket), dtype=np.int64) - starts[bucket])
+    run_wave = np.array([r.at for r in runs], dtype=np.int64)  # boundaries before it
+    columns = [pa.array(ids), data.column("time"), data.column("tmax"),
+               pa.array(run_wave[bucket]), *(data.column(n) for n in names[2:])]
+    table = pa.table(columns, names=["id", "time", "tmax", "wave", *names[2:]])
+    return Flow(tuple(schema), table, tuple(_marks(out, runs, sizes)))
+
+
+def _marks(out: list[Tuple], runs: Sequence[Released], sizes: np.ndarray) -> list[Mark]:
+    """Each boundary of ``out`` (all boundaries: wave w ends with the w-th) as a mark
+    after the rows of the runs before it."""
+    at = np.array([r.at for r in runs], dtype=np.int64)
+    runs_before = np.searchsorted(at, np.arange(len(out)), side="right")
+    rows_before = np.concatenate([[0], np.cumsum(sizes)])[runs_before]
+    return [Mark(w, int(rows_before[w]), t) for w, t in enumerate(out)]
+
+
+def _empty(schema: Schema) -> pa.Table:
+    return pa.table([pa.array([], pa.int64())] * 4 + [pa.nulls(0)] * len(schema),
+                    names=["id", "time", "tmax", "wave", *(f"v{i}" for i in range(len(schema)))])
+
+
+def _chunk_table(chunk: Chunk, r: Released) -> pa.Table:
+    """A spilled chunk's rows as they are on disk (memory-mapped)."""
+    if r.store is None:
+        raise Fallback("a spilled chunk without its store")
+    table = r.store.read_table(chunk)
+    if table is None:
+        raise Fallback("a spilled attribute of mixed types")
+    return table
+
+
+def _rows_table(schema: Schema, rows: list[Tuple], names: list[str]) -> pa.Table:
+    """In-memory tuples as (time, tmax, v0, ...)."""
+    if any(t[0] is not Kind.STABLE for t in rows):
+        raise Fallback("a tentative tuple in a stable release")
+    _, _, times, tmaxs, values = zip(*rows, strict=True)
+    attrs = list(zip(*values, strict=True)) if schema else []
+    if len(attrs) != len(schema):
+        raise Fallback("a tuple whose arity is not its schema's")
+    cols = [pa.array(times, pa.int64()), pa.array(tmaxs, pa.int64())]
+    cols += [typed_column(list(v), schema[i]) for i, v in enumerate(attrs)]
+    return pa.table(cols, names=names)
+
+
+def _tuples(out: list[Tuple], runs: Sequence[Released]) -> list[Tuple]:
+    """The step's output as tuples: each run's tuples inserted at its place."""
+    result: list[Tuple] = []
+    k = 0
+    for r in runs:
+        result += out[k:r.at]
+        result += r.tuples()
+        k = r.at
+    return result + out[k:]
+
+
+def _waves(released: list[Tuple]) -> list[tuple[int, list[Tuple]]]:
+    """Cut after each boundary, as QueryNetwork._emit does."""
+    waves: list[tuple[int, list[Tuple]]] = []
+    start = 0
+    for k, t in enumerate(released):
+        if t[0] is Kind.BOUNDARY:
+            waves.append((len(waves), released[start:k + 1]))
+            start = k + 1
+    if start < len(released):
+        waves.append((len(waves), released[start:]))
+    return waves
