@@ -69,8 +69,10 @@ def run_join(op: Join, flows: Sequence[Flow], ports: Sequence[int]) -> Flow:
     columns += [c.take(li_a) for c in _values(sides[0], flows[0])]
     columns += [c.take(ri_a) for c in _values(sides[1], flows[1])]
     names = ["id", "time", "tmax", "wave", *(f"v{i}" for i in range(len(columns) - 4))]
-    out_marks = [Mark(int(e.wave[g]), int(np.searchsorted(probe, g)), boundary(b))
-                 for g, b in marks.emitted]
+    emitted_g = np.array([g for g, _ in marks.emitted], dtype=np.int64)
+    rows_before = np.searchsorted(probe, emitted_g).tolist()
+    out_marks = [Mark(int(e.wave[g]), at, boundary(b))
+                 for (g, b), at in zip(marks.emitted, rows_before, strict=True)]
     out = Flow(op.output_schema, pa.table(columns, names=names), tuple(out_marks))
     # The state and bookkeeping the per-tuple join would have now.
     f = _last_call(e) if e.n else 0

@@ -117,9 +117,9 @@ def _chunk_table(chunk: Chunk, r: Released) -> pa.Table:
 
 def _rows_table(schema: Schema, rows: list[Tuple], names: list[str]) -> pa.Table:
     """In-memory tuples as (time, tmax, v0, ...)."""
-    if any(t[0] is not Kind.STABLE for t in rows):
+    kinds, _, times, tmaxs, values = zip(*rows, strict=True)
+    if set(kinds) != {Kind.STABLE}:
         raise Fallback("a tentative tuple in a stable release")
-    _, _, times, tmaxs, values = zip(*rows, strict=True)
     attrs = list(zip(*values, strict=True)) if schema else []
     if len(attrs) != len(schema):
         raise Fallback("a tuple whose arity is not its schema's")
