@@ -272,6 +272,15 @@ def _parser() -> argparse.ArgumentParser:
     brec.add_argument("--failures", type=int, default=2, help="failure episodes per run")
     brec.add_argument("--config", type=Path, default=None, metavar="CLUSTER.toml",
                       help="default: examples/basic.toml")
+    brep = which.add_parser(
+        "replay", help="a reconciliation's replay per tuple (inproc) vs vectorized, per size")
+    brep.add_argument("--sizes", type=_sizes, default=(10**4, 10**5, 10**6), metavar="N,N,...",
+                      help="input tuples the replay re-releases (default 1e4,1e5,1e6)")
+    brep.add_argument("--config", type=Path, default=None, metavar="CLUSTER.toml",
+                      help="default: examples/basic.toml")
+    brep.add_argument("--node", default=None, help="the node to replay (default: the first)")
+    brep.add_argument("--step", type=int, default=100,
+                      help="SUnion buckets per replay step (default 100)")
     return p
 
 
@@ -404,6 +413,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_reconcile_bench(args.sizes, check_max=args.check_max, keep=args.keep,
                                        config=args.config or DEFAULT_CONFIG,
                                        failures=args.failures)
+        if args.command == "bench" and args.which == "replay":
+            from ops_scripts.bench.replay import run_replay_bench
+            from ops_scripts.examples import EXAMPLES
+
+            return run_replay_bench(args.sizes, args.config or EXAMPLES / "basic.toml",
+                                    args.node, step=args.step)
         if args.command == "bench" and args.which == "failover":
             from ops_scripts.bench.failover import run_failover_bench
 

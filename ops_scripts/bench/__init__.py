@@ -11,7 +11,10 @@
 * ``failover.py``: ``dpc bench failover``, a real cluster: the time from a fault of the
   replica a client reads to the client's next new result;
 * ``peers.py``: ``dpc bench peers``, the core query through our operators, Bytewax and
-  Flink SQL (PyFlink), each when installed.
+  Flink SQL (PyFlink), each when installed;
+* ``reconcile.py``: ``dpc bench reconcile``, ``dpc reconcile`` (Spark) against ``dpc check``;
+* ``replay.py``: ``dpc bench replay``, a reconciliation's replay per tuple against
+  vectorized, per size.
 """
 
 from ops_scripts.bench.core import run_core_bench
