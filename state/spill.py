@@ -145,21 +145,25 @@ class SpillStore:
         if not runs or not all(runs):
             raise StateError(f"spill {self.name}: every run to spill must hold tuples")
         rows = [t for run in runs for t in run]
-        arity = max(len(t[4]) for t in rows)  # control tuples carry no values: null cells
-        columns: list[Any] = [
-            pa.array([int(t[0]) for t in rows], pa.int8()),
-            *(pa.array([t[c] for t in rows], pa.int64()) for c in (1, 2, 3)),
-        ]
+        # Transposed in C (zip): a Python loop per tuple and column cost 1.3 µs a tuple.
+        kinds, ids, times, tmaxs, values = zip(*rows, strict=True)
+        lengths = set(map(len, values))
+        arity = max(lengths)  # control tuples carry no values: null cells
+        columns: list[Any] = [pa.array(kinds, pa.int8()),
+                              *(pa.array(c, pa.int64()) for c in (ids, times, tmaxs))]
         fields = [pa.field(n, a.type) for n, a in zip(("kind", "id", "time", "tmax"), columns,
                                                        strict=True)]
         json_cols: set[int] = set()
-        short = [t for t in rows if len(t[4]) != arity and (t[4] or t[0] <= _LAST_DATA_KIND)]
-        if short:
-            raise StateError(f"spill {self.name}: tuple id {short[0][1]} has "
-                             f"{len(short[0][4])} values where others have {arity}")
-        for c in range(arity):
-            values = [t[4][c] if t[4] else None for t in rows]
-            array, is_json = _column(values, f"spill {self.name}: value {c}")
+        if len(lengths) == 1:
+            attrs: list[Sequence[Any]] = list(zip(*values, strict=True)) if arity else []
+        else:
+            short = [t for t in rows if len(t[4]) != arity and (t[4] or t[0] <= _LAST_DATA_KIND)]
+            if short:
+                raise StateError(f"spill {self.name}: tuple id {short[0][1]} has "
+                                 f"{len(short[0][4])} values where others have {arity}")
+            attrs = [[v[c] if v else None for v in values] for c in range(arity)]
+        for c, column in enumerate(attrs):
+            array, is_json = _column(list(column), f"spill {self.name}: value {c}")
             columns.append(array)
             fields.append(pa.field(f"v{c}", array.type,
                                    metadata={b"dpc": _JSON} if is_json else None))
@@ -174,7 +178,7 @@ class SpillStore:
         self._segments[path] = segment
         chunks, offset = [], 0
         for run in runs:
-            n_tent = sum(1 for t in run if t[0] is Kind.TENTATIVE)
+            n_tent = kinds[offset:offset + len(run)].count(Kind.TENTATIVE)  # (C, not a loop)
             chunks.append(Chunk(segment, offset, len(run), run[0][1], run[-1][1], n_tent))
             offset += len(run)
         self._tuples += len(rows)
@@ -320,7 +324,7 @@ def _column(values: list[Any], where: str) -> tuple[Any, bool]:
     """An exact Arrow array for one attribute's values, and whether it is orjson text."""
     import pyarrow as pa
 
-    types = {type(v) for v in values} - {type(None)}
+    types = set(map(type, values)) - {type(None)}
     exact = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_()}
     if len(types) == 1 and (t := types.pop()) in exact:
         try:
