@@ -36,6 +36,8 @@ The format (``examples/README.md`` has the long version)::
                                # while reconciling (fewer when a turn took > interval/5)
     buffer_memory = 256.0      # MiB of input the SUnions keep in memory for a replay; a
                                # long failure's rest goes to disk (<run dir>/replicas/<name>/spill)
+    replay_engine = "auto"     # "inproc" | "vectorized" | "auto": vectorized from
+    vectorized_from = 1000000  # input tuples to replay (a replica may set its own engine)
 
     [sources.s1]
     schema = ["key", "value"]  # non-empty, distinct names
@@ -123,6 +125,7 @@ from node.config.read import MISSING, NAME_RE, US, Table, config_error
 from node.errors import ConfigError
 from operators import OPERATORS  # the package import registers every operator type
 from operators.errors import SpecError
+from operators.network import ENGINES
 from operators.spec import OperatorSpec
 from protocol.tuples import Schema
 
@@ -142,6 +145,7 @@ DEFAULT_SETTINGS = NodeSettings(
     stabilization="process",
 )
 _MAX_HEARTBEAT = 100_000  # the paper's 100 ms
+REPLAY_ENGINES = (*ENGINES, "auto")
 
 
 def load_config(path: str | Path) -> ClusterConfig:
@@ -286,6 +290,8 @@ def _settings(t: Table, base: NodeSettings) -> NodeSettings:
         ),
         fault_tolerance=t.boolean("fault_tolerance", base.fault_tolerance),
         buffer_memory=_buffer_memory(t, base.buffer_memory),
+        replay_engine=t.string("replay_engine", base.replay_engine, choices=REPLAY_ENGINES),
+        vectorized_from=t.integer("vectorized_from", base.vectorized_from, lo=0),
     )
 
 
@@ -473,6 +479,8 @@ def _replica(t: Table, node: str) -> ReplicaConfig:
         host=t.string("host", DEFAULT_HOST, nonempty=True),
         data_port=t.integer("data_port", lo=1, hi=65535),
         control_port=t.integer("control_port", lo=1, hi=65535),
+        replay_engine=(t.string("replay_engine", choices=REPLAY_ENGINES)
+                       if t.has("replay_engine") else None),
     )
     t.finish()
     return r

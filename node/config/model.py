@@ -47,6 +47,8 @@ class ReplicaConfig:
     host: str
     data_port: int
     control_port: int
+    #: This replica's ``replay_engine``, overriding its node's (None: the node's).
+    replay_engine: str | None = None
 
 
 #: ``buffer_memory``'s default: 256 MiB, about a million tuples of the basic example's
@@ -76,6 +78,12 @@ class NodeSettings:
     #: Bytes of input a replica's SUnions keep in memory for a replay; the rest goes to
     #: Arrow IPC segments in its run directory (operators/buckets.py, state/spill.py).
     buffer_memory: int = DEFAULT_BUFFER_MEMORY
+    #: How a reconciliation's replay runs (operators/network.py ENGINES, or "auto": the
+    #: vectorized engine once the replay re-releases ``vectorized_from`` input tuples).
+    replay_engine: str = "auto"
+    #: ``dpc bench replay`` on 2 cores (README): vectorized beats per tuple from about a
+    #: million tuples, most of them spilled; below, building columns costs what it saves.
+    vectorized_from: int = 1_000_000
 
     @property
     def wait(self) -> int:

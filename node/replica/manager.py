@@ -78,7 +78,12 @@ from protocol.messages import ReconcileGrant, ReconcileRefuse, ReconcileRequest
 from protocol.tuples import Kind
 from state.checkpoint import Checkpoint, CheckpointStore
 
-__all__ = ["Emit", "Manager", "Partner", "next_replay_step", "policy_of"]
+__all__ = ["Emit", "Manager", "Partner", "choose_engine", "next_replay_step", "policy_of"]
+
+#: A vectorized replay step may re-release this many times ``replay_step`` buckets: its
+#: cost is mostly per step (building columns), so it gains with size; the time budget
+#: still bounds every step (``next_replay_step``).
+VECTORIZED_STEP_FACTOR = 10
 
 Emit = Callable[[NetworkOutput, int], None]
 
@@ -93,6 +98,14 @@ def next_replay_step(step: int, took: int, budget: int, cap: int) -> int:
     if 2 * took < budget:
         return min(cap, 2 * step)
     return step
+
+
+def choose_engine(setting: str, to_replay: int, vectorized_from: int) -> str:
+    """The replay engine for a reconciliation that re-releases about ``to_replay`` input
+    tuples: the setting itself, or for ``auto`` vectorized from ``vectorized_from`` on."""
+    if setting != "auto":
+        return setting
+    return "vectorized" if to_replay >= vectorized_from else "inproc"
 
 
 def policy_of(node: NodeConfig, replica: str) -> cm.Policy:
@@ -136,6 +149,8 @@ class Manager:
         log: logging.Logger,
         replay_step: int | None = None,
         replay_budget: int | None = None,
+        replay_engine: str = "inproc",
+        vectorized_from: int = 0,
         on_state: Callable[[cm.State, int], None] | None = None,
         mutation: Mutation | None = None,
     ) -> None:
@@ -147,6 +162,8 @@ class Manager:
         network.set_replay_step(replay_step)
         self._step_cap = replay_step
         self._step_budget = replay_budget  # µs a replay step should take at most
+        self._engine_setting, self._vectorized_from = replay_engine, vectorized_from
+        self.engine = "inproc"  # the current (or last) replay's engine
         self.partners = list(partners)
         self.transport = transport
         self._emit = emit
@@ -255,7 +272,9 @@ class Manager:
         """The current (or last) replay: input tuples re-released and to re-release."""
         done, total = self.network.replay_progress()
         return {"in_progress": self._replay is not None, "replayed": done, "to_replay": total,
-                "stalled": not self.replay_gate.is_set()}
+                "stalled": not self.replay_gate.is_set(), "engine": self.engine,
+                # Operator runs of vectorized replays: vectorized, or per tuple where not.
+                "runs": dict(self.network.replay_runs)}
 
     async def run(self) -> None:
         """Serve the network's and the machine's deadlines, forever (until cancelled, or
@@ -369,6 +388,9 @@ class Manager:
             raise NodeError(f"{self.owner}: a failure needs reconciling, but fault tolerance "
                             "is off (fault_tolerance = false: a setting for dpc bench overhead)")
         started = self._now()
+        self.engine = choose_engine(self._engine_setting, self.network.buffered,
+                                    self._vectorized_from)
+        self.network.set_engine(self.engine)
         # Timed steps start with one bucket and grow while they keep well within budget.
         first = 1 if self._step_budget is not None and self._step_cap is not None else self._step_cap
         self.network.set_replay_step(first)
@@ -384,6 +406,8 @@ class Manager:
     async def _replay_rest(self, method: cm.Method, started: int, step: int | None) -> None:
         """The replay's further steps, one per loop turn, then the progress event."""
         steps, cap, budget = 1, self._step_cap, self._step_budget
+        if cap is not None and self.engine == "vectorized":
+            cap *= VECTORIZED_STEP_FACTOR
         took = self._now() - started  # the first step ran in _reconcile
         while self.network.replaying:
             if step is not None and cap is not None and budget is not None:
@@ -404,11 +428,13 @@ class Manager:
         ms = (now - started) / 1000
         self.stats["reconciliations"] += 1
         self.stats["last_reconciliation"] = {
-            "method": method.value, "at_us": started, "input_tuples_to_replay": to_replay,
+            "method": method.value, "engine": self.engine, "at_us": started,
+            "input_tuples_to_replay": to_replay,
             "input_tuples_replayed": replayed, "steps": steps, "duration_ms": round(ms, 3),
         }
-        self._log.warning("%s: reconciled by %s/redo: %d input tuples replayed in %d steps, "
-                          "%.1f ms", self.owner, method.value, replayed, steps, ms)
+        self._log.warning("%s: reconciled by %s/redo, engine %s: %d input tuples replayed in "
+                          "%d steps, %.1f ms", self.owner, method.value, self.engine, replayed,
+                          steps, ms)
         self._progress(now)
 
     def _progress(self, now: int) -> None:

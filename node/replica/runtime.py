@@ -194,6 +194,8 @@ class Replica:
             transport, self._emit, now_us, log=log, replay_step=self.node.settings.replay_step,
             # A replay step leaves room for the heartbeat answers (manager docstring).
             replay_budget=self.node.settings.heartbeat_interval // 5,
+            replay_engine=self.me.replay_engine or self.node.settings.replay_engine,
+            vectorized_from=self.node.settings.vectorized_from,
             on_state=lambda state, at: self._record_state(state.value, at), mutation=mutation,
         )
         self.started = now_us()
@@ -542,6 +544,9 @@ class Replica:
                 "replaying": int(replay["in_progress"]),
                 "replay_replayed_tuples": replay["replayed"],
                 "replay_to_replay_tuples": replay["to_replay"],
+                "replay_vectorized": int(replay["engine"] == "vectorized"),
+                "replay_vectorized_runs": replay["runs"]["vectorized"],
+                "replay_per_tuple_runs": replay["runs"]["per_tuple"],
                 # Tuples behind a boundary their upstream had already promised: bad input.
                 "late_dropped": self.network.late_dropped,
                 # The SUnions' input kept for a replay beyond buffer_memory, on disk.

@@ -7,7 +7,9 @@ each replica's ``/status`` while the scenario plays: the kept tuples in memory n
 the bound, segments are written (the SUnion's kept input and the output buffer's tentative
 tuples), and once the replicas reconciled (the replay reads the segments back, the UNDO and
 the client's acks remove the rest) fewer are held than at the peak, and none once the
-replicas stopped; the run is valid (``dpc check``, identical digests).
+replicas stopped; the run is valid (``dpc check``, identical digests). It runs with each
+replay engine: ``vectorized`` reads the spilled segments back as Arrow tables (its status
+says it ran, and how many operator runs were vectorized).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ source_rate = 300.0
 x = 1.0
 alpha = 0.7
 buffer_memory = 0.046875   # MiB: 48 KiB
+replay_engine = "ENGINE"
 
 [[faults]]
 at = 0.0
@@ -53,9 +56,11 @@ cut = "reset"
 """
 
 
-def test_a_failure_beyond_buffer_memory_spills_and_reconciles_valid(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["inproc", "vectorized"])
+def test_a_failure_beyond_buffer_memory_spills_and_reconciles_valid(tmp_path: Path,
+                                                                     engine: str) -> None:
     path = tmp_path / "spill.toml"
-    path.write_text(SCENARIO)
+    path.write_text(SCENARIO.replace("ENGINE", engine))
     run = tmp_path / "run"
     out = io.StringIO()
     outcome: list[RunOutcome] = []
@@ -70,10 +75,15 @@ def test_a_failure_beyond_buffer_memory_spills_and_reconciles_valid(tmp_path: Pa
         config = load_config(rd.config)
         while player.is_alive():  # sample every replica's gauges for as long as it runs
             for r in ("n1a", "n1b"):
-                g = (fetch_status(config, r, timeout=0.5) or {}).get("gauges")
+                st = fetch_status(config, r, timeout=0.5) or {}
+                g = st.get("gauges")
                 if not g:
                     continue
                 s = seen.setdefault(r, {"segments": 0, "spilled": 0, "over": 0, "limit": 0})
+                last = st["consistency"]["last_reconciliation"]
+                if last:
+                    s["engine"] = last["engine"]
+                    s["vectorized_runs"] = g["replay_vectorized_runs"]
                 s["segments"] = max(s["segments"], g["spill_segments"])
                 s["last_segments"] = g["spill_segments"]
                 s["spilled"] = max(s["spilled"], g["spilled_tuples"])
@@ -94,6 +104,9 @@ def test_a_failure_beyond_buffer_memory_spills_and_reconciles_valid(tmp_path: Pa
         assert s["last_segments"] < s["segments"], (r, s)
         assert s["over"] <= 0, f"{r}: kept tuples in memory exceeded the bound: {s}"
         assert 50 < s["limit"] < 1000, (r, s)  # 48 KiB of tuples of a few hundred bytes
+        assert s.get("engine") == engine, (r, s)  # it reconciled, with that engine
+        # The SUnion's release and the filters and join below it, in every replay step.
+        assert (s["vectorized_runs"] >= 4) == (engine == "vectorized"), (r, s)
         left = [p for p in rd.replica_spill(r).rglob("*") if p.is_file()]
         assert not left, f"{r} stopped and left segments behind: {left}"
     digests = [e for e in read_history(rd.history) if e["event"] == "digest"]

@@ -18,7 +18,14 @@ from node.errors import NodeError
 from node.net.memory import MemoryTransport
 from node.net.transport import Connection
 from node.replica import consistency as cm
-from node.replica.manager import Emit, Manager, Partner, next_replay_step, policy_of
+from node.replica.manager import (
+    Emit,
+    Manager,
+    Partner,
+    choose_engine,
+    next_replay_step,
+    policy_of,
+)
 from node.streams.mutation import Mutation
 from operators import NetworkOutput, QueryNetwork
 from ops_scripts.harness.simulate import DEFAULT_CLUSTER
@@ -414,3 +421,10 @@ def test_on_failure_forgets_released_input_before_every_call_while_stable() -> N
         manager.before_network_call(1, "s1")
         kept[mode] = manager.network.buffered
     assert kept == {cm.Checkpointing.ON_FAILURE: 0, cm.Checkpointing.PERIODIC: 2}
+
+
+def test_auto_replays_vectorized_from_the_threshold_and_a_setting_is_obeyed() -> None:
+    assert choose_engine("auto", 999_999, 1_000_000) == "inproc"
+    assert choose_engine("auto", 1_000_000, 1_000_000) == "vectorized"
+    assert choose_engine("inproc", 10**9, 0) == "inproc"
+    assert choose_engine("vectorized", 0, 10**9) == "vectorized"

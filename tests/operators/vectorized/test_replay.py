@@ -110,5 +110,5 @@ def test_the_scenario_replays_corrections() -> None:
 
 
 def test_an_unknown_engine_is_refused_by_name() -> None:
-    with pytest.raises(OperatorError, match="unknown replay engine 'spark2'.*inproc, vectorized"):
+    with pytest.raises(OperatorError, match=r"unknown replay engine 'spark2'.*inproc, vectorized"):
         QueryNetwork(spec("join", 0)).set_engine("spark2")
