@@ -47,6 +47,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from bisect import bisect_right
+from math import isfinite
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -115,6 +116,23 @@ def _port_undo_cut(log: Sequence[Tuple], ports: list[int], port: int, u: int) ->
         elif candidate is None and kind is BOUNDARY and e[1] == TENTATIVE_BOUNDARY_ID:
             candidate = k
     return candidate
+
+
+def _non_finite(x: Any, path: str) -> str | None:
+    """``"<value> at <path>"`` of the first NaN or infinity in plain data ``x``, or None."""
+    if type(x) is float:
+        return None if isfinite(x) else f"{x!r} at {path}"
+    if isinstance(x, dict):
+        items: Any = x.items()
+    elif isinstance(x, list | tuple):
+        items = enumerate(x)
+    else:
+        return None
+    for k, v in items:
+        found = _non_finite(v, f"{path}[{k!r}]")
+        if found is not None:
+            return found
+    return None
 
 
 def _is_tentative(t: Tuple) -> bool:
@@ -327,8 +345,21 @@ class Operator(ABC):
 
         The result shares nothing with the live operator (a checkpoint must not change
         when processing goes on): it is passed through one orjson round trip, which also
-        proves it encodable. ``snapshot_state`` may therefore return live structures."""
-        return orjson.loads(orjson.dumps(self._snapshot_live()))
+        proves it encodable. ``snapshot_state`` may therefore return live structures.
+
+        orjson writes a NaN or an infinity as null, so a float that overflowed (a sum past
+        1.8e308) would come back None: such a state is refused with an OperatorError
+        naming where the value is (the wire would refuse the result too)."""
+        live = self._snapshot_live()
+        body = orjson.dumps(live)
+        if b"null" in body:  # only then the exact (slower) scan for NaN and infinities
+            where = _non_finite(live, "snapshot")
+            if where is not None:
+                raise OperatorError(
+                    f"{self.describe()}: its state holds {where}: a checkpoint cannot hold it "
+                    "(JSON has no NaN or infinity); a float overflowed or an expression made it"
+                )
+        return orjson.loads(body)
 
     def _snapshot_live(self) -> Plain:
         return {
