@@ -47,8 +47,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from bisect import bisect_right
-from math import isfinite
 from collections.abc import Sequence
+from math import isfinite
 from typing import Any, ClassVar
 
 import orjson
