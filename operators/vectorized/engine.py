@@ -16,17 +16,19 @@ from operators.errors import Fallback
 from operators.filter import Filter
 from operators.join import Join
 from operators.map import Map
+from operators.union import Union
 from protocol.tuples import Schema, Tuple
 
 from .flow import Flow
 from .join import run_join
 from .stateless import run_filter, run_map
+from .union import run_union
 
 __all__ = ["Stream", "run_operator", "run_per_tuple", "run_step"]
 
 _VECTORIZED = {Filter: lambda op, flows, ports: run_filter(op, flows[0]),
                Map: lambda op, flows, ports: run_map(op, flows[0]),
-               Join: run_join}
+               Join: run_join, Union: run_union}
 
 
 class Stream:
@@ -77,15 +79,12 @@ def run_operator(op: Operator, flows: Sequence[Flow], ports: Sequence[int],
                  now: int = 0) -> tuple[Flow | None, list[tuple[int, list[Tuple]]] | None]:
     """``op``'s output for ``flows`` (by port; each wave's batches in ``ports`` order): a
     flow when vectorized, else ``(wave, tuples)`` batches from the per-tuple operator."""
-    try:
-        if type(op) is Filter:
-            return run_filter(op, flows[0]), None
-        if type(op) is Map:
-            return run_map(op, flows[0]), None
-        if type(op) is Join:
-            return run_join(op, flows, ports), None
-    except Fallback:
-        pass
+    fn = _VECTORIZED.get(type(op))
+    if fn is not None:
+        try:
+            return fn(op, flows, ports), None
+        except Fallback:
+            pass  # (op untouched)
     return None, run_per_tuple(op, [f.to_waves() for f in flows], ports, now)
 
 

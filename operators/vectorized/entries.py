@@ -17,12 +17,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from operators.base import Operator, _Marker
+from operators.base import NO_TIME, Operator, _Marker
 from protocol.tuples import Tuple
 
 from .flow import Flow
 
-__all__ = ["Entries", "settle_log"]
+__all__ = ["Entries", "Marks", "Point", "last_call", "settle_log", "walk_marks"]
 
 
 @dataclass
@@ -110,9 +110,9 @@ def settle_log(op: Operator, entries: Entries, outputs_after: Callable[[int], in
     if n == 0:
         return
     if not op.keeps_undo_log:
-        op.seq_base = _last_call(entries) + seq0
+        op.seq_base = last_call(entries) + seq0
         return
-    first = _last_call(entries)
+    first = last_call(entries)
     seq = seq0 + first
     oldest = seq if oldest_before is None else min(oldest_before, seq)
     op._markers = [_Marker(seq, oldest, op.last_id - outputs_after(first), False,
@@ -144,7 +144,7 @@ def settle_log(op: Operator, entries: Entries, outputs_after: Callable[[int], in
     op._log_start_wm = wm
 
 
-def _last_call(entries: Entries) -> int:
+def last_call(entries: Entries) -> int:
     """Global index of the first entry of the last call: the last entry if a boundary,
     else the first of the data run it ends (one port's batch of one wave, up to a mark)."""
     k = entries.n - 1
@@ -156,3 +156,46 @@ def _last_call(entries: Entries) -> int:
         k -= 1
     return k
 
+
+class Point:
+    """The boundary bookkeeping at one point of the step."""
+
+    __slots__ = ("advanced", "sent", "watermarks")
+
+    def __init__(self, watermarks: list[int], sent: int, advanced: bool) -> None:
+        self.watermarks, self.sent, self.advanced = watermarks, sent, advanced
+
+
+class Marks:
+    """A step's boundaries in order: which ones the operator re-emits (its oldest time is
+    its min watermark: a join's, a union's), and the watermarks (and whether one moved)
+    before any entry."""
+
+    def __init__(self, start: Point) -> None:
+        self.points: list[tuple[int, Point]] = [(-1, start)]  # (g of the mark, after it)
+        self.emitted: list[tuple[int, int]] = []  # (g, boundary time)
+
+    @property
+    def final(self) -> Point:
+        return self.points[-1][1]
+
+    def at(self, g: int) -> Point:
+        """The bookkeeping right before entry ``g``."""
+        k = max(i for i, (mg, _) in enumerate(self.points) if mg < g)
+        return self.points[k][1]
+
+
+def walk_marks(op: Operator, e: Entries) -> Marks:
+    wm, sent, advanced = list(op.watermarks), op._boundary_out, False
+    marks = Marks(Point(list(wm), sent, False))
+    for g in np.flatnonzero(e.is_mark):
+        p, time = int(e.port[g]), int(e.mark_time[g])
+        if time <= wm[p]:
+            continue
+        wm[p], advanced = time, True
+        b = min(wm)
+        if b > sent and b > NO_TIME:
+            sent = b
+            marks.emitted.append((int(g), b))
+        marks.points.append((int(g), Point(list(wm), sent, advanced)))
+    return marks

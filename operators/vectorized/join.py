@@ -28,12 +28,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from operators.base import NO_TIME
 from operators.errors import Fallback
 from operators.join import Join
 from protocol.tuples import boundary
 
-from .entries import Entries, _last_call, settle_log
+from .entries import Entries, last_call, settle_log, walk_marks
 from .flow import Flow, Mark, typed_column
 
 __all__ = ["run_join"]
@@ -50,7 +49,7 @@ def run_join(op: Join, flows: Sequence[Flow], ports: Sequence[int]) -> Flow:
         raise Fallback(f"{op.describe()} is tainted")
     seq0, band, last_id0 = op._seq, op.band, op.last_id
     e = Entries.order(flows, ports, seq0)
-    marks = _walk_marks(op, e)
+    marks = walk_marks(op, e)
     _check_not_late(op, flows, e)
     sides = [_side(op, p, flows[p], e, seq0) for p in (0, 1)]
     lpos, rpos = _key_positions(op)
@@ -75,7 +74,7 @@ def run_join(op: Join, flows: Sequence[Flow], ports: Sequence[int]) -> Flow:
                  for (g, b), at in zip(marks.emitted, rows_before, strict=True)]
     out = Flow(op.output_schema, pa.table(columns, names=names), tuple(out_marks))
     # The state and bookkeeping the per-tuple join would have now.
-    f = _last_call(e) if e.n else 0
+    f = last_call(e) if e.n else 0
     before = marks.at(f)
     oldest = _oldest_seq(sides, before.watermarks, band, before.advanced, f, seq0)
     op.last_id = last_id0 + n
@@ -85,49 +84,6 @@ def run_join(op: Join, flows: Sequence[Flow], ports: Sequence[int]) -> Flow:
     settle_log(op, e, lambda g: int(n - np.searchsorted(probe, g)), before.watermarks,
                before.sent, oldest)
     return out
-
-
-class _Point:
-    """The boundary bookkeeping at one point of the step."""
-
-    __slots__ = ("advanced", "sent", "watermarks")
-
-    def __init__(self, watermarks: list[int], sent: int, advanced: bool) -> None:
-        self.watermarks, self.sent, self.advanced = watermarks, sent, advanced
-
-
-class _Marks:
-    """The step's boundaries in order: which ones the join re-emits, and the watermarks
-    (and whether one moved: eviction ran) before any entry."""
-
-    def __init__(self, start: _Point) -> None:
-        self.points: list[tuple[int, _Point]] = [(-1, start)]  # (g of the mark, after it)
-        self.emitted: list[tuple[int, int]] = []  # (g, boundary time)
-
-    @property
-    def final(self) -> _Point:
-        return self.points[-1][1]
-
-    def at(self, g: int) -> _Point:
-        """The bookkeeping right before entry ``g``."""
-        k = max(i for i, (mg, _) in enumerate(self.points) if mg < g)
-        return self.points[k][1]
-
-
-def _walk_marks(op: Join, e: Entries) -> _Marks:
-    wm, sent, advanced = list(op.watermarks), op._boundary_out, False
-    marks = _Marks(_Point(list(wm), sent, False))
-    for g in np.flatnonzero(e.is_mark):
-        p, time = int(e.port[g]), int(e.mark_time[g])
-        if time <= wm[p]:
-            continue
-        wm[p], advanced = time, True
-        b = min(wm)
-        if b > sent and b > NO_TIME:
-            sent = b
-            marks.emitted.append((int(g), b))
-        marks.points.append((int(g), _Point(list(wm), sent, advanced)))
-    return marks
 
 
 def _check_not_late(op: Join, flows: Sequence[Flow], e: Entries) -> None:

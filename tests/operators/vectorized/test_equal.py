@@ -2,7 +2,7 @@
 
 Whatever the waves (SUnion-ordered buckets, each closed by its boundary), the operator's
 state before them (warmed up by earlier waves) and the step they are cut into: the
-vectorized filter, map and join emit exactly the per-tuple operator's tuples (ids, times,
+vectorized filter, map, join and union emit exactly the per-tuple operator's tuples (ids, times,
 tmax, values bit for bit) and boundaries, wave by wave, and leave the operator in exactly
 its state (``snapshot()``, undo log included), so that whatever follows is the same too.
 And the fast path is really taken: these inputs never fall back.
@@ -142,6 +142,27 @@ def test_join_equals_the_per_tuple_join(data: st.DataObject) -> None:
         return op
 
     check_equal(make, [left, right], ports, warm, [SCHEMA, SCHEMA])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_union_equals_the_per_tuple_union(data: st.DataObject) -> None:
+    """Two or three inputs, one lagging a wave or not, in any port order, undo log or not."""
+    n = data.draw(st.integers(1, 8))
+    k = data.draw(st.integers(2, 3))
+    inputs = [data.draw(waves(n, 1000 * p)) for p in range(k)]
+    if data.draw(st.booleans()):
+        inputs[-1] = [(w, b) for w, b in shift(inputs[-1], 1) if w < n]
+    ports = data.draw(st.permutations(range(k)))
+    warm = data.draw(st.integers(0, n))
+    keep_log = data.draw(st.booleans())
+
+    def make() -> Operator:
+        op = create("union", "u", [SCHEMA] * k, {})
+        op.keeps_undo_log = keep_log
+        return op
+
+    check_equal(make, inputs, ports, warm, [SCHEMA] * k)
 
 
 def test_what_cannot_be_exact_falls_back_to_the_per_tuple_result() -> None:
