@@ -78,7 +78,8 @@ from protocol.messages import ReconcileGrant, ReconcileRefuse, ReconcileRequest
 from protocol.tuples import Kind
 from state.checkpoint import Checkpoint, CheckpointStore
 
-__all__ = ["Emit", "Manager", "Partner", "choose_engine", "next_replay_step", "policy_of"]
+__all__ = ["Emit", "Manager", "Partner", "choose_engine", "next_replay_step", "policy_of",
+           "replay_eta"]
 
 #: A vectorized replay step may re-release this many times ``replay_step`` buckets: its
 #: cost is mostly per step (building columns), so it gains with size; the time budget
@@ -98,6 +99,14 @@ def next_replay_step(step: int, took: int, budget: int, cap: int) -> int:
     if 2 * took < budget:
         return min(cap, 2 * step)
     return step
+
+
+def replay_eta(done: int, total: int, elapsed_us: int) -> float | None:
+    """Seconds a replay that re-released ``done`` of ``total`` input tuples in
+    ``elapsed_us`` still needs at that pace; None before it has a pace."""
+    if done <= 0 or elapsed_us <= 0:
+        return None
+    return round(max(0, total - done) * elapsed_us / done / 1e6, 3)
 
 
 def choose_engine(setting: str, to_replay: int, vectorized_from: int) -> str:
@@ -164,6 +173,7 @@ class Manager:
         self._step_budget = replay_budget  # µs a replay step should take at most
         self._engine_setting, self._vectorized_from = replay_engine, vectorized_from
         self.engine = "inproc"  # the current (or last) replay's engine
+        self._replay_started = 0  # when it began (µs)
         self.partners = list(partners)
         self.transport = transport
         self._emit = emit
@@ -271,7 +281,9 @@ class Manager:
     def replay_progress(self) -> dict[str, Any]:
         """The current (or last) replay: input tuples re-released and to re-release."""
         done, total = self.network.replay_progress()
-        return {"in_progress": self._replay is not None, "replayed": done, "to_replay": total,
+        running = self._replay is not None
+        eta = replay_eta(done, total, self._now() - self._replay_started) if running else None
+        return {"in_progress": running, "replayed": done, "to_replay": total, "eta_s": eta,
                 "stalled": not self.replay_gate.is_set(), "engine": self.engine,
                 # Operator runs of vectorized replays: vectorized, or per tuple where not.
                 "runs": dict(self.network.replay_runs)}
@@ -387,7 +399,7 @@ class Manager:
         if self.machine.policy.checkpointing is cm.Checkpointing.OFF:
             raise NodeError(f"{self.owner}: a failure needs reconciling, but fault tolerance "
                             "is off (fault_tolerance = false: a setting for dpc bench overhead)")
-        started = self._now()
+        started = self._replay_started = self._now()
         self.engine = choose_engine(self._engine_setting, self.network.buffered,
                                     self._vectorized_from)
         self.network.set_engine(self.engine)

@@ -544,6 +544,8 @@ class Replica:
                 "replaying": int(replay["in_progress"]),
                 "replay_replayed_tuples": replay["replayed"],
                 "replay_to_replay_tuples": replay["to_replay"],
+                # At the pace so far; -1 while no replay is under way (or has no pace yet).
+                "replay_eta_seconds": -1 if replay["eta_s"] is None else replay["eta_s"],
                 "replay_vectorized": int(replay["engine"] == "vectorized"),
                 "replay_vectorized_runs": replay["runs"]["vectorized"],
                 "replay_per_tuple_runs": replay["runs"]["per_tuple"],

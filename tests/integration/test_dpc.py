@@ -365,6 +365,7 @@ def test_a_failure_that_starts_during_stabilization(cluster: Any, tmp_path: Path
     assert reconciling is not None
     replay = c.status(reconciling)["consistency"]["replay"]
     assert replay["in_progress"] and 0 < replay["replayed"] < replay["to_replay"], replay
+    assert replay["eta_s"] > 0 and replay["engine"] == "inproc", replay  # (auto, small)
     c.cut(["s2"])  # the new failure, while `reconciling` is stalled in STABILIZATION
     # Hold the replay longer than alpha*X, so that buckets held since it began expire.
     wait_for(lambda: c.status(reconciling)["time_in_state_s"] > ALPHA * X + 0.2, 10,

@@ -25,6 +25,7 @@ from node.replica.manager import (
     choose_engine,
     next_replay_step,
     policy_of,
+    replay_eta,
 )
 from node.streams.mutation import Mutation
 from operators import NetworkOutput, QueryNetwork
@@ -428,3 +429,10 @@ def test_auto_replays_vectorized_from_the_threshold_and_a_setting_is_obeyed() ->
     assert choose_engine("auto", 1_000_000, 1_000_000) == "vectorized"
     assert choose_engine("inproc", 10**9, 0) == "inproc"
     assert choose_engine("vectorized", 0, 10**9) == "vectorized"
+
+
+def test_a_replays_eta_is_what_is_left_at_the_pace_so_far() -> None:
+    assert replay_eta(250_000, 1_000_000, 2_000_000) == 6.0  # a quarter in 2 s: 6 s left
+    assert replay_eta(1_000_000, 1_000_000, 9_000_000) == 0.0
+    assert replay_eta(0, 1_000_000, 2_000_000) is None  # no pace yet
+    assert replay_eta(10, 5, 1_000) == 0.0  # (corrections made it longer than announced)
