@@ -1,6 +1,6 @@
 """One operator over a step's flows: vectorized where it can be, per tuple where not.
 
-Role: the vectorized replay's dispatch. :func:`run_operator` hands a step's input flows to
+Role: the vectorized replay's dispatch. :func:`run_step` hands a step's input flows to
 the operator's vectorized implementation (filter, map, join) and, when there is none or it
 raised :class:`Fallback` (which leaves the operator untouched), runs the per-tuple
 operator itself wave by wave, exactly as the query network would: so any operator, in any
@@ -77,15 +77,10 @@ def run_step(op: Operator, inputs: Sequence[Stream], ports: Sequence[int], now: 
 
 def run_operator(op: Operator, flows: Sequence[Flow], ports: Sequence[int],
                  now: int = 0) -> tuple[Flow | None, list[tuple[int, list[Tuple]]] | None]:
-    """``op``'s output for ``flows`` (by port; each wave's batches in ``ports`` order): a
-    flow when vectorized, else ``(wave, tuples)`` batches from the per-tuple operator."""
-    fn = _VECTORIZED.get(type(op))
-    if fn is not None:
-        try:
-            return fn(op, flows, ports), None
-        except Fallback:
-            pass  # (op untouched)
-    return None, run_per_tuple(op, [f.to_waves() for f in flows], ports, now)
+    """:func:`run_step` over flows: ``(flow, None)`` when vectorized, else ``(None,
+    batches)`` from the per-tuple operator (which of the two ran, for the tests)."""
+    out = run_step(op, [Stream(f.schema, flow=f) for f in flows], ports, now)
+    return (out.flow(), None) if out.vectorized else (None, out.batches())
 
 
 def run_per_tuple(op: Operator, waves: Sequence[Sequence[tuple[int, Sequence[Tuple]]]],

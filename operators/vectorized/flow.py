@@ -29,7 +29,7 @@ import pyarrow as pa
 from operators.errors import Fallback
 from protocol.tuples import Kind, Schema, Tuple
 
-__all__ = ["Flow", "Mark"]
+__all__ = ["Flow", "Mark", "transpose", "typed_column"]
 
 _KEYS = ("id", "time", "tmax", "wave")
 _TYPES = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_()}
@@ -61,9 +61,6 @@ class Flow:
         """The attribute columns, in schema order."""
         return [self.data.column(4 + i) for i in range(len(self.schema))]
 
-    def column(self, name: str) -> Any:
-        return self.data.column(name)
-
     @classmethod
     def from_waves(cls, schema: Schema, waves: Sequence[tuple[int, Sequence[Tuple]]]) -> Flow:
         """The flow of ``(wave, tuples)`` batches, in order; :class:`Fallback` when the
@@ -88,17 +85,9 @@ class Flow:
                   marks: Sequence[Mark] = ()) -> Flow:
         """The flow of STABLE data ``rows`` (each in the wave of the same index) and
         ``marks``; :class:`Fallback` if a column is not of one Python type."""
-        if rows:
-            _, ids, times, tmaxs, values = zip(*rows, strict=True)  # transposed in C
-            attrs = list(zip(*values, strict=True))
-            if len(attrs) != len(schema) or any(len(v) != len(schema) for v in values):
-                raise Fallback("a tuple whose arity is not its schema's")
-        else:
-            ids = times = tmaxs = ()
-            attrs = [() for _ in schema]
+        _, ids, times, tmaxs, attrs = transpose(schema, rows)
         cols: list[Any] = [pa.array(ids, pa.int64()), pa.array(times, pa.int64()),
-                           pa.array(tmaxs, pa.int64()), pa.array(waves, pa.int64())]
-        cols += [typed_column(list(v), schema[i]) for i, v in enumerate(attrs)]
+                           pa.array(tmaxs, pa.int64()), pa.array(waves, pa.int64()), *attrs]
         names = [*_KEYS, *(f"v{i}" for i in range(len(schema)))]
         return cls(tuple(schema), pa.table(cols, names=names), tuple(marks))
 
@@ -137,6 +126,22 @@ class Flow:
         for mark in marks[m:]:
             add(mark.wave, [mark.tuple])
         return out
+
+
+def transpose(schema: Schema, rows: Sequence[Tuple]) -> tuple[Sequence[Any], Sequence[int],
+                                                              Sequence[int], Sequence[int],
+                                                              list[pa.Array]]:
+    """``rows``' kinds, ids, times and tmaxs (transposed in C), and their attributes as
+    typed columns; :class:`Fallback` if a tuple's arity is not the schema's or a column is
+    not of one Python type."""
+    if not rows:
+        return (), (), (), (), [pa.nulls(0) for _ in schema]
+    kinds, ids, times, tmaxs, values = zip(*rows, strict=True)
+    if set(map(len, values)) != {len(schema)}:
+        raise Fallback("a tuple whose arity is not its schema's")
+    attrs = zip(*values, strict=True) if schema else ()
+    return kinds, ids, times, tmaxs, [typed_column(list(v), schema[i])
+                                      for i, v in enumerate(attrs)]
 
 
 def typed_column(values: list[Any], name: str) -> pa.Array:

@@ -116,7 +116,7 @@ def _side(op: Join, p: int, flow: Flow, e: Entries, seq0: int) -> dict[str, Any]
     }
     for i, (old, new) in enumerate(zip(old_values, flow.attributes(), strict=True)):
         side[f"v{i}"] = _concat(op, old, new.combine_chunks(), schema[i])
-    side["n_old"] = len(stored)
+    side["arity"] = len(schema)
     for k in ("g", "time", "tmax"):
         side[k] = side[k].combine_chunks()
     return side
@@ -226,8 +226,7 @@ def _state(sides: list[dict[str, Any]], wm: list[int], band: int, advanced: bool
         idx = idx[np.argsort(side["g"].to_numpy()[idx], kind="stable")]
         take = pa.array(idx, pa.int64())
         cols = [side[k].take(take).to_pylist() for k in ("time", "tmax", "g")]
-        values = [side[f"v{i}"].take(take).to_pylist()
-                  for i in range(len([k for k in side if k.startswith("v")]))]
+        values = [side[f"v{i}"].take(take).to_pylist() for i in range(side["arity"])]
         rows = list(zip(*values, strict=True)) if values else [()] * len(idx)
         state.append([[t, m, list(v), g + seq0]
                       for t, m, v, g in zip(cols[0], cols[1], rows, cols[2], strict=True)])

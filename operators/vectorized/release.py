@@ -24,7 +24,7 @@ from protocol.tuples import Kind, Schema, Tuple
 from state.spill import Chunk
 
 from .engine import Stream
-from .flow import Flow, Mark, typed_column
+from .flow import Flow, Mark, transpose
 
 __all__ = ["released_stream"]
 
@@ -117,15 +117,11 @@ def _chunk_table(chunk: Chunk, r: Released) -> pa.Table:
 
 def _rows_table(schema: Schema, rows: list[Tuple], names: list[str]) -> pa.Table:
     """In-memory tuples as (time, tmax, v0, ...)."""
-    kinds, _, times, tmaxs, values = zip(*rows, strict=True)
+    kinds, _, times, tmaxs, attrs = transpose(schema, rows)
     if set(kinds) != {Kind.STABLE}:
         raise Fallback("a tentative tuple in a stable release")
-    attrs = list(zip(*values, strict=True)) if schema else []
-    if len(attrs) != len(schema):
-        raise Fallback("a tuple whose arity is not its schema's")
-    cols = [pa.array(times, pa.int64()), pa.array(tmaxs, pa.int64())]
-    cols += [typed_column(list(v), schema[i]) for i, v in enumerate(attrs)]
-    return pa.table(cols, names=names)
+    return pa.table([pa.array(times, pa.int64()), pa.array(tmaxs, pa.int64()), *attrs],
+                    names=names)
 
 
 def _tuples(out: list[Tuple], runs: Sequence[Released]) -> list[Tuple]:

@@ -181,3 +181,13 @@ def test_a_column_of_mixed_types_is_no_flow() -> None:
     with pytest.raises(Fallback, match="types int, str"):
         Flow.from_waves(SCHEMA, [(0, [make_tuple(Kind.STABLE, 1, 1, 1, (1, 2, 0.5)),
                                       make_tuple(Kind.STABLE, 2, 2, 2, ("a", 3, 0.5))])])
+
+
+def test_a_tuple_of_the_wrong_arity_is_no_flow() -> None:
+    """(The per-tuple operator then says what is wrong with it.) Tuples of two arities
+    once escaped as a ValueError from the transposition."""
+    for rows in ([make_tuple(Kind.STABLE, 1, 1, 1, (1, 2))],
+                 [make_tuple(Kind.STABLE, 1, 1, 1, (1, 2, 0.5)),
+                  make_tuple(Kind.STABLE, 2, 2, 2, (1, 2))]):
+        with pytest.raises(Fallback, match="arity"):
+            Flow.from_waves(SCHEMA, [(0, rows)])
