@@ -193,8 +193,23 @@ def drain_streams(procs: list[Launched], rd: RunDir, *, out: TextIO = sys.stdout
         if p.kind == "source" and p.proc.poll() is None:
             p.proc.send_signal(signal.SIGUSR1)  # end your stream, keep serving
     names = clients if clients is not None else [p.name for p in procs if p.kind == "client"]
+    start = time.monotonic()
     drained = wait_until(lambda: all(rd.is_done(c) for c in names), DRAIN_TIMEOUT, [])
     print(f"  drain: {'every client saw the end of its stream' if drained else 'TIMED OUT'}", file=out)
+    # A replica no client read from may still be catching up (a source's restart had it
+    # resubscribe behind its partner): stopped now, its output would lack its last tuples
+    # and dpc check call it unconverged. Wait, within the same bound, until each running
+    # replica released the end of stream too (what `dpc run`'s digests wait for).
+    replicas = [p.name for p in procs if p.kind == "replica" and p.proc.poll() is None]
+    if drained and replicas and rd.config.exists():
+        from node.config.load import load_config
+
+        config = load_config(rd.config)
+        left = max(0.0, DRAIN_TIMEOUT - (time.monotonic() - start))
+        if not wait_until(lambda: all((fetch_status(config, r) or {}).get("ended")
+                                      for r in replicas), left, []):
+            print(f"  drain: not every replica released the end of stream ({', '.join(replicas)})",
+                  file=out)
     return drained
 
 
