@@ -17,11 +17,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import count, repeat
 from operator import itemgetter
+from typing import TypeVar
 
 from protocol.tuples import Kind, Tuple
-from state.spill import Chunk, SpillStats, SpillStore, estimate_tuple_bytes
+from state.spill import Chunk, ChunkReader, SpillStats, SpillStore, estimate_tuple_bytes
 
 from .errors import OperatorError
+
+R = TypeVar("R", bound=ChunkReader)
 
 __all__ = ["Bucket", "Released", "Spiller", "release_order"]
 
@@ -132,7 +135,7 @@ class Released:
     at: int
     first_id: int
     ports: list[list[Chunk | list[Tuple]]]
-    store: SpillStore | None
+    store: ChunkReader | None
 
     def tuples(self) -> list[Tuple]:
         """The bucket's tuples, as the per-tuple release builds them."""
@@ -143,7 +146,7 @@ class Released:
         return list(release_order(items, Kind.STABLE, self.first_id))
 
 
-def _needed(store: SpillStore | None) -> SpillStore:
+def _needed(store: R | None) -> R:
     """The store a spilled bucket's chunks are in (SUnion passes its spiller's)."""
     if store is None:
         raise OperatorError("a bucket holds spilled tuples but no spill store was given")

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from protocol.tuples import Kind, Schema, Tuple, make_tuple
 from state.checkpoint import restore_checkpoint
@@ -48,13 +48,19 @@ from .reconciliation import OutputGuard, Rewindable, Serializer
 from .registry import create
 from .spec import NetworkSpec
 
+if TYPE_CHECKING:  # (pyarrow: imported at the first vectorized replay)
+    from .vectorized.engine import Stream
+    from .vectorized.remote import ChainJob, ChainResult
+
 __all__ = ["ENGINES", "NetworkOutput", "QueryNetwork"]
 
 _KIND = itemgetter(0)
 #: How a reconciliation's replay runs the operators below an SUnion: ``inproc`` wave by
 #: wave, per tuple; ``vectorized`` every wave of a replay step at once, over Arrow
-#: (operators/vectorized/: the same output and state, per tuple where it cannot be exact).
-ENGINES = ("inproc", "vectorized")
+#: (operators/vectorized/: the same output and state, per tuple where it cannot be exact);
+#: ``spark`` the vectorized code in a Spark task (the runtime drives it through
+#: :meth:`QueryNetwork.replay_remote`; :meth:`QueryNetwork.replay` runs it vectorized here).
+ENGINES = ("inproc", "vectorized", "spark")
 _SERIALIZER = "sunion"
 _EXIT = "soutput"
 
@@ -77,6 +83,7 @@ class QueryNetwork:
         if not isinstance(spec, NetworkSpec):
             spec = NetworkSpec.from_dict(spec)
         self.spec = spec
+        self.undo_logs = undo_logs
         order = _topological_order(spec)
         by_name = {o.name: o for o in spec.operators}
         schemas: dict[str, Schema] = dict(spec.inputs)
@@ -348,7 +355,7 @@ class QueryNetwork:
 
     def _replay(self, now: int) -> None:
         for idx, s in self._serializers:
-            if self.engine == "vectorized" and self._vectorizable(idx):
+            if self.engine != "inproc" and self._vectorizable(idx):
                 self._replay_vectorized(idx, *s.replay_released(now))
             else:
                 self._emit(idx, s.replay(now))
@@ -369,24 +376,116 @@ class QueryNetwork:
         release is built as columns (spilled buckets straight from disk), and each operator
         below the SUnion runs once over all the waves (operators/vectorized/)."""
         # pyarrow: imported at the first vectorized replay, not with the network
-        from .vectorized.engine import Stream, run_step
         from .vectorized.release import released_stream
 
         sunion = self.operators[idx]
         self._drain_signals(sunion)
-        streams = {sunion.name: released_stream(sunion.output_schema, released, runs)}
-        self.replay_runs["vectorized" if streams[sunion.name].vectorized else "per_tuple"] += 1
+        head = released_stream(sunion.output_schema, released, runs)
+        self.replay_runs["vectorized" if head.vectorized else "per_tuple"] += 1
+        self._run_below(idx, {sunion.name: head}, guards=True)
+
+    def _run_below(self, idx: int, streams: dict[str, Stream], guards: bool) -> None:
+        """Every operator below SUnion ``idx`` with an input in ``streams`` (a stream per
+        name, extended with each one's output) runs once over its step's streams, in
+        topological order; SOutputs only if ``guards`` (a remote replay runs them where
+        the node's output buffers are: :meth:`finish_remote`)."""
+        from .vectorized.engine import Stream, run_step
+
         for c in range(idx + 1, len(self.operators)):
             inputs = self._inputs[c]
-            if not any(i in streams for i in inputs):
-                continue
             op = self.operators[c]
+            if not any(i in streams for i in inputs) or (
+                    not guards and isinstance(op, OutputGuard)):
+                continue
             step = [streams.get(i) or Stream(self.schemas[i], batches=[]) for i in inputs]
             streams[op.name] = out = run_step(op, step, self._port_order(c), self._now)
             self.replay_runs["vectorized" if out.vectorized else "per_tuple"] += 1
             self._drain_signals(op)
             if op.name in self._output_set:
                 self._result.outputs[op.name].extend(out.tuples())
+
+    # ------------------------------------------------------- replay elsewhere (Spark)
+    def replay_remote(self, now: int) -> tuple[NetworkOutput, list[ChainJob]]:
+        """One replay step whose operator runs below each SUnion go elsewhere (a Spark
+        task: node/spark/): every SUnion re-releases what it may, as :meth:`replay` does;
+        what a SUnion with another below it releases runs here (its output is returned
+        now), every other's becomes a :class:`~operators.vectorized.remote.ChainJob`: the
+        operators below it (SOutputs excepted) by spec and snapshot, and the release (its
+        spilled chunks by path). Pass the jobs' results to :meth:`finish_remote`; nothing
+        else may run the network in between (the manager's input gate holds new input)."""
+        from .vectorized.remote import ChainJob
+
+        self._begin(now)
+        jobs: list[ChainJob] = []
+        for idx, s in self._serializers:
+            if not self._vectorizable(idx):
+                self._emit(idx, s.replay(now))
+                continue
+            released, runs = s.replay_released(now)
+            self._drain_signals(s)
+            below = [op.name for c, op in enumerate(self.operators)
+                     if c > idx and self._below(idx, c) and not isinstance(op, OutputGuard)]
+            jobs.append(ChainJob.of(self.spec, self.undo_logs, s.name, below,
+                                    {n: self.operator(n).snapshot() for n in below},
+                                    released, runs, now))
+        return self._finish(), jobs
+
+    def finish_remote(self, jobs: Sequence[ChainJob], results: Sequence[ChainResult],
+                      now: int) -> NetworkOutput:
+        """The replay step of :meth:`replay_remote` with its jobs' results: each
+        operator that ran elsewhere takes its state from there, and the SOutputs below
+        run here over the streams the job gave back."""
+        self._begin(now)
+        for job, result in zip(jobs, results, strict=True):
+            for name, snap in result.snapshots.items():
+                op = self.operator(name)
+                op.restore(snap)
+                op.now = now
+            for k, n in result.runs.items():
+                self.replay_runs[k] += n
+            self._result.signals.extend(result.signals)
+            idx = self._index[job.serializer]
+            self._run_below(idx, dict(result.streams), guards=True)
+        return self._finish()
+
+    def run_job(self, job: ChainJob) -> ChainResult:
+        """Where a :class:`~operators.vectorized.remote.ChainJob` runs (a fresh network of
+        the node's spec, in a Spark task): its operators from their snapshots, the release
+        as a flow from the segments, and ``_run_below`` over it, as in-process."""
+        from .vectorized.release import released_stream
+        from .vectorized.remote import ChainResult
+
+        for name in job.names:
+            self.operator(name).restore(job.snapshots[name])
+        idx = self._index[job.serializer]
+        sunion = self.operators[idx]
+        self._begin(job.now)
+        head = released_stream(sunion.output_schema, job.released, job.runs)
+        self.replay_runs["vectorized" if head.vectorized else "per_tuple"] += 1
+        streams = {sunion.name: head}
+        self._run_below(idx, streams, guards=False)
+        # What the SOutputs below read: the node runs them (finish_remote).
+        wanted = {i for c in range(idx + 1, len(self.operators))
+                  if self.operators[c].name not in job.names and self._below(idx, c)
+                  for i in self._inputs[c]}
+        out = self._finish()
+        return ChainResult({n: s for n, s in streams.items() if n in wanted},
+                           {n: self.operator(n).snapshot() for n in job.names},
+                           dict(self.replay_runs), list(out.signals))
+
+    def _below(self, idx: int, c: int) -> bool:
+        """Whether operator ``c`` reads (through others) from operator ``idx``."""
+        seen, todo = set(), [self.operators[c].name]
+        target = self.operators[idx].name
+        while todo:
+            name = todo.pop()
+            if name == target:
+                return True
+            if name in seen or name not in self._index:
+                continue
+            seen.add(name)
+            todo += self._inputs[self._index[name]]
+        return False
 
     def _port_order(self, c: int) -> list[int]:
         """The order in which operator ``c``'s ports get their batches within a wave: by

@@ -46,7 +46,7 @@ from protocol.tuples import KINDS, Kind, Tuple, make_tuple
 
 from .errors import StateError
 
-__all__ = ["NO_SPILL", "Chunk", "SpillStats", "SpillStore", "estimate_tuple_bytes"]
+__all__ = ["NO_SPILL", "Chunk", "ChunkReader", "SegmentReader", "SpillStats", "SpillStore", "estimate_tuple_bytes"]
 
 _SUFFIX = ".arrow"
 _LAST_DATA_KIND = int(Kind.TENTATIVE)  # kinds above it are control tuples
@@ -115,7 +115,50 @@ class SpillStats:
 NO_SPILL = SpillStats(0, 0, 0, 0, 0)
 
 
-class SpillStore:
+class ChunkReader:
+    """Reading chunks back: a store's own, or a :class:`SegmentReader`'s in another process."""
+
+    name: str
+
+    def read_table(self, chunk: Chunk) -> Any:
+        """The chunk's rows as an Arrow table (columns kind, id, time, tmax, v0, v1, ...,
+        memory-mapped, not copied), or None when an attribute of its segment is orjson
+        text (mixed types: only :meth:`read` decodes them)."""
+        table = self._table(chunk)  # (raises for a released chunk)
+        if chunk.segment.json_cols:
+            return None
+        return table.slice(chunk.offset, chunk.length)
+
+    def read(self, chunk: Chunk, start: int = 0, stop: int | None = None) -> list[Tuple]:
+        """The chunk's tuples ``start .. stop`` (default: all), as they were written."""
+        table = self._table(chunk)  # (raises for a released chunk)
+        stop = chunk.length if stop is None else min(stop, chunk.length)
+        if start >= stop:
+            return []
+        table = table.slice(chunk.offset + start, stop - start)
+        kinds, ids, times, tmaxs = (table.column(c).to_pylist() for c in range(4))
+        json_cols = chunk.segment.json_cols
+        attrs = []
+        for c in range(table.num_columns - 4):
+            col = table.column(4 + c).to_pylist()
+            attrs.append([_from_cell(v) for v in col] if c in json_cols else col)
+        values = zip(*attrs, strict=True) if attrs else ((),) * len(ids)
+        return [make_tuple(KINDS[k], i, tm, tx, tuple(v) if k <= _LAST_DATA_KIND else ())
+                for k, i, tm, tx, v in zip(kinds, ids, times, tmaxs, values, strict=True)]
+
+    def _table(self, chunk: Chunk) -> Any:
+        segment = chunk.segment
+        if segment.refs <= 0 or chunk.length <= 0:
+            raise StateError(f"spill {self.name}: {chunk!r} was released")
+        if segment.table is None:
+            import pyarrow as pa
+
+            segment.table = pa.ipc.open_file(pa.memory_map(str(segment.path))).read_all()
+        return segment.table
+
+
+
+class SpillStore(ChunkReader):
     """Segments named ``<name>-<seq>.arrow`` in ``directory`` (created if missing)."""
 
     def __init__(self, directory: str | os.PathLike[str], name: str) -> None:
@@ -185,32 +228,6 @@ class SpillStore:
         self._written += len(rows)
         return chunks
 
-    def read_table(self, chunk: Chunk) -> Any:
-        """The chunk's rows as an Arrow table (columns kind, id, time, tmax, v0, v1, ...,
-        memory-mapped, not copied), or None when an attribute of its segment is orjson
-        text (mixed types: only :meth:`read` decodes them)."""
-        table = self._table(chunk)  # (raises for a released chunk)
-        if chunk.segment.json_cols:
-            return None
-        return table.slice(chunk.offset, chunk.length)
-
-    def read(self, chunk: Chunk, start: int = 0, stop: int | None = None) -> list[Tuple]:
-        """The chunk's tuples ``start .. stop`` (default: all), as they were written."""
-        table = self._table(chunk)  # (raises for a released chunk)
-        stop = chunk.length if stop is None else min(stop, chunk.length)
-        if start >= stop:
-            return []
-        table = table.slice(chunk.offset + start, stop - start)
-        kinds, ids, times, tmaxs = (table.column(c).to_pylist() for c in range(4))
-        json_cols = chunk.segment.json_cols
-        attrs = []
-        for c in range(table.num_columns - 4):
-            col = table.column(4 + c).to_pylist()
-            attrs.append([_from_cell(v) for v in col] if c in json_cols else col)
-        values = zip(*attrs, strict=True) if attrs else ((),) * len(ids)
-        return [make_tuple(KINDS[k], i, tm, tx, tuple(v) if k <= _LAST_DATA_KIND else ())
-                for k, i, tm, tx, v in zip(kinds, ids, times, tmaxs, values, strict=True)]
-
     def keep_first(self, chunk: Chunk, k: int) -> None:
         """Shorten ``chunk`` to its first ``k`` tuples (a positional cut; 0: released)."""
         if k >= chunk.length:
@@ -252,6 +269,16 @@ class SpillStore:
         chunk.last_id = ids[k - 1]
         chunk.n_tent = kinds[:k].count(tentative)
         return rest
+
+    def detached(self, chunk: Chunk) -> Chunk:
+        """A copy of ``chunk`` for a reader in another process (a Spark task replaying it,
+        node/spark/): its segment by path, not mapped here, pickled small; read it with a
+        :class:`SegmentReader`. The store still owns the file: the copy must be read before
+        the chunk is released."""
+        seg = chunk.segment
+        self._table(chunk)  # (raises for a released chunk)
+        return Chunk(_Segment(seg.path, seg.bytes, 1, seg.json_cols), chunk.offset,
+                     chunk.length, chunk.first_id, chunk.last_id, chunk.n_tent)
 
     def share(self, chunk: Chunk, skip: int = 0) -> Chunk:
         """A reader's own handle on ``chunk``'s tuples after its first ``skip``: the
@@ -309,15 +336,13 @@ class SpillStore:
         self._segments.clear()
         self._tuples = 0
 
-    def _table(self, chunk: Chunk) -> Any:
-        segment = chunk.segment
-        if segment.refs <= 0 or chunk.length <= 0:
-            raise StateError(f"spill {self.name}: {chunk!r} was released")
-        if segment.table is None:
-            import pyarrow as pa
 
-            segment.table = pa.ipc.open_file(pa.memory_map(str(segment.path))).read_all()
-        return segment.table
+class SegmentReader(ChunkReader):
+    """Reads :meth:`SpillStore.detached` chunks in a process that does not own their
+    segments: it maps them, never deletes them."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
 
 
 def _column(values: list[Any], where: str) -> tuple[Any, bool]:

@@ -36,8 +36,10 @@ The format (``examples/README.md`` has the long version)::
                                # while reconciling (fewer when a turn took > interval/5)
     buffer_memory = 256.0      # MiB of input the SUnions keep in memory for a replay; a
                                # long failure's rest goes to disk (<run dir>/replicas/<name>/spill)
-    replay_engine = "auto"     # "inproc" | "vectorized" | "auto": vectorized from
-    vectorized_from = 1000000  # input tuples to replay (a replica may set its own engine)
+    replay_engine = "auto"     # "inproc" | "vectorized" | "spark" | "auto": vectorized
+    vectorized_from = 1000000  # from this many input tuples to replay, Spark from
+    spark_from = 30000000      # this many (both optional, default: what dpc bench replay
+                               # measured on this machine; a replica may set its own engine)
 
     [sources.s1]
     schema = ["key", "value"]  # non-empty, distinct names
@@ -291,7 +293,9 @@ def _settings(t: Table, base: NodeSettings) -> NodeSettings:
         fault_tolerance=t.boolean("fault_tolerance", base.fault_tolerance),
         buffer_memory=_buffer_memory(t, base.buffer_memory),
         replay_engine=t.string("replay_engine", base.replay_engine, choices=REPLAY_ENGINES),
-        vectorized_from=t.integer("vectorized_from", base.vectorized_from, lo=0),
+        vectorized_from=(t.integer("vectorized_from", lo=0) if t.has("vectorized_from")
+                         else base.vectorized_from),
+        spark_from=t.integer("spark_from", lo=0) if t.has("spark_from") else base.spark_from,
     )
 
 

@@ -79,11 +79,13 @@ class NodeSettings:
     #: Arrow IPC segments in its run directory (operators/buckets.py, state/spill.py).
     buffer_memory: int = DEFAULT_BUFFER_MEMORY
     #: How a reconciliation's replay runs (operators/network.py ENGINES, or "auto": the
-    #: vectorized engine once the replay re-releases ``vectorized_from`` input tuples).
+    #: vectorized engine once the replay re-releases ``vectorized_from`` input tuples,
+    #: Spark from ``spark_from``).
     replay_engine: str = "auto"
-    #: ``dpc bench replay`` on 2 cores (README): vectorized beats per tuple from about a
-    #: million tuples, most of them spilled; below, building columns costs what it saves.
-    vectorized_from: int = 1_000_000
+    #: Where ``auto`` switches engines; None: the crossovers ``dpc bench replay`` measured
+    #: on this machine, else the defaults (node/config/crossovers.py).
+    vectorized_from: int | None = None
+    spark_from: int | None = None
 
     @property
     def wait(self) -> int:

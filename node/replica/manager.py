@@ -65,7 +65,7 @@ import logging
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from node.config.model import NodeConfig
 from node.errors import NodeError
@@ -78,6 +78,9 @@ from protocol.messages import ReconcileGrant, ReconcileRefuse, ReconcileRequest
 from protocol.tuples import Kind
 from state.checkpoint import Checkpoint, CheckpointStore
 
+if TYPE_CHECKING:  # (pyspark and pyarrow: loaded only where Spark may replay)
+    from node.spark.replay import SparkReplayer
+
 __all__ = ["Emit", "Manager", "Partner", "choose_engine", "next_replay_step", "policy_of",
            "replay_eta"]
 
@@ -85,6 +88,10 @@ __all__ = ["Emit", "Manager", "Partner", "choose_engine", "next_replay_step", "p
 #: cost is mostly per step (building columns), so it gains with size; the time budget
 #: still bounds every step (``next_replay_step``).
 VECTORIZED_STEP_FACTOR = 10
+#: A Spark replay step re-releases this many times ``replay_step`` buckets (one Spark job
+#: each: its fixed cost is a few hundred ms); no time budget bounds it, as it runs in a
+#: worker thread, not in the event loop's turn.
+SPARK_STEP_FACTOR = 1000
 
 Emit = Callable[[NetworkOutput, int], None]
 
@@ -109,11 +116,15 @@ def replay_eta(done: int, total: int, elapsed_us: int) -> float | None:
     return round(max(0, total - done) * elapsed_us / done / 1e6, 3)
 
 
-def choose_engine(setting: str, to_replay: int, vectorized_from: int) -> str:
+def choose_engine(setting: str, to_replay: int, vectorized_from: int,
+                  spark_from: int | None = None) -> str:
     """The replay engine for a reconciliation that re-releases about ``to_replay`` input
-    tuples: the setting itself, or for ``auto`` vectorized from ``vectorized_from`` on."""
+    tuples: the setting itself, or for ``auto`` Spark from ``spark_from`` on (None:
+    never), vectorized from ``vectorized_from`` on, else per tuple."""
     if setting != "auto":
         return setting
+    if spark_from is not None and to_replay >= spark_from:
+        return "spark"
     return "vectorized" if to_replay >= vectorized_from else "inproc"
 
 
@@ -160,11 +171,17 @@ class Manager:
         replay_budget: int | None = None,
         replay_engine: str = "inproc",
         vectorized_from: int = 0,
+        spark_from: int | None = None,
+        spark: SparkReplayer | None = None,
+        warm_after: int = 0,
         on_state: Callable[[cm.State, int], None] | None = None,
         mutation: Mutation | None = None,
     ) -> None:
         """``mutation``: a test-only breakage (read from the environment by the entry point
-        only); STUCK_RECONCILIATION concerns the manager (the module docstring)."""
+        only); STUCK_RECONCILIATION concerns the manager (the module docstring).
+        ``spark``: the Spark engine where ``replay_engine`` may choose it (``spark``, or
+        ``auto`` with a ``spark_from``), its session started once a failure lasted
+        ``warm_after`` µs and its log is half way to ``spark_from``."""
         self.owner = owner
         self.node = node
         self.network = network
@@ -172,6 +189,10 @@ class Manager:
         self._step_cap = replay_step
         self._step_budget = replay_budget  # µs a replay step should take at most
         self._engine_setting, self._vectorized_from = replay_engine, vectorized_from
+        self._spark_from, self._spark, self._warm_after = spark_from, spark, warm_after
+        if (replay_engine == "spark" or spark_from is not None) and spark is None:
+            raise NodeError(f"{owner}: the replay engine may be spark, but no Spark was given")
+        self._warming = False
         self.engine = "inproc"  # the current (or last) replay's engine
         self._replay_started = 0  # when it began (µs)
         self.partners = list(partners)
@@ -222,8 +243,8 @@ class Manager:
             while self._events:
                 before = self.machine.state
                 self.machine, actions = cm.step(self.machine, self._events.popleft())
-                if self.machine.state is not before and self._on_state is not None:
-                    self._on_state(self.machine.state, self.machine.since)
+                if self.machine.state is not before:
+                    self._state_changed()
                 self._do_all(actions)
                 if not self._events:
                     # A deadline already due (the checkpoint on entering STABLE) is served
@@ -234,6 +255,43 @@ class Manager:
         finally:
             self._busy = False
             self._wake.set()
+
+    @property
+    def engine_setting(self) -> str:
+        """The replica's ``replay_engine`` setting (``auto`` or an engine)."""
+        return self._engine_setting
+
+    def _state_changed(self) -> None:
+        if self._on_state is not None:
+            self._on_state(self.machine.state, self.machine.since)
+        if (self.machine.state is cm.State.UP_FAILURE and self._spark is not None
+                and self._spark.state == "cold" and not self._warming):
+            self._warming = True
+            self._spawn(self._warm_spark(), "spark warm-up")
+
+    async def _warm_spark(self) -> None:
+        """Start the Spark session ahead of need: once the failure lasted ``warm_after``
+        and the log to replay is half way to Spark's threshold, checked every
+        ``warm_after`` while not STABLE (at once with the setting ``spark``). Its start-up (a JVM:
+        seconds of CPU) thus overlaps the failure instead of delaying the replay."""
+        spark = self._spark
+        if spark is None:  # (spawned only with one)
+            raise RuntimeError(f"{self.owner}: warming Spark without a Spark engine")
+        try:
+            while True:
+                if self._engine_setting != "spark":  # (it replays every failure: at once)
+                    await asyncio.sleep(self._warm_after / 1e6)
+                if self.machine.state is cm.State.STABLE:
+                    return
+                if (self._engine_setting == "spark"
+                        or 2 * self.network.buffered >= (self._spark_from or 0)):
+                    self._log.info("%s: failure for %.1f s, %d tuples to replay: warming Spark",
+                                   self.owner, (self._now() - self.machine.since) / 1e6,
+                                   self.network.buffered)
+                    spark.warm()
+                    return
+        finally:
+            self._warming = False
 
     def before_network_call(self, now: int, stream: str | None = None) -> None:
         """Call before ``push`` (of a batch on ``stream``) or ``on_timer`` (``stream``
@@ -286,7 +344,10 @@ class Manager:
         return {"in_progress": running, "replayed": done, "to_replay": total, "eta_s": eta,
                 "stalled": not self.replay_gate.is_set(), "engine": self.engine,
                 # Operator runs of vectorized replays: vectorized, or per tuple where not.
-                "runs": dict(self.network.replay_runs)}
+                "runs": dict(self.network.replay_runs),
+                "spark": None if self._spark is None else {
+                    "session": self._spark.state, "start_s": self._spark.start_s,
+                    "jobs": self._spark.jobs, "tuples": self._spark.tuples}}
 
     async def run(self) -> None:
         """Serve the network's and the machine's deadlines, forever (until cancelled, or
@@ -401,7 +462,7 @@ class Manager:
                             "is off (fault_tolerance = false: a setting for dpc bench overhead)")
         started = self._replay_started = self._now()
         self.engine = choose_engine(self._engine_setting, self.network.buffered,
-                                    self._vectorized_from)
+                                    self._vectorized_from, self._spark_from)
         self.network.set_engine(self.engine)
         # Timed steps start with one bucket and grow while they keep well within budget.
         first = 1 if self._step_budget is not None and self._step_cap is not None else self._step_cap
@@ -421,6 +482,8 @@ class Manager:
         if cap is not None and self.engine == "vectorized":
             cap *= VECTORIZED_STEP_FACTOR
         took = self._now() - started  # the first step ran in _reconcile
+        if self.engine == "spark":
+            steps += await self._replay_on_spark()
         while self.network.replaying:
             if step is not None and cap is not None and budget is not None:
                 step = next_replay_step(step, took, budget, cap)
@@ -448,6 +511,29 @@ class Manager:
                           "%d steps, %.1f ms", self.owner, method.value, self.engine, replayed,
                           steps, ms)
         self._progress(now)
+
+    async def _replay_on_spark(self) -> int:
+        """The replay's further steps as Spark jobs (node/spark/replay.py), each in a
+        worker thread: the event loop goes on meanwhile (heartbeats, partners, status),
+        and only this task touches the network, before and after each job."""
+        spark = self._spark
+        if spark is None:  # (the engine is spark only with one: __init__)
+            raise RuntimeError(f"{self.owner}: a Spark replay without a Spark engine")
+        self.network.set_replay_step(None if self._step_cap is None
+                                     else self._step_cap * SPARK_STEP_FACTOR)
+        steps = 0
+        while self.network.replaying:
+            await asyncio.sleep(0)
+            await self.replay_gate.wait()
+            now = self._now()
+            out, jobs = self.network.replay_remote(now)
+            self._emit(out, now)
+            if jobs:
+                results = await asyncio.to_thread(spark.run, jobs)
+                now = self._now()
+                self._emit(self.network.finish_remote(jobs, results, now), now)
+            steps += 1
+        return steps
 
     def _progress(self, now: int) -> None:
         caught_up = self._replay is None and self.network.caught_up()

@@ -35,11 +35,13 @@ import sys
 from collections.abc import Mapping, Sequence
 from itertools import compress
 from operator import countOf, itemgetter
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from node.clock import now_us
+from node.config.crossovers import read_crossovers, thresholds
 from node.config.model import ClusterConfig
 from node.errors import ActionError, NodeError
 from node.faults.ops import Cut, Heal, Shape, Stall, Unstall, from_body
@@ -76,7 +78,10 @@ from state.buffer import OutputBuffer
 from state.spill import SpillStore
 from state.spill_list import SpillList
 
-__all__ = ["MUTATION_DUPLICATES", "Replica"]
+if TYPE_CHECKING:
+    from node.spark.replay import SparkReplayer
+
+__all__ = ["MUTATION_DUPLICATES", "Replica", "spark_replayer"]
 
 log = logging.getLogger("dpc.replica")
 _KIND = itemgetter(0)
@@ -84,6 +89,21 @@ _TMAX = itemgetter(3)
 #: The kinds whose tuple time moves a stream's frontier (a boundary's tmax is its time; no
 #: tentative boundary leaves a node; UNDO and REC_DONE say nothing about progress).
 _FRONTIER_KINDS = frozenset({Kind.STABLE, Kind.TENTATIVE, Kind.BOUNDARY})
+
+
+def spark_replayer(replica: str, engine: str, conf: Mapping[str, str],
+                   workdir: Path) -> SparkReplayer:
+    """The Spark engine of a replica whose replay engine may be spark: checked for Java
+    here, at start, in one line (not a JVM's stack trace in the middle of a failure)."""
+    from node.spark.session import java_problem
+
+    problem = java_problem()
+    if problem is not None:
+        raise NodeError(f"replica {replica}: its replay engine ({engine}) may run on Spark, "
+                        f"but {problem}")
+    from node.spark.replay import SparkReplayer  # (pyarrow, and pyspark at the session)
+
+    return SparkReplayer(conf, workdir, f"dpc replay {replica}", log)
 
 
 def _outputs_fed_by(operators: Sequence[OperatorSpec],
@@ -189,13 +209,23 @@ class Replica:
             self.incarnation = archive_output_logs(run_dir, name, list(self.node.outputs)) + 1
         self.output_logs = {s: JsonlTupleWriter(run_dir.replica_output(name, s)) for s in self.node.outputs}
         partners = [Partner(r.name, r.host, r.data_port) for r in self.node.replicas if r.name != name]
+        engine = self.me.replay_engine or self.node.settings.replay_engine
+        vectorized_from, spark_from = thresholds(
+            self.node.settings.vectorized_from, self.node.settings.spark_from, config.spark,
+            read_crossovers())
+        #: The Spark replay engine, where this replica's engine may be spark.
+        self.spark: SparkReplayer | None = None
+        if engine == "spark" or (engine == "auto" and spark_from is not None):
+            self.spark = spark_replayer(name, engine, config.spark, spill_dir / "spark")
+        else:
+            spark_from = None
         self.manager = Manager(
             name, self.node.name, policy_of(self.node, name), self.network, partners,
             transport, self._emit, now_us, log=log, replay_step=self.node.settings.replay_step,
             # A replay step leaves room for the heartbeat answers (manager docstring).
             replay_budget=self.node.settings.heartbeat_interval // 5,
-            replay_engine=self.me.replay_engine or self.node.settings.replay_engine,
-            vectorized_from=self.node.settings.vectorized_from,
+            replay_engine=engine, vectorized_from=vectorized_from, spark_from=spark_from,
+            spark=self.spark, warm_after=3 * self.node.settings.x,
             on_state=lambda state, at: self._record_state(state.value, at), mutation=mutation,
         )
         self.started = now_us()
@@ -231,6 +261,10 @@ class Replica:
                  self.me.name, self.node.name, self.me.host, self.me.data_port,
                  self.config.control_host, self.me.control_port)
         self.run_dir.mark_ready(self.me.name)
+        if self.spark is not None and self.manager.engine_setting == "spark":
+            # Every reconciliation of this replica replays on Spark: its session starts now,
+            # in the background, not in the first failure (status: consistency.replay.spark).
+            self.spark.warm()
         self._record_state(self.state, now_us())
         try:
             async with asyncio.TaskGroup() as tg:
@@ -260,6 +294,8 @@ class Replica:
             for w in self.output_logs.values():
                 w.close()
             self.network.close_spill()  # the segments die with the process (state/spill.py)
+            if self.spark is not None:
+                self.spark.stop()
             for buf in self.buffers.values():
                 buf.close_spill()
             log.info("replica %s stopped", self.me.name)

@@ -79,8 +79,8 @@ def _check(run_dir: Path) -> tuple[float, bool, int, str]:
 
 def _reconcile(run_dir: Path, out: Path) -> tuple[float, float, bool, str]:
     """Session start (0 once built), job seconds, valid, the verdict line."""
+    from node.spark.session import spark_session
     from ops_scripts.reconcile.run import run_reconcile
-    from ops_scripts.reconcile.session import spark_session
 
     began = time.perf_counter()
     spark_session()

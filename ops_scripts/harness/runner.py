@@ -135,6 +135,9 @@ def describe_figures(figures: dict[str, Any]) -> str:
 
 #: How long start-up may take: until every client holds a first result.
 FIRST_RESULTS_TIMEOUT = 30.0
+#: Seconds a replica whose replay engine is ``spark`` may take to start its session (a JVM
+#: and a Python worker: 20 s on 2 loaded cores) before the schedule starts without it.
+SPARK_READY_TIMEOUT = 180.0
 
 
 def start_recorded(config: ClusterConfig, rd: RunDir, history: HistoryWriter,
@@ -195,6 +198,7 @@ class _Player:
         if not start_recorded(self.config, rd, self.history, self.out, self.procs,
                               name=s.name, seed=s.seed, scenario=str(s.path)):
             self.problem(f"a client received nothing {FIRST_RESULTS_TIMEOUT:g} s after the start")
+        self.wait_for_spark()
         self.t0 = time.monotonic() + s.settle
         print(f"  settling {s.settle:g} s", file=self.out, flush=True)
         self.wait_until(self.t0)
@@ -210,6 +214,27 @@ class _Player:
             self.problem("the drain timed out: a client did not see the end of its stream")
         self.digests()
         self.stop()
+
+    def wait_for_spark(self) -> None:
+        """A replica whose replay engine is ``spark`` starts its Spark session in the
+        background when it starts; the schedule begins once every such session is up (a
+        failure before would make the replay wait for it: seconds no liveness bound
+        allows). ``auto`` replicas start theirs during a long failure: not waited for."""
+        names = [r.name for n in self.config.nodes.values() for r in n.replicas
+                 if (r.replay_engine or n.settings.replay_engine) == "spark"]
+        if not names:
+            return
+        self.say(f"waiting for the Spark sessions of {', '.join(names)}")
+
+        def session(r: str) -> str | None:
+            st = fetch_status(self.config, r) or {}
+            spark = st.get("consistency", {}).get("replay", {}).get("spark") or {}
+            return spark.get("session")
+
+        if not wait_until(lambda: all(session(r) == "ready" for r in names),
+                          SPARK_READY_TIMEOUT):
+            states = {r: session(r) for r in names}
+            self.problem(f"Spark sessions not ready after {SPARK_READY_TIMEOUT:g} s: {states}")
 
     def play_schedule(self) -> None:
         timeline = Timeline(self.scenario.faults)

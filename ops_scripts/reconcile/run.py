@@ -83,17 +83,17 @@ def run_reconcile(run_dirs: Sequence[Path], *, master: str | None = None,
     where the verdicts / the progress and errors go (default: the process's, at call time)."""
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
-    from ops_scripts.reconcile.session import java_problem
+    from node.spark.session import java_problem
 
     problem = java_problem()
     if problem is not None:
         print(f"dpc reconcile: {problem}", file=stderr)
         return 2
+    from node.spark.session import spark_session
     from ops_scripts.reconcile.availability import new_results, per_failure
     from ops_scripts.reconcile.compare import compare
     from ops_scripts.reconcile.reference import reference, reference_problems
     from ops_scripts.reconcile.report import verdict_line, write_report
-    from ops_scripts.reconcile.session import spark_session
     from ops_scripts.reconcile.tables import IngestError, ingest, run_labels
 
     started = time.perf_counter()

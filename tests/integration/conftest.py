@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+import tests.spark  # noqa: F401  (the JVM options: replicas may start Spark sessions)
+
 HERE = Path(__file__).resolve().parent
 
 

@@ -7,9 +7,11 @@ each replica's ``/status`` while the scenario plays: the kept tuples in memory n
 the bound, segments are written (the SUnion's kept input and the output buffer's tentative
 tuples), and once the replicas reconciled (the replay reads the segments back, the UNDO and
 the client's acks remove the rest) fewer are held than at the peak, and none once the
-replicas stopped; the run is valid (``dpc check``, identical digests). It runs with each
-replay engine: ``vectorized`` reads the spilled segments back as Arrow tables (its status
-says it ran, and how many operator runs were vectorized).
+replicas stopped; the run is valid (``dpc check``, identical digests). It runs with the
+per-tuple replay on both replicas, and with the two bulk engines side by side: n1a replays
+``vectorized`` (the spilled segments read back as Arrow tables), n1b on ``spark`` (a local
+session, warmed while the failure lasts, whose task reads the same kind of segments):
+each replica's status and log name its engine, and the digests agree.
 """
 
 from __future__ import annotations
@@ -32,10 +34,10 @@ from tests.paths import EXAMPLES
 
 pytestmark = pytest.mark.slow
 
-SCENARIO = f"""
+SCENARIO = """
 [scenario]
 name = "spill"
-cluster = "{EXAMPLES / 'basic.toml'}"
+cluster = "CLUSTER"
 settle = 1.5
 quiet = 3.0
 source_rate = 300.0
@@ -44,7 +46,6 @@ source_rate = 300.0
 x = 1.0
 alpha = 0.7
 buffer_memory = 0.046875   # MiB: 48 KiB
-replay_engine = "ENGINE"
 
 [[faults]]
 at = 0.0
@@ -56,11 +57,25 @@ cut = "reset"
 """
 
 
-@pytest.mark.parametrize("engine", ["inproc", "vectorized"])
-def test_a_failure_beyond_buffer_memory_spills_and_reconciles_valid(tmp_path: Path,
-                                                                     engine: str) -> None:
+def cluster(tmp_path: Path, engines: dict[str, str]) -> Path:
+    """The basic example, each replica with its own replay engine."""
+    text = (EXAMPLES / "basic.toml").read_text()
+    for replica, engine in engines.items():
+        line = f'name = "{replica}"\n'
+        assert line in text
+        text = text.replace(line, f'{line}  replay_engine = "{engine}"\n')
+    path = tmp_path / "basic.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("engines", [{"n1a": "inproc", "n1b": "inproc"},
+                                     {"n1a": "vectorized", "n1b": "spark"}],
+                         ids=["inproc", "vectorized-spark"])
+def test_a_failure_beyond_buffer_memory_spills_and_reconciles_valid(
+        tmp_path: Path, engines: dict[str, str]) -> None:
     path = tmp_path / "spill.toml"
-    path.write_text(SCENARIO.replace("ENGINE", engine))
+    path.write_text(SCENARIO.replace("CLUSTER", str(cluster(tmp_path, engines))))
     run = tmp_path / "run"
     out = io.StringIO()
     outcome: list[RunOutcome] = []
@@ -84,6 +99,7 @@ def test_a_failure_beyond_buffer_memory_spills_and_reconciles_valid(tmp_path: Pa
                 if last:
                     s["engine"] = last["engine"]
                     s["vectorized_runs"] = g["replay_vectorized_runs"]
+                    s["spark"] = st["consistency"]["replay"]["spark"]
                 s["segments"] = max(s["segments"], g["spill_segments"])
                 s["last_segments"] = g["spill_segments"]
                 s["spilled"] = max(s["spilled"], g["spilled_tuples"])
@@ -96,7 +112,7 @@ def test_a_failure_beyond_buffer_memory_spills_and_reconciles_valid(tmp_path: Pa
         player.join()
     log = out.getvalue()
     assert outcome and outcome[0].code == 0 and not outcome[0].problems, log
-    for r in ("n1a", "n1b"):
+    for r, engine in engines.items():
         s = seen[r]
         assert s["spilled"] > 500 and s["segments"] >= 1, (r, s)  # the failure went to disk
         # Reconciled: the replay's input went away while the replica ran (what its output
@@ -106,7 +122,13 @@ def test_a_failure_beyond_buffer_memory_spills_and_reconciles_valid(tmp_path: Pa
         assert 50 < s["limit"] < 1000, (r, s)  # 48 KiB of tuples of a few hundred bytes
         assert s.get("engine") == engine, (r, s)  # it reconciled, with that engine
         # The SUnion's release and the filters and join below it, in every replay step.
-        assert (s["vectorized_runs"] >= 4) == (engine == "vectorized"), (r, s)
+        assert (s["vectorized_runs"] >= 4) == (engine != "inproc"), (r, s)
+        if engine == "spark":  # its session started during the failure, and ran jobs
+            assert s["spark"]["session"] == "ready" and s["spark"]["jobs"] >= 1, (r, s)
+            assert s["spark"]["tuples"] > 0, (r, s)
+        else:
+            assert s["spark"] is None, (r, s)
+        assert f"engine {engine}: " in rd.process_log(r).read_text(), r
         left = [p for p in rd.replica_spill(r).rglob("*") if p.is_file()]
         assert not left, f"{r} stopped and left segments behind: {left}"
     digests = [e for e in read_history(rd.history) if e["event"] == "digest"]

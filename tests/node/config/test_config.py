@@ -621,24 +621,28 @@ def test_buffer_memory_is_in_mib_defaults_and_refuses_nonsense(tmp_path: Path) -
 def test_the_replay_engine_defaults_to_auto_and_a_replica_may_choose_its_own(
         tmp_path: Path) -> None:
     cfg = load_config(write(tmp_path, BASE))
-    assert {(n.settings.replay_engine, n.settings.vectorized_from)
-            for n in cfg.nodes.values()} == {("auto", 1_000_000)}
+    # Thresholds unset: the machine's measured crossovers decide (node/config/crossovers.py).
+    assert {(n.settings.replay_engine, n.settings.vectorized_from, n.settings.spark_from)
+            for n in cfg.nodes.values()} == {("auto", None, None)}
     assert {r.replay_engine for n in cfg.nodes.values() for r in n.replicas} == {None}
     text = mutate(BASE, ("[sources.s1]", "[defaults]\nreplay_engine = \"inproc\"\n"
-                                         "vectorized_from = 5\n\n[sources.s1]"),
+                                         "vectorized_from = 5\nspark_from = 9\n\n"
+                                         "[sources.s1]"),
                   ('name = "n1b"\n', 'name = "n1b"\n  replay_engine = "vectorized"\n'))
     cfg = load_config(write(tmp_path, text))
     n1 = cfg.nodes["n1"]
-    assert (n1.settings.replay_engine, n1.settings.vectorized_from) == ("inproc", 5)
+    assert (n1.settings.replay_engine, n1.settings.vectorized_from,
+            n1.settings.spark_from) == ("inproc", 5, 9)
     assert [r.replay_engine for r in n1.replicas] == [None, "vectorized"]
     for bad, where in (("[defaults]\nreplay_engine = \"spark2\"", "defaults.replay_engine"),
-                       ("[defaults]\nvectorized_from = -1", "defaults.vectorized_from")):
+                       ("[defaults]\nvectorized_from = -1", "defaults.vectorized_from"),
+                       ("[defaults]\nspark_from = 1.5", "defaults.spark_from")):
         text = mutate(BASE, ("[sources.s1]", f"{bad}\n\n[sources.s1]"))
         with pytest.raises(ConfigError, match=where):
             load_config(write(tmp_path, text))
     text = mutate(BASE, ('name = "n1b"\n', 'name = "n1b"\n  replay_engine = "fast"\n'))
     with pytest.raises(ConfigError, match=r'replay_engine: expected one of "inproc", '
-                                          r'"vectorized", "auto"'):
+                                          r'"vectorized", "spark", "auto"'):
         load_config(write(tmp_path, text))
 
 

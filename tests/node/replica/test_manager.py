@@ -429,6 +429,11 @@ def test_auto_replays_vectorized_from_the_threshold_and_a_setting_is_obeyed() ->
     assert choose_engine("auto", 1_000_000, 1_000_000) == "vectorized"
     assert choose_engine("inproc", 10**9, 0) == "inproc"
     assert choose_engine("vectorized", 0, 10**9) == "vectorized"
+    # Spark from its own threshold (above the vectorized one), never without one.
+    assert choose_engine("auto", 10**7 - 1, 10**6, 10**7) == "vectorized"
+    assert choose_engine("auto", 10**7, 10**6, 10**7) == "spark"
+    assert choose_engine("auto", 10**12, 10**6, None) == "vectorized"
+    assert choose_engine("spark", 0, 10**6, None) == "spark"
 
 
 def test_a_replays_eta_is_what_is_left_at_the_pace_so_far() -> None:

@@ -1,4 +1,4 @@
-"""The Java check and the process's one Spark session (ops_scripts/reconcile/session.py)."""
+"""The Java check and the process's one Spark session (node/spark/session.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from ops_scripts.reconcile.session import java_problem, local_driver_memory, spark_session
+from node.spark.session import java_problem, local_driver_memory, spark_session
 
 
 def test_java_17_is_there() -> None:

@@ -1,6 +1,7 @@
-"""The Spark session of a process, and the Java check before it (issue 16).
+"""The Spark session of a process, and the Java check before it (issues 16, 17).
 
-Role: the one place ``dpc reconcile`` (and its tests and bench) get Spark from. Spark runs
+Role: the one place ``dpc reconcile`` (and its tests and bench) and a replica's Spark replay
+(node/spark/replay.py) get Spark from. Spark runs
 embedded (``local[*]``) unless a master is named; every ``--conf`` setting passes through.
 A process holds one session: building one costs seconds (a JVM), so the test suite and a
 reconcile of many runs reuse it.
@@ -67,7 +68,8 @@ def java_problem(java: str | None = None) -> str | None:
     return None
 
 
-def spark_session(master: str | None = None, conf: Mapping[str, str] | None = None) -> SparkSession:
+def spark_session(master: str | None = None, conf: Mapping[str, str] | None = None,
+                  app: str = "dpc reconcile") -> SparkSession:
     """The process's Spark session, built on first use: ``master`` (default
     ``spark.master`` in ``conf``, else ``local[*]``) and every ``conf`` setting. Asking
     again returns the same session; asking for another master is an error (stop first)."""
@@ -87,13 +89,18 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (
         SparkSession.builder.master(master)
-        .appName("dpc reconcile")
+        .appName(app)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         # Small local jobs: a few partitions, not the default 200.
         .config("spark.sql.shuffle.partitions", str(max(2, 2 * (os.cpu_count() or 1))))
         .config("spark.sql.session.timeZone", "UTC")
     )
+    if master.startswith("local"):
+        # An embedded session talks to itself only: on loopback, not on whatever address
+        # the host name resolves to (Spark's default, with a warning).
+        for key in ("spark.driver.host", "spark.driver.bindAddress"):
+            conf.setdefault(key, "127.0.0.1")
     if master.startswith("local") and "spark.driver.memory" not in conf:
         # Read when the JVM starts: PySpark passes builder settings to spark-submit.
         builder = builder.config("spark.driver.memory", local_driver_memory())
