@@ -31,10 +31,10 @@ from ops_scripts.harness.schedule import parse_faults
 from ops_scripts.harness.simulate import DEFAULT_CLUSTER, SimOptions, simulate_many, simulate_one
 
 #: Seeds run by the suite: a guard that keeps make test under 15 minutes on 2 cores (the
-#: three-replica n1 and kills of sources made each run dearer; 120 seeds still draw every
+#: three-replica n1 and kills of sources made each run dearer; 60 seeds still draw every
 #: kind, shape and cut the test asserts, deterministically); the campaign is
 #: `dpc simulate --runs 10000`, run by hand before a change lands.
-RUNS = 120
+RUNS = 60
 
 
 @pytest.fixture(scope="module")
