@@ -273,7 +273,8 @@ def _parser() -> argparse.ArgumentParser:
     brec.add_argument("--config", type=Path, default=None, metavar="CLUSTER.toml",
                       help="default: examples/basic.toml")
     brep = which.add_parser(
-        "replay", help="a reconciliation's replay per tuple (inproc) vs vectorized, per size")
+        "replay", help="a reconciliation's replay per tuple (inproc), vectorized and on Spark, "
+        "per size; stores the crossovers replicas read")
     brep.add_argument("--sizes", type=_sizes, default=(10**4, 10**5, 10**6), metavar="N,N,...",
                       help="input tuples the replay re-releases (default 1e4,1e5,1e6)")
     brep.add_argument("--config", type=Path, default=None, metavar="CLUSTER.toml",
@@ -281,7 +282,24 @@ def _parser() -> argparse.ArgumentParser:
     brep.add_argument("--node", default=None, help="the node to replay (default: the first)")
     brep.add_argument("--step", type=int, default=100,
                       help="SUnion buckets per replay step (default 100)")
+    brep.add_argument("--engines", type=_engines, default=("inproc", "vectorized", "spark"),
+                      metavar="E,E,...", help="of inproc, vectorized, spark (default: all)")
+    brep.add_argument("--spark-step", type=int, default=10_000, metavar="BUCKETS",
+                      help="SUnion buckets per Spark job (default 10000)")
+    brep.add_argument("--no-store", action="store_true",
+                      help="do not store the crossovers (default: stored where replicas "
+                      "read them, $DPC_CROSSOVERS or ~/.cache/dpc/replay-crossovers.json)")
     return p
+
+
+def _engines(text: str) -> tuple[str, ...]:
+    names = tuple(e.strip() for e in text.split(",") if e.strip())
+    known = ("inproc", "vectorized", "spark")
+    bad = [e for e in names if e not in known]
+    if bad or "inproc" not in names:
+        raise argparse.ArgumentTypeError(
+            f"engines are {', '.join(known)}, inproc among them (the baseline); got {text!r}")
+    return tuple(e for e in known if e in names)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -418,7 +436,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ops_scripts.examples import EXAMPLES
 
             return run_replay_bench(args.sizes, args.config or EXAMPLES / "basic.toml",
-                                    args.node, step=args.step)
+                                    args.node, step=args.step, engines=args.engines,
+                                    spark_step=args.spark_step, store=not args.no_store)
         if args.command == "bench" and args.which == "failover":
             from ops_scripts.bench.failover import run_failover_bench
 

@@ -1,4 +1,4 @@
-"""``dpc bench replay``: a reconciliation's replay, per tuple (inproc) against vectorized.
+"""``dpc bench replay``: a reconciliation's replay per tuple (inproc), vectorized and on Spark.
 
 For each size N, one node of a cluster file (default: the basic example's ``n1``) is run
 in process through a failure whose replay re-releases N input tuples: a stable prefix, a
@@ -8,8 +8,18 @@ checkpoint, one input stream silent while the others carry N tuples' worth of bu
 ends, as checkpoint/redo does in a replica. The same input is replayed once per engine,
 with the node's ``buffer_memory`` (what does not fit is spilled, as in a replica; the
 vectorized engine reads it back as Arrow) and the cyclic GC tuned as the runtime tunes it.
-Both engines must emit the same tuples (compared by digest): anything else is a bug, and
+Every engine must emit the same tuples (compared by digest): anything else is a bug, and
 the bench exits 1 saying so. Speed is reported as a ratio, never asserted.
+
+Spark (node/spark/replay.py, as a replica runs it: jobs of ``--spark-step`` buckets, each
+a task over one partition, job and result through files) is timed warm: its session is
+started once, before the first size (its start-up is printed); the *cold* row adds that
+start-up to the warm replay, which is what a replica pays when its session is not started
+ahead of need.
+
+The crossovers (the smallest size tried from which an engine beat every engine below it at
+every larger size tried) are stored where replicas read them (node/config/crossovers.py),
+unless ``--no-store``; ``replay_engine = "auto"`` then switches at them.
 """
 
 from __future__ import annotations
@@ -17,12 +27,17 @@ from __future__ import annotations
 import gc
 import hashlib
 import itertools
+import logging
+import os
+import platform
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from node.config.crossovers import Crossovers, read_crossovers, write_crossovers
 from node.config.load import load_config
 from node.config.model import ClusterConfig, NodeConfig
 from node.procs.generators import make_generator
@@ -30,9 +45,12 @@ from operators import QueryNetwork
 from ops_scripts.errors import BenchFailed
 from protocol.tuples import Kind, Tuple, boundary, make_tuple
 
-__all__ = ["ENGINES", "ReplayRun", "replay_once", "run_replay_bench"]
+if TYPE_CHECKING:
+    from node.spark.replay import SparkReplayer
 
-ENGINES = ("inproc", "vectorized")
+__all__ = ["ENGINES", "ReplayRun", "crossover", "replay_once", "run_replay_bench"]
+
+ENGINES = ("inproc", "vectorized", "spark")
 _PREFIX_BUCKETS = 3
 
 
@@ -73,8 +91,11 @@ def _streams(config: ClusterConfig, node: NodeConfig) -> Iterator[tuple[int, str
 
 
 def replay_once(config: ClusterConfig, node: NodeConfig, engine: str, tuples: int,
-                step: int, spill_dir: Path) -> ReplayRun:
-    """Drive ``node``'s network through the failure and time the replay (see above)."""
+                step: int, spill_dir: Path, spark: SparkReplayer | None = None) -> ReplayRun:
+    """Drive ``node``'s network through the failure and time the replay (see above);
+    ``spark``: the engine ``spark`` (its steps of ``step`` buckets are Spark jobs)."""
+    if (engine == "spark") != (spark is not None):
+        raise BenchFailed("the spark engine needs its SparkReplayer (and only it)")
     net = QueryNetwork(node.network, undo_logs=node.settings.reconciliation == "undo")
     net.set_engine(engine)
     net.set_replay_step(step)
@@ -110,11 +131,20 @@ def replay_once(config: ClusterConfig, node: NodeConfig, engine: str, tuples: in
         net.push(silent, batch, now)
         net.on_timer(now)
     out: list[Tuple] = []
+    if spark is not None:  # as a replica: the rewind's step is one bucket, here
+        net.set_replay_step(1)
     start = time.perf_counter()
     result = net.rewind(point, now)
+    net.set_replay_step(step)
     out += result.outputs[node.network.outputs[0]]
+    name = node.network.outputs[0]
     while net.replaying:
-        out += net.replay(now).outputs[node.network.outputs[0]]
+        if spark is None:
+            out += net.replay(now).outputs[name]
+            continue
+        first, jobs = net.replay_remote(now)
+        out += first.outputs[name]
+        out += net.finish_remote(jobs, spark.run(jobs), now).outputs[name]
     seconds = time.perf_counter() - start
     spilled = net.spill_stats().written_tuples
     net.close_spill()
@@ -122,43 +152,100 @@ def replay_once(config: ClusterConfig, node: NodeConfig, engine: str, tuples: in
     return ReplayRun(engine, replayed, seconds, len(out), digest, spilled)
 
 
+def crossover(sizes: Sequence[int], rate: dict[int, float],
+              below: dict[int, float]) -> int | None:
+    """The smallest size from which ``rate`` beat ``below`` at every larger size tried."""
+    found = None
+    for n in sorted(sizes):
+        if rate[n] <= below[n]:
+            found = None
+        elif found is None:
+            found = n
+    return found
+
+
 def run_replay_bench(sizes: Sequence[int], config_path: Path, node_name: str | None = None,
-                     step: int = 100) -> int:
+                     step: int = 100, engines: Sequence[str] = ENGINES,
+                     spark_step: int = 10_000, store: bool = True) -> int:
     config = load_config(config_path)
     if node_name is not None and node_name not in config.nodes:
         raise BenchFailed(f"no node {node_name!r} in {config_path} (nodes: "
                           f"{', '.join(config.nodes)})")
-    if step < 1:
-        raise BenchFailed(f"--step must be >= 1, got {step}")
+    if step < 1 or spark_step < 1:
+        raise BenchFailed(f"--step and --spark-step must be >= 1, got {step}, {spark_step}")
     node = config.nodes[node_name] if node_name else next(iter(config.nodes.values()))
     print(f"dpc bench replay: node {node.name!r} of {config_path} ({len(node.inputs)} inputs, "
-          f"{node.settings.bucket / 1000:g} ms buckets), replay steps of {step} buckets, "
-          f"buffer_memory {node.settings.buffer_memory // 2**20} MiB")
+          f"{node.settings.bucket / 1000:g} ms buckets), replay steps of {step} buckets "
+          f"({spark_step} per Spark job), buffer_memory "
+          f"{node.settings.buffer_memory // 2**20} MiB")
+    spark = _spark(config) if "spark" in engines else None
     print(f"  {'tuples':>12}{'engine':>12}{'seconds':>10}{'tuples/s':>14}{'outputs':>10}"
           f"{'vs inproc':>11}")
-    crossover = None
+    rates: dict[str, dict[int, float]] = {e: {} for e in engines}
     old = gc.get_threshold()
     gc.freeze()  # as the runtime does (DESIGN.md 7): the GC would dominate either engine
     gc.set_threshold(100_000, 50, 100)
     try:
         for n in sizes:
             runs = {}
-            for engine in ENGINES:
+            for engine in engines:
                 with tempfile.TemporaryDirectory(prefix="dpc-bench-replay-") as d:
-                    runs[engine] = r = replay_once(config, node, engine, n, step, Path(d))
-                ratio = r.rate / runs["inproc"].rate
-                print(f"  {r.tuples:>12,}{engine:>12}{r.seconds:>10.3f}{r.rate:>14,.0f}"
-                      f"{r.outputs:>10,}{ratio:>10.2f}x", flush=True)
-            if runs["vectorized"].digest != runs["inproc"].digest:
-                raise BenchFailed(f"{n:,} tuples: the vectorized replay emitted other tuples "
-                                  f"than the per-tuple one ({runs['vectorized'].outputs:,} "
-                                  f"vs {runs['inproc'].outputs:,})")
-            if crossover is None and runs["vectorized"].rate > runs["inproc"].rate:
-                crossover = n
+                    runs[engine] = r = replay_once(
+                        config, node, engine, n, spark_step if engine == "spark" else step,
+                        Path(d), spark if engine == "spark" else None)
+                rates[engine][n] = r.rate
+                _row(r.tuples, engine, r.seconds, r.outputs, r.rate / runs["inproc"].rate)
+                if engine == "spark" and spark is not None and spark.start_s is not None:
+                    cold = r.seconds + spark.start_s
+                    _row(r.tuples, "spark cold", cold, r.outputs,
+                         r.tuples / cold / runs["inproc"].rate)
+                if r.digest != runs["inproc"].digest:
+                    raise BenchFailed(f"{n:,} tuples: the {engine} replay emitted other tuples "
+                                      f"than the per-tuple one ({r.outputs:,} vs "
+                                      f"{runs['inproc'].outputs:,})")
     finally:
         gc.set_threshold(*old)
         gc.unfreeze()
+        if spark is not None:
+            spark.stop()
     print()
-    print("  both engines emitted the same tuples at every size")
-    print(f"  vectorized faster from: {f'{crossover:,} tuples' if crossover else 'no size tried'}")
+    print(f"  every engine ({', '.join(engines)}) emitted the same tuples at every size")
+    stored = read_crossovers()
+    vec = crossover(sizes, rates["vectorized"], rates["inproc"]) if "vectorized" in engines \
+        else (stored.vectorized_from if stored else None)
+    best = {n: max(rates[e][n] for e in engines if e != "spark") for n in sizes}
+    spk = crossover(sizes, rates["spark"], best) if "spark" in engines \
+        else (stored.spark_from if stored else None)
+    for label, value in (("vectorized", vec), ("spark (warm)", spk)):
+        if label.split()[0] in engines:
+            print(f"  {label} faster from: "
+                  f"{f'{value:,} tuples' if value is not None else 'no size tried'}")
+    if store:
+        sizes_text = ",".join(f"{n:g}" for n in sizes)
+        path = write_crossovers(Crossovers(vec, spk, f"dpc bench replay on {platform.node()} "
+                                           f"({os.cpu_count()} cores), {time.strftime('%Y-%m-%d')}, "
+                                           f"sizes {sizes_text}, engines {','.join(engines)}"))
+        print(f"  crossovers stored in {path} (replay_engine = \"auto\" switches there)")
     return 0
+
+
+def _row(tuples: int, engine: str, seconds: float, outputs: int, ratio: float) -> None:
+    rate = tuples / seconds if seconds > 0 else float("inf")
+    print(f"  {tuples:>12,}{engine:>12}{seconds:>10.3f}{rate:>14,.0f}{outputs:>10,}"
+          f"{ratio:>10.2f}x", flush=True)
+
+
+def _spark(config: ClusterConfig) -> SparkReplayer:
+    """A started Spark engine (the cluster's ``[spark]`` settings), its start-up timed."""
+    from node.spark.replay import SparkReplayer
+    from node.spark.session import java_problem
+
+    problem = java_problem()
+    if problem is not None:
+        raise BenchFailed(f"{problem} (or leave spark out: --engines inproc,vectorized)")
+    work = Path(tempfile.mkdtemp(prefix="dpc-bench-replay-spark-"))
+    spark = SparkReplayer(config.spark, work, "dpc bench replay", logging.getLogger("dpc.bench"))
+    spark.run([])  # start it now: rows are timed warm
+    print(f"  Spark session ({config.spark.get('spark.master', 'local[*]')}) started in "
+          f"{spark.start_s:.1f} s")
+    return spark
