@@ -286,10 +286,27 @@ def _parser() -> argparse.ArgumentParser:
                       metavar="E,E,...", help="of inproc, vectorized, spark (default: all)")
     brep.add_argument("--spark-step", type=int, default=10_000, metavar="BUCKETS",
                       help="SUnion buckets per Spark job (default 10000)")
+    brep.add_argument("--failures", type=_seconds_list, default=None, metavar="S,S,...",
+                      help="instead: a real replica's reconciliation after source failures "
+                      "of these lengths (seconds), end to end (e.g. 10,60,600)")
+    brep.add_argument("--rate", type=float, default=None,
+                      help="with --failures: tuples/s per source (default: the config's)")
+    brep.add_argument("--keep", type=Path, default=None, metavar="DIR",
+                      help="with --failures: keep the runs in DIR (default: a temporary dir)")
     brep.add_argument("--no-store", action="store_true",
                       help="do not store the crossovers (default: stored where replicas "
                       "read them, $DPC_CROSSOVERS or ~/.cache/dpc/replay-crossovers.json)")
     return p
+
+
+def _seconds_list(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        values = ()
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, comma-separated; got {text!r}")
+    return values
 
 
 def _engines(text: str) -> tuple[str, ...]:
@@ -435,6 +452,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ops_scripts.bench.replay import run_replay_bench
             from ops_scripts.examples import EXAMPLES
 
+            if args.failures is not None:
+                from ops_scripts.bench.failures import run_failure_bench
+
+                return run_failure_bench(args.failures, args.config or EXAMPLES / "basic.toml",
+                                         rate=args.rate, keep=args.keep)
             return run_replay_bench(args.sizes, args.config or EXAMPLES / "basic.toml",
                                     args.node, step=args.step, engines=args.engines,
                                     spark_step=args.spark_step, store=not args.no_store)

@@ -173,3 +173,21 @@ def test_bench_peers_measures_ours_and_reports_each_peer() -> None:
         assert bool(rate) + bool(missing) == 1 and not failed, out
         if rate:
             assert re.search(rf"ours / {peer}\s+= \d+\.\d\d", out), out
+
+
+def test_bench_replay_failures_reports_each_replicas_reconciliation(tmp_path: Path) -> None:
+    """``dpc bench replay --failures``: a real failure per length, checked valid, and per
+    replica the engine, the tuples replayed and when it was STABLE again."""
+    r = subprocess.run(
+        [DPC, "bench", "replay", "--failures", "4", "--rate", "200", "--keep",
+         str(tmp_path)], capture_output=True, text=True, timeout=300, check=False, cwd=ROOT)
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    rows = re.findall(r"^\s+4\s+(n1[ab])\s+(inproc|vectorized)\s+([\d,]+)\s+([\d.]+)\s+"
+                      r"([\d.]+)\s+([\d.]+)x$", r.stdout, re.M)
+    assert sorted(row[0] for row in rows) == ["n1a", "n1b"], r.stdout
+    for _, engine, tuples, _, stable_s, _ in rows:
+        # auto, far below the vectorized threshold: per tuple; a few seconds' input replayed
+        assert engine == "inproc" and int(tuples.replace(",", "")) > 100
+        assert float(stable_s) > 0
+    assert "4 s failure: run valid" in r.stdout  # (alpha*X = 2.7 s: tentative, corrected)
+    assert (tmp_path / "failure-4s" / "check.json").exists()
