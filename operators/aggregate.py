@@ -171,6 +171,9 @@ class Aggregate(Operator):
             aggs.append((fn, pos, slot))
             slot += FUNCTIONS[fn]
         self.output_schema = tuple(names)
+        #: ``(fn, attribute position or -1, accumulator slot)`` per output aggregate, in
+        #: order (what the generated loop computes; the vectorized aggregate reads it).
+        self.aggregates: tuple[tuple[str, int, int], ...] = tuple(aggs)
         self._n_key = len(key_pos)
         self._pane = gcd(self.window, self.slide)
         self._run, self._merge, self._result = _generate(
@@ -202,8 +205,11 @@ class Aggregate(Operator):
 
     # ------------------------------------------------------------------ data path
     def _low(self) -> int:
-        """The smallest window start that is not closed: s + window > watermark."""
-        wm: int = self.watermark
+        return self.low_at(self.watermark)
+
+    def low_at(self, wm: int) -> int:
+        """The smallest window start that is not closed at watermark ``wm``: s + window
+        > wm."""
         if wm == NO_TIME:
             return 2 * NO_TIME
         return ((wm - self.window) // self.slide + 1) * self.slide

@@ -14,6 +14,7 @@ without it, tests/node/procs/test_startup.py).
 | ``stateless.py`` | ``filter`` and ``map`` over a flow |
 | ``join.py`` | the band join over flows: one sort-merge over (key, time) per step; its state and undo log worked out |
 | ``union.py`` | ``union`` over flows: every input's rows renumbered in processing order |
+| ``aggregate.py`` | the windowed ``aggregate`` over a flow: two exact vectorized folds, rows into (pane, group) accumulators in arrival order, then each closing window's panes in pane order |
 | ``release.py`` | SUnion's release of a replay step as a flow, spilled buckets straight from their Arrow segments |
 | ``engine.py`` | one operator over a step: vectorized, or per tuple wave by wave where it cannot be exact |
 """

@@ -1,16 +1,18 @@
 """One operator over a step's flows: vectorized where it can be, per tuple where not.
 
 Role: the vectorized replay's dispatch. :func:`run_step` hands a step's input flows to
-the operator's vectorized implementation (filter, map, join) and, when there is none or it
-raised :class:`Fallback` (which leaves the operator untouched), runs the per-tuple
-operator itself wave by wave, exactly as the query network would: so any operator, in any
-state, gets the per-tuple result, and the vectorized ones get it faster.
+the operator's vectorized implementation (filter, map, join, union, aggregate) and,
+when there is none or it raised :class:`Fallback` (which leaves the operator untouched),
+runs the per-tuple operator itself wave by wave, exactly as the query network would: so
+any operator, in any state, gets the per-tuple result, and the vectorized ones get it
+faster.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from operators.aggregate import Aggregate
 from operators.base import Operator
 from operators.errors import Fallback
 from operators.filter import Filter
@@ -19,6 +21,7 @@ from operators.map import Map
 from operators.union import Union
 from protocol.tuples import Schema, Tuple
 
+from .aggregate import run_aggregate
 from .flow import Flow
 from .join import run_join
 from .stateless import run_filter, run_map
@@ -28,7 +31,7 @@ __all__ = ["Stream", "run_operator", "run_per_tuple", "run_step"]
 
 _VECTORIZED = {Filter: lambda op, flows, ports: run_filter(op, flows[0]),
                Map: lambda op, flows, ports: run_map(op, flows[0]),
-               Join: run_join, Union: run_union}
+               Join: run_join, Union: run_union, Aggregate: run_aggregate}
 
 
 class Stream:

@@ -4,7 +4,8 @@ Random input on two streams, a failure (one stream stops; SUnion releases tentat
 buckets), the stream's data coming back late, then checkpoint/redo: rewind, the replay in
 steps, REC_DONE. With the engine ``vectorized`` every call returns exactly what it returns
 with ``inproc``, and the operators end in exactly the same state, whatever the network
-(filters into a band join; a map and an aggregate, which run per tuple) and the step.
+(filters into a band join, then a map and a sliding aggregate; or a map into a tumbling
+aggregate of floats grouped by two attributes) and the step.
 """
 
 from __future__ import annotations
@@ -23,16 +24,28 @@ from protocol.tuples import Kind, Tuple, boundary, make_tuple
 BUCKET = 100
 
 
+#: Operators that run vectorized in each replay step, by kind of network (all but SOutput).
+VECTORIZED = {"join": 4, "map-aggregate": 6, "aggregate": 3}
+FUNCTIONS = [{"fn": "count", "as": "n"},
+             *({"fn": fn, "attr": attr, "as": f"{fn}_{attr}"}
+               for fn in ("sum", "avg", "min", "max") for attr in ("value", "f"))]
+
+
 def spec(kind: str, band: int) -> dict[str, Any]:
     sunion = {"name": "u", "type": "sunion", "inputs": ["s1", "s2"], "bucket": BUCKET,
               "wait": 50}
     below: list[dict[str, Any]] = [
+        {"name": "m", "type": "map", "inputs": ["u"],
+         "fields": {"key": "key", "odd": "value % 2", "value": "value", "f": "value / 7.0"}},
+        {"name": "a", "type": "aggregate", "inputs": ["m"], "window": 150,
+         "group_by": ["key", "odd"], "aggregates": FUNCTIONS},
+    ] if kind == "aggregate" else [
         {"name": "lo", "type": "filter", "inputs": ["u"], "where": "value < 50"},
         {"name": "hi", "type": "filter", "inputs": ["u"], "where": "value >= 40"},
         {"name": "j", "type": "join", "inputs": ["lo", "hi"], "on": [["key", "key"]],
          "band": band},
     ]
-    if kind == "map-aggregate":
+    if kind == "map-aggregate":  # (below the join)
         below += [{"name": "m", "type": "map", "inputs": ["j"],
                    "fields": {"key": "key", "d": "value - right_value"}},
                   {"name": "a", "type": "aggregate", "inputs": ["m"], "window": 300,
@@ -70,7 +83,7 @@ def scenario(net: QueryNetwork, seed: int, step: int | None) -> list[Any]:
 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 2**32), st.sampled_from([None, 1, 4]),
-       st.sampled_from(["join", "map-aggregate"]), st.sampled_from([0, 150, 400]),
+       st.sampled_from(list(VECTORIZED)), st.sampled_from([0, 150, 400]),
        st.sampled_from([None, 0, 2000]))
 def test_a_vectorized_replay_equals_the_per_tuple_replay(seed: int, step: int | None,
                                                         kind: str, band: int,
@@ -89,10 +102,10 @@ def test_a_vectorized_replay_equals_the_per_tuple_replay(seed: int, step: int | 
         if spill == 0:  # (how much the undo logs spill may differ: runtime, not state)
             assert vectorized.spill_stats().written_tuples > 0
             # Every release was built from the spilled segments, not from tuples, and
-            # every operator but SOutput (and the aggregate) ran vectorized.
+            # every operator but SOutput ran vectorized.
             steps = len(expected[5:-1])  # the rewind and the replay calls
-            assert vectorized.replay_runs["vectorized"] == steps * (4 if kind == "join" else 5)
-    # The filters and the join ran vectorized (the SOutput and the aggregate per tuple).
+            assert vectorized.replay_runs["vectorized"] == steps * VECTORIZED[kind]
+    # The operators ran vectorized, the SOutput per tuple.
     runs = vectorized.replay_runs
     assert runs["vectorized"] >= 3 and runs["per_tuple"] >= 1 and inproc.replay_runs == {
         "vectorized": 0, "per_tuple": 0}
