@@ -27,11 +27,13 @@ from .join import run_join
 from .stateless import run_filter, run_map
 from .union import run_union
 
-__all__ = ["Stream", "run_operator", "run_per_tuple", "run_step"]
+__all__ = ["VECTORIZED", "Stream", "run_operator", "run_per_tuple", "run_step"]
 
 _VECTORIZED = {Filter: lambda op, flows, ports: run_filter(op, flows[0]),
                Map: lambda op, flows, ports: run_map(op, flows[0]),
                Join: run_join, Union: run_union, Aggregate: run_aggregate}
+#: The operator types with a vectorized implementation (the conformance suite runs them).
+VECTORIZED = frozenset(cls.type_name for cls in _VECTORIZED)
 
 
 class Stream:
