@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from protocol.tuples import Kind, Schema, Tuple, make_tuple
 from state.checkpoint import restore_checkpoint
-from state.spill import NO_SPILL, SpillStats, SpillStore
+from state.spill import NO_SPILL, Chunk, SpillStats, SpillStore
 
 from .base import Operator, Plain
 from .buckets import Released, Spiller
@@ -124,6 +124,8 @@ class QueryNetwork:
         self._now = 0
         self._inputs = [by_name[op.name].inputs for op in self.operators]
         self.engine = "inproc"
+        self._job_store: SpillStore | None = None
+        self._job_chunks: list[Chunk] = []
         #: Operator runs of vectorized replays (an SUnion's release counts as one): how
         #: many were vectorized, how many per tuple (no vectorized implementation, or a
         #: step it could not compute exactly).
@@ -240,6 +242,10 @@ class QueryNetwork:
                         else Spiller(SpillStore(path / "input", s.name), share))
         for op in logging:
             op.set_log_spill(None if path is None else SpillStore(path / "undo", op.name), share)
+        # A remote replay step's in-memory buckets, written for its job (replay_remote).
+        if self._job_store is not None:
+            self._job_store.close()
+        self._job_store = None if path is None else SpillStore(path / "jobs", "release")
 
     def spill_stats(self) -> SpillStats:
         """What the SUnions keep on disk now (zero without :meth:`set_spill`)."""
@@ -258,6 +264,8 @@ class QueryNetwork:
 
     def close_spill(self) -> None:
         """Delete every segment on disk without reading it back (the process ends)."""
+        if self._job_store is not None:
+            self._job_store.close()
         for _, s in self._serializers:
             if s.spiller is not None:
                 s.spiller.store.close()
@@ -376,13 +384,13 @@ class QueryNetwork:
         release is built as columns (spilled buckets straight from disk), and each operator
         below the SUnion runs once over all the waves (operators/vectorized/)."""
         # pyarrow: imported at the first vectorized replay, not with the network
-        from .vectorized.release import released_stream
+        from .vectorized.release import released_streams
 
         sunion = self.operators[idx]
         self._drain_signals(sunion)
-        head = released_stream(sunion.output_schema, released, runs)
-        self.replay_runs["vectorized" if head.vectorized else "per_tuple"] += 1
-        self._run_below(idx, {sunion.name: head}, guards=True)
+        for head in released_streams(sunion.output_schema, released, runs):
+            self.replay_runs["vectorized" if head.vectorized else "per_tuple"] += 1
+            self._run_below(idx, {sunion.name: head}, guards=True)
 
     def _run_below(self, idx: int, streams: dict[str, Stream], guards: bool) -> None:
         """Every operator below SUnion ``idx`` with an input in ``streams`` (a stream per
@@ -427,7 +435,7 @@ class QueryNetwork:
                      if c > idx and self._below(idx, c) and not isinstance(op, OutputGuard)]
             jobs.append(ChainJob.of(self.spec, self.undo_logs, s.name, below,
                                     {n: self.operator(n).snapshot() for n in below},
-                                    released, runs, now))
+                                    released, runs, now, self._job_store, self._job_chunks))
         return self._finish(), jobs
 
     def finish_remote(self, jobs: Sequence[ChainJob], results: Sequence[ChainResult],
@@ -436,6 +444,10 @@ class QueryNetwork:
         operator that ran elsewhere takes its state from there, and the SOutputs below
         run here over the streams the job gave back."""
         self._begin(now)
+        if self._job_store is not None:  # the jobs' own segments: read, not needed now
+            for chunk in self._job_chunks:
+                self._job_store.release(chunk)
+        self._job_chunks.clear()
         for job, result in zip(jobs, results, strict=True):
             for name, snap in result.snapshots.items():
                 op = self.operator(name)
@@ -445,32 +457,34 @@ class QueryNetwork:
                 self.replay_runs[k] += n
             self._result.signals.extend(result.signals)
             idx = self._index[job.serializer]
-            self._run_below(idx, dict(result.streams), guards=True)
+            for part in result.parts:  # (in order: each is a run of the step's waves)
+                self._run_below(idx, dict(part), guards=True)
         return self._finish()
 
     def run_job(self, job: ChainJob) -> ChainResult:
         """Where a :class:`~operators.vectorized.remote.ChainJob` runs (a fresh network of
         the node's spec, in a Spark task): its operators from their snapshots, the release
         as a flow from the segments, and ``_run_below`` over it, as in-process."""
-        from .vectorized.release import released_stream
+        from .vectorized.release import released_streams
         from .vectorized.remote import ChainResult
 
         for name in job.names:
             self.operator(name).restore(job.snapshots[name])
         idx = self._index[job.serializer]
         sunion = self.operators[idx]
-        self._begin(job.now)
-        head = released_stream(sunion.output_schema, job.released, job.runs)
-        self.replay_runs["vectorized" if head.vectorized else "per_tuple"] += 1
-        streams = {sunion.name: head}
-        self._run_below(idx, streams, guards=False)
         # What the SOutputs below read: the node runs them (finish_remote).
         wanted = {i for c in range(idx + 1, len(self.operators))
                   if self.operators[c].name not in job.names and self._below(idx, c)
                   for i in self._inputs[c]}
+        self._begin(job.now)
+        parts = []
+        for head in released_streams(sunion.output_schema, job.released, job.runs):
+            self.replay_runs["vectorized" if head.vectorized else "per_tuple"] += 1
+            streams = {sunion.name: head}
+            self._run_below(idx, streams, guards=False)
+            parts.append({n: s for n, s in streams.items() if n in wanted})
         out = self._finish()
-        return ChainResult({n: s for n, s in streams.items() if n in wanted},
-                           {n: self.operator(n).snapshot() for n in job.names},
+        return ChainResult(parts, {n: self.operator(n).snapshot() for n in job.names},
                            dict(self.replay_runs), list(out.signals))
 
     def _below(self, idx: int, c: int) -> bool:

@@ -157,7 +157,6 @@ class ChunkReader:
         return segment.table
 
 
-
 class SpillStore(ChunkReader):
     """Segments named ``<name>-<seq>.arrow`` in ``directory`` (created if missing)."""
 
@@ -276,7 +275,8 @@ class SpillStore(ChunkReader):
         :class:`SegmentReader`. The store still owns the file: the copy must be read before
         the chunk is released."""
         seg = chunk.segment
-        self._table(chunk)  # (raises for a released chunk)
+        if seg.refs <= 0 or chunk.length <= 0:
+            raise StateError(f"spill {self.name}: {chunk!r} was released")
         return Chunk(_Segment(seg.path, seg.bytes, 1, seg.json_cols), chunk.offset,
                      chunk.length, chunk.first_id, chunk.last_id, chunk.n_tent)
 
@@ -339,10 +339,20 @@ class SpillStore(ChunkReader):
 
 class SegmentReader(ChunkReader):
     """Reads :meth:`SpillStore.detached` chunks in a process that does not own their
-    segments: it maps them, never deletes them."""
+    segments: it maps each segment once (by path: detached chunks of one segment do not
+    share their segment object once pickled), never deletes them."""
 
     def __init__(self, name: str) -> None:
         self.name = name
+        self._tables: dict[Path, Any] = {}
+
+    def _table(self, chunk: Chunk) -> Any:
+        path = chunk.segment.path
+        table = self._tables.get(path)
+        if table is None:
+            table = self._tables[path] = super()._table(chunk)
+            chunk.segment.table = None  # (the map is this reader's, not the chunk's)
+        return table
 
 
 def _column(values: list[Any], where: str) -> tuple[Any, bool]:

@@ -26,7 +26,26 @@ from state.spill import Chunk
 from .engine import Stream
 from .flow import Flow, Mark, transpose
 
-__all__ = ["released_stream"]
+__all__ = ["released_stream", "released_streams"]
+
+
+def released_streams(schema: Schema, out: list[Tuple], runs: Sequence[Released]
+                     ) -> list[Stream]:
+    """The step's output as streams to run one after the other: its stable head as a
+    flow, and the rest (from the first tentative tuple on, after the last stable boundary
+    before it) as plain tuples. A long step, a Spark job's, ends with the failure's
+    newest buckets, still tentative: without the cut, the step's every bucket would go
+    per tuple for them. (Running the two in turn is running the step: operators carry
+    their state from one to the next, as from step to step.)"""
+    first = next((k for k, t in enumerate(out) if t[0] is not Kind.BOUNDARY or t[1] != 0),
+                 None)
+    if first is None or first == 0:
+        return [released_stream(schema, out, runs)]
+    cut = first  # after boundary out[first - 1]: that wave is whole
+    head = [r for r in runs if r.at < cut]
+    tail = [Released(r.at - cut, r.first_id, r.ports, r.store) for r in runs if r.at >= cut]
+    return [released_stream(schema, out[:cut], head),
+            released_stream(schema, out[cut:], tail)]
 
 
 def released_stream(schema: Schema, out: list[Tuple], runs: Sequence[Released]) -> Stream:

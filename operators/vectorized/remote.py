@@ -51,10 +51,18 @@ class ChainJob:
     @classmethod
     def of(cls, spec: NetworkSpec, undo_logs: bool, serializer: str, names: Sequence[str],
            snapshots: dict[str, Plain], released: list[Tuple], runs: Sequence[Released],
-           now: int) -> ChainJob:
-        """The job, its spilled chunks detached from the node's stores (by path)."""
+           now: int, store: SpillStore | None = None,
+           written: list[Chunk] | None = None) -> ChainJob:
+        """The job, its spilled chunks detached from the node's stores (by path). With a
+        ``store``, the buckets' in-memory tuples are written there first, one segment
+        (their chunks appended to ``written``: the caller releases them once the job ran),
+        so the job carries no tuple: pickling a million of them cost seconds each way,
+        writing them as Arrow a fraction of that, and the task reads them as columns."""
+        if store is not None:
+            runs = _written(runs, store, [] if written is None else written)
+        reader = SegmentReader(serializer)  # one for the job: a segment mapped once there
         return cls(spec, undo_logs, serializer, tuple(names), snapshots, list(released),
-                   [_detached(r) for r in runs], now)
+                   [_detached(r, reader) for r in runs], now)
 
     @property
     def tuples(self) -> int:
@@ -66,10 +74,11 @@ class ChainJob:
 @dataclass(frozen=True)
 class ChainResult:
     """What :func:`run_job` gives back: the output streams of the operators the node's
-    SOutputs read (by name), every operator's snapshot after the step, the operator runs
-    (vectorized / per tuple) and the signals the operators raised."""
+    SOutputs read (by name), per part of the step (``release.released_streams``: its
+    stable head, then what followed), every operator's snapshot after the step, the
+    operator runs (vectorized / per tuple) and the signals the operators raised."""
 
-    streams: dict[str, Stream]
+    parts: list[dict[str, Stream]]
     snapshots: dict[str, Plain]
     runs: dict[str, int]
     signals: list[tuple[str, Tuple]]
@@ -82,13 +91,39 @@ def run_job(job: ChainJob) -> ChainResult:
     return QueryNetwork(job.spec, undo_logs=job.undo_logs).run_job(job)
 
 
-def _detached(r: Released) -> Released:
+def _written(runs: Sequence[Released], store: SpillStore, written: list[Chunk]
+             ) -> list[Released]:
+    """``runs`` with every non-empty in-memory list replaced by its chunk in ``store``."""
+    lists = [src for r in runs for sources in r.ports for src in sources
+             if isinstance(src, list) and src]
+    if not lists:
+        return list(runs)
+    chunks = iter(store.write(lists))
+    out_runs = []
+    for r in runs:
+        ports: list[list[Chunk | list[Tuple]]] = []
+        for sources in r.ports:
+            port: list[Chunk | list[Tuple]] = []
+            for src in sources:
+                if isinstance(src, list) and src:
+                    chunk = next(chunks)
+                    written.append(chunk)
+                    port.append(chunk)
+                elif isinstance(src, Chunk) or src:
+                    port.append(src)
+            ports.append(port)
+        out_runs.append(Released(r.at, r.first_id, ports, r.store or store))
+    return out_runs
+
+
+def _detached(r: Released, reader: SegmentReader) -> Released:
     chunks = [src for sources in r.ports for src in sources if isinstance(src, Chunk)]
     if not chunks:
         return Released(r.at, r.first_id, r.ports, None)
     if not isinstance(r.store, SpillStore):
         raise OperatorError("a released bucket holds spilled tuples but no spill store")
     store = r.store
+    # (a chunk's segment knows its path: detaching needs a store only to check it is held)
     ports = [[store.detached(src) if isinstance(src, Chunk) else src for src in sources]
              for sources in r.ports]
-    return Released(r.at, r.first_id, ports, SegmentReader(store.name))
+    return Released(r.at, r.first_id, ports, reader)
