@@ -341,13 +341,19 @@ class Manager:
         done, total = self.network.replay_progress()
         running = self._replay is not None
         eta = replay_eta(done, total, self._now() - self._replay_started) if running else None
+        spark = self._spark
+        if running and self.engine == "spark" and spark is not None:
+            # The SUnions' bookkeeping runs ahead of a Spark job (done is its end): its
+            # pace is that of the jobs so far.
+            eta = spark.eta()
         return {"in_progress": running, "replayed": done, "to_replay": total, "eta_s": eta,
                 "stalled": not self.replay_gate.is_set(), "engine": self.engine,
                 # Operator runs of vectorized replays: vectorized, or per tuple where not.
                 "runs": dict(self.network.replay_runs),
-                "spark": None if self._spark is None else {
-                    "session": self._spark.state, "start_s": self._spark.start_s,
-                    "jobs": self._spark.jobs, "tuples": self._spark.tuples}}
+                "spark": None if spark is None else {
+                    "session": spark.state, "start_s": spark.start_s, "jobs": spark.jobs,
+                    "tuples": spark.tuples, "seconds": round(spark.seconds, 3),
+                    "running_tuples": spark.running[0] if spark.running else 0}}
 
     async def run(self) -> None:
         """Serve the network's and the machine's deadlines, forever (until cancelled, or

@@ -59,9 +59,12 @@ class SparkReplayer:
         self._ids = count(1)
         #: Seconds the session took to start (None before it has).
         self.start_s: float | None = None
-        #: Jobs run, and the input tuples they replayed.
+        #: Jobs run, the input tuples they replayed, and the seconds they took.
         self.jobs = 0
         self.tuples = 0
+        self.seconds = 0.0
+        #: The job running now: (its input tuples, time.monotonic() at its start).
+        self.running: tuple[int, float] | None = None
 
     @property
     def state(self) -> str:
@@ -113,8 +116,20 @@ class SparkReplayer:
                             f"{type(self._error).__name__}: {self._error}") from self._error
         return [self._run_one(job) for job in jobs]
 
+    def eta(self) -> float | None:
+        """Seconds the running job still needs at the pace of the jobs so far (None: no
+        job running, or none finished yet)."""
+        running = self.running
+        if running is None or self.seconds <= 0 or self.tuples <= 0:
+            return None
+        tuples, since = running
+        left = tuples * self.seconds / self.tuples - (time.monotonic() - since)
+        return round(max(0.0, left), 3)
+
     def _run_one(self, job: ChainJob) -> ChainResult:
         self._workdir.mkdir(parents=True, exist_ok=True)
+        began = time.monotonic()
+        self.running = (job.tuples, began)
         n = next(self._ids)
         job_path = self._workdir / f"job-{n:06d}.pickle"
         result_path = self._workdir / f"result-{n:06d}.pickle"
@@ -127,10 +142,12 @@ class SparkReplayer:
             with result_path.open("rb") as f:
                 result: ChainResult = pickle.load(f)
         finally:
+            self.running = None
             job_path.unlink(missing_ok=True)
             result_path.unlink(missing_ok=True)
         self.jobs += 1
         self.tuples += job.tuples
+        self.seconds += time.monotonic() - began
         return result
 
     def stop(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -61,3 +62,16 @@ def test_a_session_that_cannot_start_fails_the_replay_with_its_reason(
                                         r"already running"):
         replayer.run([])
     assert replayer.state == "failed"
+
+
+def test_a_running_jobs_eta_is_at_the_pace_of_the_jobs_before(tmp_path: Path) -> None:
+    """What /status shows while a Spark job runs (the SUnions' bookkeeping is done by
+    then: the replay's own pace would say 0 s)."""
+    replayer = SparkReplayer({}, tmp_path, "dpc replay test", log)
+    assert replayer.eta() is None  # no job running
+    replayer.running = (1_000, time.monotonic())
+    assert replayer.eta() is None  # running, but no pace yet
+    replayer.jobs, replayer.tuples, replayer.seconds = 2, 4_000, 2.0  # 2,000 tuples/s
+    assert 0.4 < (replayer.eta() or 0) <= 0.5
+    replayer.running = (1_000, time.monotonic() - 10)
+    assert replayer.eta() == 0.0  # (slower than before: never negative)
