@@ -252,6 +252,17 @@ class Manager:
                     deadline, now = cm.next_deadline(self.machine), self._now()
                     if deadline is not None and deadline <= now:
                         self._events.append(cm.Tick(now))
+        except Exception as exc:
+            # An action failed half way (the network may be half rewound): the replica
+            # must end with this error, before the deadline loop's next turn touches the
+            # network (it would fail on the damage, hiding the cause: torture seed 2 once
+            # ended on an output id reused after a rewind had raised in a partner-answer
+            # task whose exception was then swallowed).
+            self._log.error("%s: %s failed: %s: %s", self.owner, type(event).__name__,
+                            type(exc).__name__, exc, exc_info=exc)
+            if self._failure is None:
+                self._failure = exc
+            raise
         finally:
             self._busy = False
             self._wake.set()

@@ -176,6 +176,19 @@ async def test_with_fault_tolerance_off_a_reconciliation_ends_the_replica_saying
         manager.feed(cm.RecRequest(20, "u"))  # no partner to ask: it grants itself
 
 
+async def test_an_action_that_fails_ends_run_before_the_network_is_touched_again() -> None:
+    """A failed action may leave the network half changed (a rewind that raised): the
+    deadline loop's next turn raises that error, it does not serve the network's timers
+    (which would fail on the damage and hide the cause, or worse, not fail)."""
+    manager = make_manager(checkpointing=cm.Checkpointing.OFF)
+    manager.feed(cm.UpFailure(10, "u"))
+    with pytest.raises(NodeError, match="fault tolerance is off"):
+        manager.feed(cm.RecRequest(20, "u"))  # (from a partner's answer, in the replica)
+    async with asyncio.timeout(5):
+        with pytest.raises(NodeError, match="fault tolerance is off"):
+            await manager.run()
+
+
 async def test_signals_of_one_call_are_events_per_sunion_up_failures_first() -> None:
     """One network call may carry one SUnion's REC_REQUEST and another's first UP_FAILURE:
     the machine must count the latter as failing first (else the REC_REQUEST would be
