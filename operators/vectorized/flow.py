@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from operators.errors import Fallback
-from protocol.tuples import Kind, Schema, Tuple
+from protocol.tuples import Kind, Schema, Tuple, columns_of
 
 __all__ = ["Flow", "Mark", "transpose", "typed_column"]
 
@@ -131,17 +131,16 @@ class Flow:
 def transpose(schema: Schema, rows: Sequence[Tuple]) -> tuple[Sequence[Any], Sequence[int],
                                                               Sequence[int], Sequence[int],
                                                               list[pa.Array]]:
-    """``rows``' kinds, ids, times and tmaxs (transposed in C), and their attributes as
-    typed columns; :class:`Fallback` if a tuple's arity is not the schema's or a column is
-    not of one Python type."""
+    """``rows``' kinds, ids, times and tmaxs (``protocol.tuples.columns_of``), and their
+    attributes as typed columns; :class:`Fallback` if a tuple's arity is not the schema's
+    or a column is not of one Python type."""
     if not rows:
         return (), (), (), (), [pa.nulls(0) for _ in schema]
-    kinds, ids, times, tmaxs, values = zip(*rows, strict=True)
+    kinds, ids, times, tmaxs, values = columns_of(rows, 5)
     if set(map(len, values)) != {len(schema)}:
         raise Fallback("a tuple whose arity is not its schema's")
-    attrs = zip(*values, strict=True) if schema else ()
-    return kinds, ids, times, tmaxs, [typed_column(list(v), schema[i])
-                                      for i, v in enumerate(attrs)]
+    return kinds, ids, times, tmaxs, [typed_column(v, schema[i])
+                                      for i, v in enumerate(columns_of(values, len(schema)))]
 
 
 def typed_column(values: list[Any], name: str) -> pa.Array:
