@@ -583,6 +583,10 @@ class Replica:
                 # At the pace so far; -1 while no replay is under way (or has no pace yet).
                 "replay_eta_seconds": -1 if replay["eta_s"] is None else replay["eta_s"],
                 "replay_vectorized": int(replay["engine"] == "vectorized"),
+                "replay_spark": int(replay["engine"] == "spark"),
+                # The Spark engine (where the replica may use it): its session up, its jobs.
+                "spark_session_ready": int((replay["spark"] or {}).get("session") == "ready"),
+                "spark_jobs": (replay["spark"] or {}).get("jobs", 0),
                 "replay_vectorized_runs": replay["runs"]["vectorized"],
                 "replay_per_tuple_runs": replay["runs"]["per_tuple"],
                 # Tuples behind a boundary their upstream had already promised: bad input.

@@ -100,6 +100,8 @@ def test_a_failure_beyond_buffer_memory_spills_and_reconciles_valid(
                     s["engine"] = last["engine"]
                     s["vectorized_runs"] = g["replay_vectorized_runs"]
                     s["spark"] = st["consistency"]["replay"]["spark"]
+                    s["spark_gauges"] = (g["replay_spark"], g["spark_session_ready"],
+                                         g["spark_jobs"])
                 s["segments"] = max(s["segments"], g["spill_segments"])
                 s["last_segments"] = g["spill_segments"]
                 s["spilled"] = max(s["spilled"], g["spilled_tuples"])
@@ -126,8 +128,9 @@ def test_a_failure_beyond_buffer_memory_spills_and_reconciles_valid(
         if engine == "spark":  # its session started during the failure, and ran jobs
             assert s["spark"]["session"] == "ready" and s["spark"]["jobs"] >= 1, (r, s)
             assert s["spark"]["tuples"] > 0, (r, s)
+            assert s["spark_gauges"][:2] == (1, 1) and s["spark_gauges"][2] >= 1, (r, s)
         else:
-            assert s["spark"] is None, (r, s)
+            assert s["spark"] is None and s["spark_gauges"] == (0, 0, 0), (r, s)
         assert f"engine {engine}: " in rd.process_log(r).read_text(), r
         left = [p for p in rd.replica_spill(r).rglob("*") if p.is_file()]
         assert not left, f"{r} stopped and left segments behind: {left}"
