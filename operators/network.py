@@ -30,7 +30,7 @@ unknown stream, duplicate name, cycle, missing or mistyped parameter, unused ope
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from operator import itemgetter
@@ -460,6 +460,20 @@ class QueryNetwork:
             for part in result.parts:  # (in order: each is a run of the step's waves)
                 self._run_below(idx, dict(part), guards=True)
         return self._finish()
+
+    def replay_elsewhere(self, now: int,
+                         run: Callable[[list[ChainJob]], Sequence[ChainResult]]
+                         ) -> NetworkOutput:
+        """One replay step whose jobs ``run`` runs and waits for: :meth:`replay_remote`,
+        ``run``, :meth:`finish_remote`, their outputs in that order. For callers that may
+        block (a bench, tests); the replica's manager awaits the jobs in a worker thread
+        between the two calls instead."""
+        out, jobs = self.replay_remote(now)
+        rest = self.finish_remote(jobs, run(jobs), now)
+        for name, tuples in rest.outputs.items():
+            out.outputs.setdefault(name, []).extend(tuples)
+        out.signals += rest.signals
+        return out
 
     def run_job(self, job: ChainJob) -> ChainResult:
         """Where a :class:`~operators.vectorized.remote.ChainJob` runs (a fresh network of

@@ -139,12 +139,8 @@ def replay_once(config: ClusterConfig, node: NodeConfig, engine: str, tuples: in
     out += result.outputs[node.network.outputs[0]]
     name = node.network.outputs[0]
     while net.replaying:
-        if spark is None:
-            out += net.replay(now).outputs[name]
-            continue
-        first, jobs = net.replay_remote(now)
-        out += first.outputs[name]
-        out += net.finish_remote(jobs, spark.run(jobs), now).outputs[name]
+        call = net.replay(now) if spark is None else net.replay_elsewhere(now, spark.run)
+        out += call.outputs[name]
     seconds = time.perf_counter() - start
     spilled = net.spill_stats().written_tuples
     net.close_spill()

@@ -30,12 +30,7 @@ class SparkNetwork(QueryNetwork):
     replayer: SparkReplayer
 
     def replay(self, now: int) -> NetworkOutput:
-        out, jobs = self.replay_remote(now)
-        rest = self.finish_remote(jobs, self.replayer.run(jobs), now)
-        for name, tuples in rest.outputs.items():
-            out.outputs.setdefault(name, []).extend(tuples)
-        out.signals += rest.signals
-        return out
+        return self.replay_elsewhere(now, self.replayer.run)
 
 
 @pytest.mark.parametrize("kind", ["join", "map-aggregate"])

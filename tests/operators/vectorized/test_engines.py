@@ -13,7 +13,6 @@ operator ends in exactly its state.
 
 from __future__ import annotations
 
-import pickle
 import random
 import struct
 import tempfile
@@ -23,25 +22,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from operators import NetworkOutput, QueryNetwork
-from operators.vectorized.remote import run_job
 from protocol.tuples import Kind, Tuple, boundary, make_tuple
 from tests.networks import networks
+from tests.operators.vectorized.test_remote import RemoteNetwork
 
 BUCKET = 100_000  # µs, the scale of tests/networks.py's windows and bands
-
-
-class RemoteNetwork(QueryNetwork):
-    """Replays as the manager does with the engine ``spark``, the jobs run here."""
-
-    def replay(self, now: int) -> NetworkOutput:
-        out, jobs = self.replay_remote(now)
-        results = [pickle.loads(pickle.dumps(run_job(pickle.loads(pickle.dumps(j)))))
-                   for j in jobs]
-        rest = self.finish_remote(jobs, results, now)
-        for name, tuples in rest.outputs.items():
-            out.outputs.setdefault(name, []).extend(tuples)
-        out.signals += rest.signals
-        return out
 
 
 def spec(ops: list[dict[str, Any]], schema: tuple[str, ...]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from operators import NetworkOutput, QueryNetwork
 from operators.buckets import Released
 from operators.vectorized.release import released_streams
-from operators.vectorized.remote import ChainJob, run_job
+from operators.vectorized.remote import ChainJob, ChainResult, run_job
 from protocol.tuples import Kind, boundary, make_tuple
 from state.spill import Chunk, SegmentReader
 from tests.operators.vectorized.test_replay import scenario, spec
@@ -32,15 +32,12 @@ class RemoteNetwork(QueryNetwork):
     jobs: list[ChainJob]
 
     def replay(self, now: int) -> NetworkOutput:
-        out, jobs = self.replay_remote(now)
+        return self.replay_elsewhere(now, self.run_here)
+
+    def run_here(self, jobs: list[ChainJob]) -> list[ChainResult]:
         self.jobs = [*getattr(self, "jobs", []), *jobs]
         wire = [pickle.loads(pickle.dumps(j, protocol=5)) for j in jobs]
-        results = [pickle.loads(pickle.dumps(run_job(j), protocol=5)) for j in wire]
-        rest = self.finish_remote(jobs, results, now)
-        for name, tuples in rest.outputs.items():
-            out.outputs.setdefault(name, []).extend(tuples)
-        out.signals += rest.signals
-        return out
+        return [pickle.loads(pickle.dumps(run_job(j), protocol=5)) for j in wire]
 
 
 @settings(max_examples=30, deadline=None)
