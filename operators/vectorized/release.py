@@ -62,43 +62,57 @@ def _flow(schema: Schema, out: list[Tuple], runs: Sequence[Released]) -> Flow:
     if any(t[0] is not Kind.BOUNDARY or t[1] != 0 for t in out):
         raise Fallback("a tentative release in the replay step")
     names = ["time", "tmax", *(f"v{i}" for i in range(len(schema)))]
-    # Every source (a spilled chunk, an in-memory list) in release order, numbered: the
-    # chunks' rows are sliced from their segments, the lists' converted in one go.
-    slices: list[pa.Table] = []
+    # Every source (a spilled chunk, an in-memory list) in release order: per bucket, its
+    # ports' sources one after the other. The chunks' rows are gathered from their
+    # segments, the lists' converted, each kind in one go: the concatenation ("all")
+    # holds the spilled rows, then the in-memory ones.
+    chunks: list[Chunk] = []
     rows: list[Tuple] = []
-    keys: list[tuple[bool, int, int, int]] = []  # (spilled, bucket, ordinal, rows)
+    spilled: list[bool] = []
+    bucket_of: list[int] = []
+    lengths: list[int] = []
     for k, r in enumerate(runs):
         for sources in r.ports:
             for src in sources:
                 if isinstance(src, list):
                     rows += src
-                    keys.append((False, k, len(keys), len(src)))
+                    lengths.append(len(src))
                 else:
-                    slices.append(_chunk_table(src, r))
-                    keys.append((True, k, len(keys), src.length))
-    sizes = np.zeros(len(runs), dtype=np.int64)
-    for _, k, _, n in keys:
-        sizes[k] += n
-    parts = [t.select(names) for t in slices]
+                    chunks.append(src)
+                    lengths.append(src.length)
+                spilled.append(not isinstance(src, list))
+                bucket_of.append(k)
+    sizes = np.bincount(np.array(bucket_of, dtype=np.int64),
+                        weights=np.array(lengths, dtype=np.int64),
+                        minlength=len(runs)).astype(np.int64)
+    parts = []
+    if chunks:
+        parts.append(_chunk_rows(chunks, runs))
     if rows:
         parts.append(_rows_table(schema, rows, names))
     if not parts:
         return Flow(tuple(schema), _empty(schema), tuple(_marks(out, runs, sizes)))
     try:
-        data = pa.concat_tables(parts, promote_options="default").combine_chunks()
+        data = pa.concat_tables([t.select(names) for t in parts], promote_options="default")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
         raise Fallback(f"the replay's columns do not agree: {e}") from None
-    if slices and np.any(pa.concat_tables([t.select(["kind"]) for t in slices])
-                         .column("kind").to_numpy() != 0):
-        raise Fallback("a spilled chunk that is not all stable data")
-    # Rows are in (spilled first, then in-memory) order: per row its bucket and source.
-    ordered = [k for k in keys if k[0]] + [k for k in keys if not k[0]]
-    lengths = np.array([k[3] for k in ordered], dtype=np.int64)
-    bucket = np.repeat(np.array([k[1] for k in ordered], dtype=np.int64), lengths)
-    source = np.repeat(np.array([k[2] for k in ordered], dtype=np.int64), lengths)
-    # A stable sort by time within a bucket of its ports' lists one after the other.
-    order = np.lexsort((source, data.column("time").to_numpy(), bucket))
-    data = data.take(pa.array(order))
+    # Row k of the release (sources in release order) is row index[k] of the concatenation.
+    length = np.array(lengths, dtype=np.int64)
+    is_spilled = np.array(spilled, dtype=bool)
+    at = np.empty(len(length), dtype=np.int64)  # each source's first row in ``data``
+    at[is_spilled] = np.cumsum(length[is_spilled]) - length[is_spilled]
+    at[~is_spilled] = (int(length[is_spilled].sum()) + np.cumsum(length[~is_spilled])
+                       - length[~is_spilled])
+    index = np.repeat(at - (np.cumsum(length) - length), length) + np.arange(int(length.sum()))
+    bucket = np.repeat(np.array(bucket_of, dtype=np.int64), length)
+    # A stable sort by time within a bucket, ties in release order (port, then id). A
+    # bucket's tuples are older than the next bucket's, so a stable sort by time alone is
+    # that order; checked, and sorted by (bucket, time) where it does not hold.
+    times = data.column("time").to_numpy()[index]
+    order = np.argsort(times, kind="stable")
+    if np.any(np.diff(bucket[order]) < 0):
+        order = np.lexsort((times, bucket))
+    data = data.take(pa.array(index[order]))
     bucket = bucket[order]
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     first = np.array([r.first_id for r in runs], dtype=np.int64)
@@ -124,13 +138,18 @@ def _empty(schema: Schema) -> pa.Table:
                     names=["id", "time", "tmax", "wave", *(f"v{i}" for i in range(len(schema)))])
 
 
-def _chunk_table(chunk: Chunk, r: Released) -> pa.Table:
-    """A spilled chunk's rows as they are on disk (memory-mapped)."""
-    if r.store is None:
-        raise Fallback("a spilled chunk without its store")
-    table = r.store.read_table(chunk)
+def _chunk_rows(chunks: list[Chunk], runs: Sequence[Released]) -> pa.Table:
+    """The spilled chunks' rows, one chunk after the other, as they are on disk; checked
+    to be all stable data. (A chunk's segment knows its file: any of the runs' readers
+    reads every chunk.)"""
+    store = next((r.store for r in runs if r.store is not None), None)
+    if store is None:
+        raise Fallback("spilled chunks without a store")
+    table = store.read_rows(chunks)
     if table is None:
         raise Fallback("a spilled attribute of mixed types")
+    if np.any(table.column("kind").to_numpy() != 0):
+        raise Fallback("a spilled chunk that is not all stable data")
     return table
 
 
