@@ -10,6 +10,7 @@ status         each replica's state and streams, from the control planes        
 fault          cut / heal / stall at one replica (``POST /fault``)                    node/faults/ops.py
 inject         one fault or heal in a running cluster (by a run dir's pid files)      inject.py
 run            play a scenario's fault schedule on a real cluster, then check it      runner.py
+sweep          an experiment's grid of settings on real runs: CSV, plots, report      sweep/run.py
 torture        seeded random schedules on real clusters, every run checked           torture.py
 soak           a long run under load and faults: memory and buffer growth per minute  soak.py
 check          verify a run's logs against a reference evaluation                     check.py
@@ -19,7 +20,7 @@ fuzz           seeded malformed frames against the wire codec (sans-IO)         
 bench          core, throughput, overhead, latency, failover, peers, reconcile        bench/*.py
 =============  =====================================================================  =============
 
-Only commands that work are registered (``sweep`` comes with its issue). Exit codes: 0
+Only commands that work are registered. Exit codes: 0
 done (a check: valid), 1 a failure found or a harness problem, 2 a usage error (bad
 config, scenario, name or argument), 130 interrupted.
 """
@@ -211,6 +212,19 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--run-dir", type=Path, default=None,
                      help="where the run goes (default: runs/NAME-TIME; must be new or empty)")
 
+    sweep = sub.add_parser(
+        "sweep", help="run an experiment's grid of settings on real processes: a CSV of "
+        "Delay_new, N_tentative, ..., plots and an HTML report (resumable)")
+    sweep.add_argument("experiment", type=Path, metavar="EXPERIMENT.toml")
+    sweep.add_argument("--out", type=Path, default=None,
+                       help="where the results go (default: sweeps/NAME); the same --out "
+                       "resumes an interrupted sweep")
+    sweep.add_argument("--repeat", type=int, default=None,
+                       help="runs per point (default: the file's repeat, else 3)")
+    sweep.add_argument("--jobs", type=int, default=1,
+                       help="runs at once (default 1: runs sharing cores measure each "
+                       "other's load)")
+
     bench = sub.add_parser("bench", help="benchmarks, reported against a baseline of the same run")
     which = bench.add_subparsers(dest="which", required=True, metavar="BENCH")
     core = which.add_parser(
@@ -376,6 +390,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             opts = SimOptions(faults=args.faults, duration=args.duration)
             return run_simulate(args.cluster or DEFAULT_CLUSTER, args.seed, args.runs,
                                 args.run_dir, jobs=args.jobs, opts=opts, keep=args.keep)
+        if args.command == "sweep":
+            from ops_scripts.sweep import run_sweep
+
+            return run_sweep(args.experiment, args.out, args.repeat, args.jobs)
         if args.command == "check":
             from ops_scripts.check.compose import run_check
 

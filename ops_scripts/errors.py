@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from protocol.errors import DPCError
 
-__all__ = ["BenchFailed", "CheckError", "ClusterError", "FaultError", "FuzzError", "GenerateError", "HistoryError", "IngestError", "InjectError", "ProcessError", "ReferenceJobError", "ScenarioError", "ScheduleError", "Untranslatable"]
+__all__ = ["BenchFailed", "CheckError", "ClusterError", "FaultError", "FuzzError", "GenerateError", "HistoryError", "IngestError", "InjectError", "ProcessError", "ReferenceJobError", "ScenarioError", "ScheduleError", "SweepError", "Untranslatable"]
 
 
 class BenchFailed(DPCError):
@@ -41,6 +41,11 @@ class ScenarioError(DPCError):
 
 class ScheduleError(DPCError):
     """A fault schedule that cannot be played (the message names the fault and key)."""
+
+
+class SweepError(DPCError):
+    """An experiment file that cannot be swept, or an output directory that holds another
+    experiment's results (the message names the file and the key)."""
 
 
 class FuzzError(DPCError):

@@ -15,6 +15,7 @@ event      fields
 =========  ==================================================================================
 start      ``config`` (path), ``name`` (scenario), ``seed`` (if random)
 ready      the cluster is up and every client received a first tuple (before: start-up)
+schedule   the settle time is over: schedule time 0 (faults' ``at`` counts from here)
 fault      ``id``, ``fault`` (the TOML table, ``schedule.Fault``), ``describe``, and its
            resolved effects: ``cut`` (directed pairs ``[a, b]``: messages from a to b
            vanish), ``down`` (processes killed or paused), ``impaired`` (directed pairs
@@ -23,7 +24,8 @@ heal       ``id`` of the fault it ends
 heal_all   every fault still in force ends; the quiet period starts
 state      ``process`` (a replica), ``state`` (STABLE, UP_FAILURE, STABILIZATION,
            RECOVERING): merged from the replicas' own logs by ``merge_states``
-digest     ``process``, ``node``, ``state``, ``hashes`` (operator -> state digest) at the end
+digest     ``process``, ``node``, ``state``, ``hashes`` (operator -> state digest) at the end,
+           ``cpu_s`` (its CPU seconds so far, or null where /proc does not say)
 note       ``text``: something the harness could not do (e.g. a refused injection)
 end        the cluster is stopped
 =========  ==================================================================================

@@ -30,6 +30,7 @@ checker says). Ctrl-C stops every process by pid (paused ones are continued firs
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
@@ -88,6 +89,18 @@ class RunOutcome:
     problems: list[str] = field(default_factory=list)
     figures: dict[str, Any] = field(default_factory=dict)
     verdict: str = "not checked"
+
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """The CPU time (user + system, seconds) process ``pid`` used so far, from Linux's
+    /proc (None elsewhere, or if it is gone): ``dpc sweep`` reports what fault tolerance
+    costs a replica."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def default_run_dir(name: str) -> Path:
@@ -202,6 +215,7 @@ class _Player:
         self.t0 = time.monotonic() + s.settle
         print(f"  settling {s.settle:g} s", file=self.out, flush=True)
         self.wait_until(self.t0)
+        self.history.record("schedule")
         progress(self.config, rd, 0.0, self.out)
         self.play_schedule()
         self.say("heal all")
@@ -293,8 +307,9 @@ class _Player:
                 self.history.record("note", text=f"no digest of {r}: {e}")
                 continue
             node = self.config.replica(r).node
+            pid = next((p.proc.pid for p in self.procs if p.name == r), None)
             self.history.record("digest", process=r, node=node, state=d["state"],
-                                hashes=d["state_hashes"])
+                                hashes=d["state_hashes"], cpu_s=cpu_seconds(pid))
             by_node.setdefault(node, set()).add(json.dumps(d["state_hashes"], sort_keys=True))
         for node, hashes in by_node.items():
             self.say(f"digests of node {node}: {'equal' if len(hashes) == 1 else 'DIFFERENT'}")
