@@ -31,6 +31,12 @@ The format (times in seconds)::
     source = "s3"
     cut = "reset"
 
+    [[faults]]                        # optional: more faults, as a scenario's, in every
+    at = 1.5                          #   run (here: the replicas' reconciliations held,
+    for = 2.0                         #   which makes them last as long as the hold)
+    fault = "stall"
+    process = "n1a"
+
     [[plots]]                         # optional; default: each numeric axis against the
     x = "alpha_x_s"                   #   measures delay_new_s and n_tentative
     y = ["delay_new_s", "n_tentative"]  # a panel each (CSV columns: ops_scripts/sweep/measures.py)
@@ -49,9 +55,11 @@ runner resumes by it).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import itertools
 import json
+import re
 import tempfile
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -72,7 +80,6 @@ from ops_scripts.harness.scenario import (
     Scenario,
     load_scenario,
 )
-from ops_scripts.sweep.measures import MEASURES
 
 __all__ = ["Experiment", "PlotSpec", "Point", "load_experiment"]
 
@@ -115,6 +122,7 @@ class Experiment:
     clusters: tuple[Path, ...]
     grid: Mapping[str, tuple[Any, ...]]  # axis -> values, in the file's order
     failure: Mapping[str, Any] | None  # the fault table without `durations` (None: none)
+    faults: tuple[Mapping[str, Any], ...]  # more faults, in every run
     repeat: int
     settle: float
     quiet: float
@@ -157,7 +165,8 @@ def _parse(p: Path, text: str, raw: Mapping[str, Any], repeat: int | None) -> Ex
         if not c.is_file():
             raise e.fail_text("clusters", "cluster config files (relative to the experiment)",
                               f"no file at {c} (item {i})")
-    reps = e.integer("repeat", DEFAULT_REPEAT, lo=1) if repeat is None else repeat
+    reps = e.integer("repeat", DEFAULT_REPEAT, lo=1)
+    reps = reps if repeat is None else repeat  # (--repeat)
     if reps < 1:
         raise SweepError(f"--repeat must be >= 1, got {reps}")
     seconds = "a number of seconds >= 0"
@@ -181,8 +190,6 @@ def _parse(p: Path, text: str, raw: Mapping[str, Any], repeat: int | None) -> Ex
                               "into the cluster config", repr(key))
         if not isinstance(values, list) or not values:
             raise g.fail(key, "a non-empty array of values", values)
-        if key in MEASURES:
-            raise g.fail_text(key, "a settings axis", f"{key!r}, a measure's column")
         grid[key] = tuple(values)
     g.finish()
 
@@ -202,13 +209,12 @@ def _parse(p: Path, text: str, raw: Mapping[str, Any], repeat: int | None) -> Ex
     if len(clusters) > 1:
         grid = {"cluster": tuple(c.stem for c in clusters), **grid}
 
+    faults = tuple(root.array("faults"))  # (checked with each point's scenario)
     plots = tuple(_plot(t) for t in root.tables("plots"))
     root.finish()
-    exp = Experiment(p, name, text, clusters, grid, failure, reps, settle, quiet, rate,
-                     plots or _default_plots(grid))
-    points = _points(exp)
-    return Experiment(p, name, text, clusters, grid, failure, reps, settle, quiet, rate,
-                      exp.plots, points)
+    exp = Experiment(p, name, text, clusters, grid, failure, faults, reps, settle, quiet,
+                     rate, plots or _default_plots(grid))
+    return dataclasses.replace(exp, _points=_points(exp))
 
 
 def _columns(t: Table, key: str, required: bool) -> tuple[str, ...]:
@@ -258,7 +264,7 @@ def _points(exp: Experiment) -> tuple[Point, ...]:
             except ScenarioError as e:
                 where = str(e).replace(str(check), f"{exp.path} (point {index}: "
                                        f"{Point(index, settings, key, text).label()})")
-                raise SweepError(where) from None
+                raise SweepError(_fault_names(where, exp.failure is not None)) from None
             points.append(Point(index, settings, key, text))
     return tuple(points)
 
@@ -281,9 +287,25 @@ def _scenario_text(exp: Experiment, settings: Mapping[str, Any], name: str,
     if node_settings:
         head["settings"] = node_settings
     doc: dict[str, Any] = {"scenario": head, **cluster}
+    faults = [dict(f) for f in exp.faults]
     if exp.failure is not None:
-        doc["faults"] = [{**exp.failure, "for": float(settings["duration"])}]
+        faults.insert(0, {**exp.failure, "for": float(settings["duration"])})
+    if faults:
+        doc["faults"] = faults
     return tomli_w.dumps(doc)
+
+
+def _fault_names(message: str, failure: bool) -> str:
+    """A scenario's ``faults[i]`` as the experiment names it: its failure is the
+    scenario's first fault, ``[[faults]]`` come after."""
+    if not failure:
+        return message
+
+    def name(m: re.Match[str]) -> str:
+        i = int(m[1])
+        return "failure" if i == 0 else f"faults[{i - 1}]"
+
+    return re.sub(r"\bfaults\[(\d+)\]", name, message)
 
 
 def load_scenario_cluster(file: Path) -> dict[str, Any]:

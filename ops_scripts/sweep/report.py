@@ -140,7 +140,9 @@ def _xpos(x: Any) -> Any:
 
 
 def _html(exp: Experiment, rows: Sequence[Row], plots: Sequence[str]) -> str:
-    e = html.escape
+    def e(text: str) -> str:  # (text and single-quoted attributes: quotes kept as typed)
+        return html.escape(text, quote=False).replace("'", "&#x27;")
+
     columns = list(rows[0]) if rows else []
     bad = [r for r in rows if r.get("valid") is not True]
     parts = [
