@@ -21,7 +21,10 @@ The format (times in seconds)::
     x = [1.0, 2.0, 3.0]               # any [defaults] key of a cluster config
     up_failure = ["delay", "process"]
     source_rate = [300.0, 600.0]      # every source's rate
-    "sources.*.attributes.key.n" = [10, 100]   # a path into the cluster config ("*": each)
+    "sources.*.attributes.key.n" = [10, 100]   # a path into the cluster config ("*": each;
+                                      #   a number: an array's item, e.g. operators.3.band)
+    "up_failure, stabilization" = [["process", "process"], ["delay", "delay"]]
+                                      # a joint axis: its settings move together
 
     [failure]                         # one fault, of a scenario's [[faults]] format
     durations = [5.0]                 # a `duration` axis (omit the table: no failure)
@@ -133,6 +136,11 @@ class Experiment:
     def points(self) -> tuple[Point, ...]:
         return self._points
 
+    @property
+    def columns(self) -> list[str]:
+        """The settings each point sets, in order (a joint axis's names one by one)."""
+        return [n for axis in self.grid for n in axis_names(axis)]
+
     def seconds_per_run(self, point: Point) -> float:
         """A first guess of one run's wall time (before any run measured it): start-up,
         settle, the failure, quiet, drain and check."""
@@ -180,16 +188,22 @@ def _parse(p: Path, text: str, raw: Mapping[str, Any], repeat: int | None) -> Ex
     grid: dict[str, tuple[Any, ...]] = {}
     for key, values in g.raw.items():
         g.allow(key)
-        if key == "duration" or key == "cluster":
-            raise g.fail_text(key, "a settings axis", f"{key!r}, which comes from "
-                              + ("[failure].durations" if key == "duration"
-                                 else "[experiment].clusters"))
-        if key not in SETTING_KEYS and key not in SPECIAL_KEYS and "." not in key:
-            raise g.fail_text(key, "a [defaults] key of a cluster config ("
-                              + ", ".join(SETTING_KEYS) + "), source_rate, or a dotted path "
-                              "into the cluster config", repr(key))
+        names = axis_names(key)
+        for name in names:
+            if name == "duration" or name == "cluster":
+                raise g.fail_text(key, "a settings axis", f"{name!r}, which comes from "
+                                  + ("[failure].durations" if name == "duration"
+                                     else "[experiment].clusters"))
+            if name not in SETTING_KEYS and name not in SPECIAL_KEYS and "." not in name:
+                raise g.fail_text(key, "a [defaults] key of a cluster config ("
+                                  + ", ".join(SETTING_KEYS) + "), source_rate, or a dotted "
+                                  "path into the cluster config", repr(name))
         if not isinstance(values, list) or not values:
             raise g.fail(key, "a non-empty array of values", values)
+        if len(names) > 1 and not all(isinstance(v, list) and len(v) == len(names)
+                                      for v in values):
+            raise g.fail(key, f"an array of arrays of {len(names)} values (one per name)",
+                         values)
         grid[key] = tuple(values)
     g.finish()
 
@@ -239,12 +253,19 @@ def _plot(t: Table) -> PlotSpec:
 
 def _default_plots(grid: Mapping[str, Sequence[Any]]) -> tuple[PlotSpec, ...]:
     varying = [k for k, v in grid.items() if len(v) > 1]
-    numeric = [k for k in varying if all(isinstance(v, int | float) for v in grid[k])]
+    numeric = [k for k in varying if len(axis_names(k)) == 1
+               and all(isinstance(v, int | float) for v in grid[k])]
     plots = []
     for k in numeric:
-        series = tuple(s for s in varying if s != k)
+        series = tuple(n for s in varying if s != k for n in axis_names(s))
         plots.append(PlotSpec(k, DEFAULT_MEASURES, series))
     return tuple(plots)
+
+
+def axis_names(key: str) -> list[str]:
+    """The settings a grid key names: ``"bucket, sources.*.boundary_interval"`` is a joint
+    axis (its values move together), any other key one setting."""
+    return [n.strip() for n in key.split(",")]
 
 
 def _points(exp: Experiment) -> tuple[Point, ...]:
@@ -253,7 +274,11 @@ def _points(exp: Experiment) -> tuple[Point, ...]:
     clusters = {c.stem: load_scenario_cluster(c) for c in exp.clusters}
     with tempfile.TemporaryDirectory(prefix="dpc-sweep-check-") as tmp:
         for index, combo in enumerate(itertools.product(*(exp.grid[a] for a in axes))):
-            settings = dict(zip(axes, combo, strict=True))
+            settings: dict[str, Any] = {}
+            for axis, value in zip(axes, combo, strict=True):
+                names = axis_names(axis)
+                settings.update(zip(names, value if len(names) > 1 else [value],
+                                    strict=True))
             key = hashlib.sha1(json.dumps([exp.name, settings], sort_keys=True,
                                           default=str).encode()).hexdigest()[:12]
             text = _scenario_text(exp, settings, f"{exp.name}-{index}", clusters)
@@ -322,20 +347,29 @@ def load_scenario_cluster(file: Path) -> dict[str, Any]:
 
 
 def _set_path(cluster: dict[str, Any], path: str, value: Any, exp_path: Path) -> None:
-    """Set ``value`` at the dotted ``path`` of the cluster's tables; ``*`` is every key of
-    the table at that place. The parent tables must exist (a typo is an error)."""
+    """Set ``value`` at the dotted ``path`` of the cluster's tables: a name is a table's
+    key, a number an array's item (``nodes.n1.operators.3.band``), ``*`` every key or
+    item at that place. The parents must exist (a typo is an error)."""
     parts = path.split(".")
-    tables: list[dict[str, Any]] = [cluster]
+    places: list[Any] = [cluster]
     for i, part in enumerate(parts[:-1]):
-        nxt: list[dict[str, Any]] = []
-        for t in tables:
-            children = list(t.values()) if part == "*" else [t.get(part)]
-            nxt += [c for c in children if isinstance(c, dict)]
+        nxt: list[Any] = []
+        for t in places:
+            if part == "*":
+                nxt += list(t.values()) if isinstance(t, dict) else list(t)
+            elif isinstance(t, dict) and part in t:
+                nxt.append(t[part])
+            elif isinstance(t, list) and part.isdigit() and int(part) < len(t):
+                nxt.append(t[int(part)])
+        nxt = [c for c in nxt if isinstance(c, dict | list)]
         if not nxt:
-            raise SweepError(f"{exp_path}: grid.{json.dumps(path)}: the cluster config has "
-                             f"no table at {'.'.join(parts[:i + 1])}")
-        tables = nxt
-    for t in tables:
+            raise SweepError(f"{exp_path}: grid: {path!r}: the cluster config has nothing at "
+                             f"{'.'.join(parts[:i + 1])}")
+        places = nxt
+    for t in places:
+        if not isinstance(t, dict):
+            raise SweepError(f"{exp_path}: grid: {path!r}: {parts[-2]} is an array, not a "
+                             "table: name an item (a number) or * before the key")
         t[parts[-1]] = value
 
 

@@ -48,7 +48,7 @@ RESULTS = "results.csv"
 
 def sweep_columns(exp: Experiment) -> list[str]:
     """The CSV's header: identity, the grid's axes, the measures, the run's place."""
-    return ["point", "key", "rep", *exp.grid, *MEASURES, "wall_s", "run_dir"]
+    return ["point", "key", "rep", *exp.columns, *MEASURES, "wall_s", "run_dir"]
 
 
 def run_sweep(path: Path, out_dir: Path | None = None, repeat: int | None = None,

@@ -77,7 +77,7 @@ def test_the_points_are_the_grid_product_each_a_scenario(tmp_path: Path) -> None
     (("x = [1.0, 2.0]", "x = []"), "grid.x"),
     (("x = [1.0, 2.0]", "x = [-1.0]"), "point 0"),
     (('source = "s3"', 'source = "s3"\nbetween = ["s1", "n1a"]'), "failure"),
-    (('"sources.*.attributes.key.n"', '"sorces.*.rate"'), "no table at sorces"),
+    (('"sources.*.attributes.key.n"', '"sorces.*.rate"'), "nothing at sorces"),
     (("durations = [0.5, 3.0]", "durations = []"), "failure.durations"),
     (('source = "s3"', 'source = "s9"'), "s9"),
     (('process = "n1a"', 'process = "c1"'), "faults[0]: process = 'c1'"),
@@ -91,6 +91,28 @@ def test_a_mistake_is_refused_at_load_naming_file_and_key(
     with pytest.raises(SweepError) as e:
         load_experiment(path)
     assert str(path) in str(e.value) and says in str(e.value)
+
+
+def test_a_joint_axis_moves_its_settings_together_and_paths_reach_array_items(
+        tmp_path: Path) -> None:
+    text = GOOD.replace('up_failure = ["delay", "process"]',
+                        '"up_failure, stabilization" = [["process", "process"], '
+                        '["delay", "suspend"]]\n"nodes.n1.operators.3.band" = [200000]')
+    exp = load_experiment(write(tmp_path, text))
+    assert exp.columns == ["duration", "x", "up_failure", "stabilization",
+                           "nodes.n1.operators.3.band", "sources.*.attributes.key.n"]
+    assert len(exp.points()) == 2 * 2 * 2
+    pairs = {(p.settings["up_failure"], p.settings["stabilization"]) for p in exp.points()}
+    assert pairs == {("process", "process"), ("delay", "suspend")}
+    scenario = tomllib.loads(exp.points()[0].scenario_text)
+    assert scenario["nodes"]["n1"]["operators"][3] == {**scenario["nodes"]["n1"]["operators"][3],
+                                                       "type": "join", "band": 200000}
+    for bad, says in [('[["delay", "suspend"]]', "arrays of 2 values"),
+                      ('"nodes.n1.operators.band" = [1]', "is an array")]:
+        wrong = text.replace('["delay", "suspend"]]', '["delay"]]') if "arrays" in says \
+            else text.replace('"nodes.n1.operators.3.band" = [200000]', bad)
+        with pytest.raises(SweepError, match=says):
+            load_experiment(write(tmp_path, wrong))
 
 
 def test_no_axis_can_share_a_measure_s_column() -> None:
