@@ -11,6 +11,7 @@ fault          cut / heal / stall at one replica (``POST /fault``)              
 inject         one fault or heal in a running cluster (by a run dir's pid files)      inject.py
 run            play a scenario's fault schedule on a real cluster, then check it      runner.py
 sweep          an experiment's grid of settings on real runs: CSV, plots, report      sweep/run.py
+advise         X, alpha and strategies for a delay bound, from measured curves         sweep/advise*.py
 torture        seeded random schedules on real clusters, every run checked           torture.py
 soak           a long run under load and faults: memory and buffer growth per minute  soak.py
 check          verify a run's logs against a reference evaluation                     check.py
@@ -225,6 +226,26 @@ def _parser() -> argparse.ArgumentParser:
                        help="runs at once (default 1: runs sharing cores measure each "
                        "other's load)")
 
+    adv = sub.add_parser(
+        "advise", help="per-node X, alpha and strategies that minimise the expected "
+        "tentative results within an end-to-end delay bound, from measured curves")
+    adv.add_argument("config", type=Path, metavar="CLUSTER.toml")
+    adv.add_argument("--max-delay", type=float, required=True, metavar="D",
+                     help="the end-to-end bound on a new result's delay, seconds")
+    adv.add_argument("--failures", default=None, metavar="SPEC|FILE",
+                     help="failure lengths: pareto:shape=S,min=M, exponential:mean=M, "
+                     "lognormal:median=M,sigma=S, fixed:seconds=S, or a file of seconds "
+                     "(default pareto:shape=1.2,min=1: most failures short, most downtime "
+                     "in long ones)")
+    adv.add_argument("--sweep", type=Path, default=None, metavar="DIR",
+                     help="read the curves from this finished dpc sweep (default: run the "
+                     "sweep they need into sweeps/advise-NAME-DD)")
+    adv.add_argument("--validate", action="store_true",
+                     help="run the advice on real processes under sampled failures")
+    adv.add_argument("--overlay", type=Path, default=None, metavar="FILE",
+                     help="where the advice goes (default advice-NAME-DD.toml)")
+    adv.add_argument("--seed", type=int, default=1, help="of the validation's failures")
+
     bench = sub.add_parser("bench", help="benchmarks, reported against a baseline of the same run")
     which = bench.add_subparsers(dest="which", required=True, metavar="BENCH")
     core = which.add_parser(
@@ -394,6 +415,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ops_scripts.sweep import run_sweep
 
             return run_sweep(args.experiment, args.out, args.repeat, args.jobs)
+        if args.command == "advise":
+            from ops_scripts.sweep.advise_run import run_advise
+
+            return run_advise(args.config, args.max_delay, args.failures, args.sweep,
+                              args.validate, args.overlay, args.seed)
         if args.command == "check":
             from ops_scripts.check.compose import run_check
 

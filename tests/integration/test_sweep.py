@@ -27,6 +27,7 @@ import pytest
 from matplotlib.image import imread
 
 from ops_scripts.sweep import read_results, run_sweep
+from ops_scripts.sweep.advise_run import run_advise
 
 pytestmark = pytest.mark.slow
 
@@ -139,3 +140,24 @@ def test_suspend_breaks_x_once_reconciliation_is_long_and_process_does_not(
     assert suspend["reconciliation_s"] > 1.0 and process["reconciliation_s"] > 1.0
     assert suspend["delay_new_s"] > suspend["x_s"], suspend
     assert process["delay_new_s"] < process["x_s"], process
+
+
+def test_advise_validate_holds_the_bound_on_the_basic_example(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``dpc advise ... --validate`` from a (synthetic) curve set: the recommendation,
+    process & process at X = 1 s, alpha 0.5, runs on real processes under three sampled
+    failures of the given length, and every new result stays within D = 1 s."""
+    from tests.ops_scripts.sweep.test_advise import rows, write_csv
+
+    monkeypatch.chdir(tmp_path)  # (the validation's run dir goes to ./runs)
+    write_csv(tmp_path / "sweep", [r for r in rows(invalid_too=False)
+                                   if (r["x_s"], r["alpha_x_s"], r["stabilization"])
+                                   == (1.0, 0.5, "process")])
+    out = io.StringIO()
+    code = run_advise(EXAMPLES / "basic.toml", 1.0, "fixed:seconds=1.5", tmp_path / "sweep",
+                      validate=True, overlay_file=tmp_path / "advice.toml", out=out)
+    text = out.getvalue()
+    assert code == 0, text
+    assert "n1           1    0.5     process        process" in text
+    assert "failures of 1.5, 1.5, 1.5 s" in text and "run valid" in text
+    assert "the bound HELD" in text
