@@ -205,6 +205,14 @@ def _parse(p: Path, text: str, raw: Mapping[str, Any], repeat: int | None) -> Ex
             raise g.fail(key, f"an array of arrays of {len(names)} values (one per name)",
                          values)
         grid[key] = tuple(values)
+    settings_axes = {n for key in grid for n in axis_names(key) if n in SETTING_KEYS}
+    for key in grid:
+        for name in axis_names(key):
+            parts = name.split(".")
+            if parts[0] == "nodes" and parts[-1] in settings_axes:
+                raise g.fail_text(key, "a node's setting not also on a settings axis",
+                                  f"{name!r} beside the axis {parts[-1]!r}, which overrides "
+                                  "every node's own value")
     g.finish()
 
     failure: dict[str, Any] | None = None

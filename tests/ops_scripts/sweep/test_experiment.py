@@ -77,6 +77,7 @@ def test_the_points_are_the_grid_product_each_a_scenario(tmp_path: Path) -> None
     (("x = [1.0, 2.0]", "x = []"), "grid.x"),
     (("x = [1.0, 2.0]", "x = [-1.0]"), "point 0"),
     (('source = "s3"', 'source = "s3"\nbetween = ["s1", "n1a"]'), "failure"),
+    (("x = [1.0, 2.0]", 'x = [1.0]\n"nodes.n1.x" = [2.0]'), "overrides every node's own"),
     (('"sources.*.attributes.key.n"', '"sorces.*.rate"'), "nothing at sorces"),
     (("durations = [0.5, 3.0]", "durations = []"), "failure.durations"),
     (('source = "s3"', 'source = "s9"'), "s9"),
