@@ -12,8 +12,9 @@ begun (its directory is replaced). At the end (an interrupted sweep too), ``repo
 writes the plots and ``OUT/report.html``.
 
 One line per run: a bar of runs done, the point, the repetition, and an estimate of the
-time left (the mean wall time of this session's runs, or a first guess from the
-experiment's times before one finished), then the run's verdict and main figures. An
+time left (each run left: its failure's length plus the mean of what this session's runs
+took besides theirs; a first guess from the experiment's times before one finished), then
+the run's verdict and main figures. An
 invalid run (the checker's verdict) is reported, kept in the CSV with ``valid`` false,
 and never plotted; the exit code is then 1. ``--jobs N`` plays N runs at once: on a
 small machine, runs that share its cores measure each other's load, so the default is 1;
@@ -70,7 +71,8 @@ class Sweep:
         self.columns = sweep_columns(exp)
         self.csv = out_dir / RESULTS
         self.lock = threading.Lock()
-        self.walls: list[float] = []
+        self.overheads: list[float] = []  # each run's wall time less its failure's length
+        self.waiting: dict[tuple[str, int], float] = {}  # runs not done -> failure length
         self.invalid: list[str] = []
         self.done = 0
 
@@ -113,6 +115,7 @@ class Sweep:
               f"{total}; {self.done} done before, {len(todo)} to run; into {self.dir}",
               file=self.out, flush=True)
         self.total = total
+        self.waiting = {(p.key, r): _length(p) for p, r in todo}
         code = self.loop(todo, jobs)
         rows = write_report(exp, self.dir)
         print(f"dpc sweep: {rows} run(s) in {self.csv}; report {self.dir / 'report.html'}",
@@ -185,7 +188,8 @@ class Sweep:
                 not outcome.problems
         with self.lock:
             self.append(row)
-            self.walls.append(wall)
+            self.overheads.append(wall - _length(point))
+            self.waiting.pop((point.key, rep), None)
             self.done += 1
             if not row["valid"]:
                 self.invalid.append(name)
@@ -201,10 +205,15 @@ class Sweep:
         return f"[{'#' * filled}{'-' * (width - filled)}] {self.done}/{self.total}"
 
     def left(self, point: Point) -> str:
-        runs = self.total - self.done
-        per = (sum(self.walls) / len(self.walls)) if self.walls else \
-            self.exp.seconds_per_run(point)
-        return f"~{_duration(runs * per)} left" + ("" if self.walls else " (a guess)")
+        """The runs not done: each its failure's length plus the mean of what the runs
+        done took besides theirs (start-up, settle, quiet, drain, check); before any run
+        finished, the experiment's first guess."""
+        if not self.overheads:
+            guess = sum(self.exp.seconds_per_run(point) - _length(point) + d
+                        for d in self.waiting.values())
+            return f"~{_duration(guess)} left (a guess)"
+        overhead = sum(self.overheads) / len(self.overheads)
+        return f"~{_duration(sum(overhead + d for d in self.waiting.values()))} left"
 
     @staticmethod
     def describe(row: dict[str, Any]) -> str:
@@ -217,6 +226,10 @@ class Sweep:
         if row.get("reconciliation_s") is not None:
             parts.append(f"reconciliation {row['reconciliation_s']:.2f} s")
         return ", ".join(parts)
+
+
+def _length(point: Point) -> float:
+    return float(point.settings.get("duration", 0.0))
 
 
 def _duration(seconds: float) -> str:
