@@ -184,36 +184,7 @@ def _parse(p: Path, text: str, raw: Mapping[str, Any], repeat: int | None) -> Ex
             if e.has("source_rate") else None)
     e.finish()
 
-    g = root.table("grid")
-    grid: dict[str, tuple[Any, ...]] = {}
-    for key, values in g.raw.items():
-        g.allow(key)
-        names = axis_names(key)
-        for name in names:
-            if name == "duration" or name == "cluster":
-                raise g.fail_text(key, "a settings axis", f"{name!r}, which comes from "
-                                  + ("[failure].durations" if name == "duration"
-                                     else "[experiment].clusters"))
-            if name not in SETTING_KEYS and name not in SPECIAL_KEYS and "." not in name:
-                raise g.fail_text(key, "a [defaults] key of a cluster config ("
-                                  + ", ".join(SETTING_KEYS) + "), source_rate, or a dotted "
-                                  "path into the cluster config", repr(name))
-        if not isinstance(values, list) or not values:
-            raise g.fail(key, "a non-empty array of values", values)
-        if len(names) > 1 and not all(isinstance(v, list) and len(v) == len(names)
-                                      for v in values):
-            raise g.fail(key, f"an array of arrays of {len(names)} values (one per name)",
-                         values)
-        grid[key] = tuple(values)
-    settings_axes = {n for key in grid for n in axis_names(key) if n in SETTING_KEYS}
-    for key in grid:
-        for name in axis_names(key):
-            parts = name.split(".")
-            if parts[0] == "nodes" and parts[-1] in settings_axes:
-                raise g.fail_text(key, "a node's setting not also on a settings axis",
-                                  f"{name!r} beside the axis {parts[-1]!r}, which overrides "
-                                  "every node's own value")
-    g.finish()
+    grid = _grid(root.table("grid"))
 
     failure: dict[str, Any] | None = None
     if root.has("failure"):
@@ -248,6 +219,40 @@ def _columns(t: Table, key: str, required: bool) -> tuple[str, ...]:
         raise t.fail(key, "a column name or an array of them", v)
     t.allow(key)
     return names
+
+
+def _grid(g: Table) -> dict[str, tuple[Any, ...]]:
+    """The [grid] table: axis key -> values, each key's settings checked."""
+    grid: dict[str, tuple[Any, ...]] = {}
+    for key, values in g.raw.items():
+        g.allow(key)
+        names = axis_names(key)
+        for name in names:
+            if name == "duration" or name == "cluster":
+                raise g.fail_text(key, "a settings axis", f"{name!r}, which comes from "
+                                  + ("[failure].durations" if name == "duration"
+                                     else "[experiment].clusters"))
+            if name not in SETTING_KEYS and name not in SPECIAL_KEYS and "." not in name:
+                raise g.fail_text(key, "a [defaults] key of a cluster config ("
+                                  + ", ".join(SETTING_KEYS) + "), source_rate, or a dotted "
+                                  "path into the cluster config", repr(name))
+        if not isinstance(values, list) or not values:
+            raise g.fail(key, "a non-empty array of values", values)
+        if len(names) > 1 and not all(isinstance(v, list) and len(v) == len(names)
+                                      for v in values):
+            raise g.fail(key, f"an array of arrays of {len(names)} values (one per name)",
+                         values)
+        grid[key] = tuple(values)
+    settings_axes = {n for key in grid for n in axis_names(key) if n in SETTING_KEYS}
+    for key in grid:
+        for setting in axis_names(key):
+            parts = setting.split(".")
+            if parts[0] == "nodes" and parts[-1] in settings_axes:
+                raise g.fail_text(key, "a node's setting not also on a settings axis",
+                                  f"{setting!r} beside the axis {parts[-1]!r}, which "
+                                  "overrides every node's own value")
+    g.finish()
+    return grid
 
 
 def _plot(t: Table) -> PlotSpec:

@@ -48,6 +48,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 def test_the_points_are_the_grid_product_each_a_scenario(tmp_path: Path) -> None:
     exp = load_experiment(write(tmp_path, GOOD))
+    assert exp.name == "t" and exp.repeat == 2
     assert load_experiment(tmp_path / "exp.toml", repeat=5).repeat == 5  # (--repeat)
     with pytest.raises(SweepError, match="--repeat must be >= 1"):
         load_experiment(tmp_path / "exp.toml", repeat=0)
