@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from protocol.tuples import Kind, Tuple, make_tuple
 from state.errors import StateError
-from state.spill import SpillStore, estimate_tuple_bytes
+from state.spill import SegmentReader, SpillStore, estimate_tuple_bytes, segment_plan
 
 S, T = Kind.STABLE, Kind.TENTATIVE
 
@@ -127,6 +127,29 @@ def test_a_new_store_deletes_what_a_dead_process_of_its_name_left(tmp_path: Path
     other.write([run(1, 1, [(1,)])])
     SpillStore(tmp_path, "u")  # a restarted replica's SUnion u
     assert sorted(p.name for p in tmp_path.iterdir()) == ["v-000001.arrow"]
+
+
+def test_many_chunks_are_read_at_once_from_each_segment_file_once(tmp_path: Path) -> None:
+    """read_rows gathers chunks in the order given, across segments, from each segment's
+    one mapped table, also for chunks detached for another process (each with a segment
+    object of its own): one table per *file*, not per chunk."""
+    store = SpillStore(tmp_path, "rows")
+    first = store.write([run(1 + 10 * k, 10, [(k, float(i)) for i in range(10)])
+                         for k in range(50)])
+    second = store.write([run(1001, 5, [(-1, 0.5)] * 5)])
+    order = [*first[::-1], *second, *first[:3]]
+    expect = [t for c in order for t in store.read(c)]
+    for reader, chunks in ((store, order),
+                           (SegmentReader("task"), [store.detached(c) for c in order])):
+        firsts, which = segment_plan(chunks)
+        assert len(firsts) == 2 and which == [0] * 50 + [1] + [0] * 3
+        table = reader.read_rows(chunks)
+        got = [make_tuple(Kind(k), i, tm, tx, (a, b)) for k, i, tm, tx, a, b in
+               zip(*(table.column(n).to_pylist() for n in range(6)), strict=True)]
+        assert same(got, expect)
+    store.release(first[0])
+    with pytest.raises(StateError, match="was released"):
+        store.read_rows([first[1], first[0]])
 
 
 def test_empty_runs_are_refused(tmp_path: Path) -> None:
