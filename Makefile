@@ -36,7 +36,9 @@ typecheck: $(STAMP)
 # tests/ops_scripts/reconcile/test_agreement.py).
 JOBS       ?= auto
 SUITE_RUNS := .pytest-runs
-XDIST      := -n $(JOBS)
+# worksteal: a worker that runs out of tests takes pending ones from the other, so that a
+# few long real-process tests at the end do not leave a core idle.
+XDIST      := -n $(JOBS) --dist worksteal
 unit: $(STAMP) bytecode
 	$(VENV)/bin/pytest $(XDIST) --basetemp=$(SUITE_RUNS)
 	DPC_SUITE_RUNS=$(SUITE_RUNS) $(VENV)/bin/pytest tests/ops_scripts/reconcile/test_agreement.py

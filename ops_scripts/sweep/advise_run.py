@@ -42,7 +42,7 @@ ALPHAS = (0.5, 0.9)
 SWEEP_CAP = 30.0  # seconds: the longest failure the advice's own sweep runs
 VALIDATE_CAP = 60.0
 VALIDATE_FAILURES = 3
-GAP = 3.0  # seconds between a heal and the next failure when validating
+GAP = 2.0  # seconds between a heal and the next failure when validating
 
 
 def path_nodes(config: ClusterConfig) -> int:
@@ -206,7 +206,7 @@ def _validate(cluster: Path, config: ClusterConfig, overlay: dict[str, Any],
     run_dir = default_run_dir(f"{name}-seed{seed}")
     run_dir.mkdir(parents=True)
     (run_dir / "scenario.toml").write_text(tomli_w.dumps(
-        {"scenario": {"name": name, "settle": 2.0, "quiet": 4.0}, **raw, "faults": faults}))
+        {"scenario": {"name": name, "settle": 1.0, "quiet": 3.0}, **raw, "faults": faults}))
     print(f"\ndpc advise --validate: the overlay under failures of "
           f"{', '.join(f'{d:g}' for d in lengths)} s (seed {seed}) in {run_dir}",
           file=out, flush=True)

@@ -20,14 +20,16 @@ Tolerances, not times: the comparisons are between runs of the same sweep.
 
 from __future__ import annotations
 
+import csv
 import io
 from pathlib import Path
 
 import pytest
 from matplotlib.image import imread
 
-from ops_scripts.sweep import read_results, run_sweep
+from ops_scripts.sweep import load_experiment, read_results, run_sweep
 from ops_scripts.sweep.advise_run import run_advise
+from ops_scripts.sweep.run import sweep_columns
 
 pytestmark = pytest.mark.slow
 
@@ -94,14 +96,34 @@ def sweep(tmp_path: Path, name: str, text: str) -> tuple[int, str, Path]:
 
 
 def test_a_small_sweep_writes_its_csv_plots_and_report_and_resumes(tmp_path: Path) -> None:
-    code, log, out = sweep(tmp_path, "masking", MASKING)
+    """The sweep resumes one that was interrupted: its CSV holds the 1 s ``delay`` run
+    (done before; its figures are the earlier run's, kept as they are) and the 3 s
+    ``process`` run had begun (its run dir exists, its row does not)."""
+    path = tmp_path / "masking.toml"
+    path.write_text(MASKING.replace("[experiment]", '[experiment]\nname = "masking"'))
+    exp, out = load_experiment(path), tmp_path / "masking"
+    done, begun = (next(p for p in exp.points() if (p.settings["duration"],
+                                                      p.settings["up_failure"]) == key)
+                   for key in ((1.0, "delay"), (3.0, "process")))
+    earlier = {"point": done.index, "key": done.key, "rep": 1, **done.settings, "valid": True,
+               "verdict": "valid", "nodes": 1, "delay_new_s": 1.0, "n_tentative": 0,
+               "bound_s": 3.0, "run_dir": f"runs/p{done.index:03d}-{done.key}-r1"}
+    (out / "runs" / f"p{begun.index:03d}-{begun.key}-r1").mkdir(parents=True)
+    (out / "runs" / f"p{begun.index:03d}-{begun.key}-r1" / "leftover").write_text("x")
+    with (out / "results.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, sweep_columns(exp))
+        w.writeheader()
+        w.writerow(earlier)
+    code, log, _ = sweep(tmp_path, "masking", MASKING)
     assert code == 0, log
-    assert "0 done before, 4 to run" in log and "left" in log
+    assert "1 done before, 3 to run" in log and "left" in log
     rows = read_results(out / "results.csv")
     assert len(rows) == 4 and all(r["valid"] for r in rows), rows
+    assert {k: v for k, v in rows[0].items() if v is not None} == earlier
+    assert not (out / "runs" / f"p{begun.index:03d}-{begun.key}-r1" / "leftover").exists()
     by = {(r["duration"], r["up_failure"]): r for r in rows}
-    # No tentative tuple for a failure below alpha*X, whatever the strategy.
-    assert by[(1.0, "delay")]["n_tentative"] == 0 and by[(1.0, "process")]["n_tentative"] == 0
+    # No tentative tuple for a failure below alpha*X, even when processing at once.
+    assert by[(1.0, "process")]["n_tentative"] == 0
     # Delay in UP_FAILURE: fewer tentative tuples than process, on one node (measured:
     # about 0.6 times as many; the expectation is (3 - 1.5) / 3).
     delay, process = by[(3.0, "delay")]["n_tentative"], by[(3.0, "process")]["n_tentative"]
@@ -117,17 +139,6 @@ def test_a_small_sweep_writes_its_csv_plots_and_report_and_resumes(tmp_path: Pat
     code, log, _ = sweep(tmp_path, "masking", MASKING)
     assert code == 0 and "4 done before, 0 to run" in log, log
     assert read_results(out / "results.csv") == rows
-    # Interrupted during its last run (the CSV lacks it, its run dir was begun): the
-    # same command runs that one only, in a fresh run dir.
-    lines = (out / "results.csv").read_text().splitlines(keepends=True)
-    (out / "results.csv").write_text("".join(lines[:-1]))
-    last = out / rows[-1]["run_dir"]
-    (last / "leftover").write_text("from the interrupted run")
-    code, log, _ = sweep(tmp_path, "masking", MASKING)
-    assert code == 0 and "3 done before, 1 to run" in log, log
-    again = read_results(out / "results.csv")
-    assert len(again) == 4 and again[:3] == rows[:3] and again[3]["key"] == rows[3]["key"]
-    assert not (last / "leftover").exists() and (last / "check.json").exists()
 
 
 def test_suspend_breaks_x_once_reconciliation_is_long_and_process_does_not(
@@ -154,10 +165,10 @@ def test_advise_validate_holds_the_bound_on_the_basic_example(
                                    if (r["x_s"], r["alpha_x_s"], r["stabilization"])
                                    == (1.0, 0.5, "process")])
     out = io.StringIO()
-    code = run_advise(EXAMPLES / "basic.toml", 1.0, "fixed:seconds=1.5", tmp_path / "sweep",
+    code = run_advise(EXAMPLES / "basic.toml", 1.0, "fixed:seconds=1", tmp_path / "sweep",
                       validate=True, overlay_file=tmp_path / "advice.toml", out=out)
     text = out.getvalue()
     assert code == 0, text
     assert "n1           1    0.5     process        process" in text
-    assert "failures of 1.5, 1.5, 1.5 s" in text and "run valid" in text
+    assert "failures of 1, 1, 1 s" in text and "run valid" in text
     assert "the bound HELD" in text
