@@ -122,8 +122,10 @@ def _own_sweep(cluster: Path, config: ClusterConfig, failures: Failures, bound: 
 
 
 def overlay_of(config: ClusterConfig, advice: Advice) -> dict[str, Any]:
+    """The recommendation as ``[nodes.NAME]`` tables (every node the same settings)."""
     best = advice.best
-    assert best is not None
+    if best is None:
+        raise SweepError("no candidate keeps Delay_new within D: nothing to write")
     c = best.curve.candidate
     settings = {"x": c.x, "alpha": c.alpha, "up_failure": c.up_failure,
                 "stabilization": c.stabilization}
