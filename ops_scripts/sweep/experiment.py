@@ -173,6 +173,10 @@ def _parse(p: Path, text: str, raw: Mapping[str, Any], repeat: int | None) -> Ex
         if not c.is_file():
             raise e.fail_text("clusters", "cluster config files (relative to the experiment)",
                               f"no file at {c} (item {i})")
+    stems = [c.stem for c in clusters]
+    if len(set(stems)) != len(stems):  # (the `cluster` axis names a config by its stem)
+        raise e.fail_text("clusters", "configs of distinct file names",
+                          f"{', '.join(sorted({s for s in stems if stems.count(s) > 1}))} twice")
     reps = e.integer("repeat", DEFAULT_REPEAT, lo=1)
     reps = reps if repeat is None else repeat  # (--repeat)
     if reps < 1:

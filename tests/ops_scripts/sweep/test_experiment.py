@@ -86,6 +86,8 @@ def test_the_points_are_the_grid_product_each_a_scenario(tmp_path: Path) -> None
     (("repeat = 2", "repeat = 0"), "experiment.repeat"),
     (("settle = 1.0", "setle = 1.0"), "experiment.setle"),
     ((f'clusters = ["{BASIC}"]', 'clusters = ["nowhere.toml"]'), "experiment.clusters"),
+    ((f'clusters = ["{BASIC}"]', f'clusters = ["{BASIC}", "{BASIC.parent}/./basic.toml"]'),
+     "basic twice"),
 ])
 def test_a_mistake_is_refused_at_load_naming_file_and_key(
         tmp_path: Path, change: tuple[str, str], says: str) -> None:
