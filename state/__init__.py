@@ -1,7 +1,8 @@
 """State of the pure core: checkpoints, output buffers, persistent tuple logs (DESIGN.md 3).
 
-Sans-IO like the rest of the core, except :mod:`state.tuplelog`, whose whole job is files,
-and :mod:`state.spill` / :mod:`state.spill_list`, where what a long failure makes a process
+Sans-IO like the rest of the core, except :mod:`state.tuplelog` and :mod:`state.ceclog`
+(a replica's persistent CEC log), whose whole job is files, and :mod:`state.spill` /
+:mod:`state.spill_list`, where what a long failure makes a process
 hold waits on disk past its memory bound. They are imported by their own names, not
 re-exported here; the tuple log loads pyarrow with itself, the spill store at its first
 spill, so that a replica (which writes no Arrow log) starts without pyarrow
