@@ -40,7 +40,7 @@ tuple).
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from math import gcd
 from typing import Any
 
@@ -48,6 +48,7 @@ from protocol.tuples import Tuple
 
 from .base import NO_TIME, Operator, Plain
 from .errors import OperatorError, SpecError
+from .parts import Accept, Partitioned, PartKey
 from .registry import register
 from .spec import Params, attribute_index
 
@@ -133,8 +134,9 @@ def _generate(
 
 
 @register
-class Aggregate(Operator):
-    """Windowed count/sum/avg/min/max per group. See the module docstring."""
+class Aggregate(Operator, Partitioned):
+    """Windowed count/sum/avg/min/max per group. See the module docstring; its parts
+    (operators/parts.py) are the (pane, group) accumulators."""
 
     type_name = "aggregate"
     n_inputs = 1
@@ -175,6 +177,7 @@ class Aggregate(Operator):
         #: order (what the generated loop computes; the vectorized aggregate reads it).
         self.aggregates: tuple[tuple[str, int, int], ...] = tuple(aggs)
         self._n_key = len(key_pos)
+        self._key_pos = tuple(key_pos)
         self._pane = gcd(self.window, self.slide)
         self._run, self._merge, self._result = _generate(
             len(schema), self._pane, self.slide, key_pos, aggs
@@ -307,3 +310,46 @@ class Aggregate(Operator):
             ]
             for ps, first, groups in state["panes"]
         }
+
+    # ------------------------------------------------------------------ parts (CEC)
+    # A part is one group's accumulator in one pane, keyed (pane start, group key): a tuple
+    # updates exactly one, and a window's result merges its panes' parts. A pane's own
+    # "first seq" is the smallest of its groups' (each group's is its first tuple's).
+    def part_keys(self) -> Collection[PartKey]:
+        return [(ps, k) for ps, p in self._panes.items() for k in p[1]]
+
+    def part_state(self, key: PartKey) -> Plain:
+        ps, k = key
+        return list(self._panes[ps][1][k])
+
+    def key_to_plain(self, key: PartKey) -> Plain:
+        ps, k = key
+        return [ps, list(k) if self._n_key > 1 else k]
+
+    def key_from_plain(self, plain: Plain) -> PartKey:
+        ps, k = plain
+        return (ps, tuple(k) if self._n_key > 1 else k)
+
+    def global_state(self) -> Plain:
+        return {"closed_below": self._closed_below}
+
+    def load_parts(self, global_state: Plain, parts: Sequence[tuple[PartKey, Plain]]) -> None:
+        self.clear()
+        self._closed_below = global_state["closed_below"]
+        # Groups in order of their first tuple: a one-pane window emits them in that order.
+        for (ps, k), acc in sorted(parts, key=lambda p: p[1][2]):
+            pane = self._panes.get(ps)
+            if pane is None:
+                pane = self._panes[ps] = [acc[2], {}]
+            pane[1][k] = list(acc)
+            pane[0] = min(pane[0], acc[2])
+
+    def rebuild(self, port: int, tuples: Sequence[Tuple], accept: Accept) -> None:
+        pane, key_pos = self._pane, self._key_pos
+        for t in tuples:
+            v = t[4]
+            k = (None if not key_pos else v[key_pos[0]] if len(key_pos) == 1
+                 else tuple(v[p] for p in key_pos))
+            if accept((t[2] - t[2] % pane, k), t[1]):
+                # The part exists (it was loaded): the loop only updates its accumulator.
+                self.on_data(port, (t,), [])

@@ -163,6 +163,51 @@ class _Marker:
         return cls(p[0], p[1], p[2], p[3], list(p[4]), p[5])
 
 
+class _Rebuild:
+    """Where a recovered operator's replay still rebuilds (see Operator.start_rebuild)."""
+
+    __slots__ = ("cut", "done", "feet")
+
+    def __init__(self, cut: list[int], feet: dict[Any, list[int]] | None, done: list[bool]) -> None:
+        self.cut = cut
+        self.feet = feet
+        self.done = done
+
+    def take(self, op: Operator, port: int, run: Sequence[Tuple]) -> Sequence[Tuple]:
+        """Rebuild from (or drop) the head of ``run`` up to the cut; return the rest."""
+        cut = self.cut[port]
+        k = 0
+        n = len(run)
+        while k < n and run[k][1] <= cut:
+            k += 1
+        if k:
+            feet = self.feet
+            if feet is not None:
+                def accept(key: Any, tid: int) -> bool:
+                    f = feet.get(key)
+                    if f is None or f[port] >= tid:
+                        return False
+                    f[port] = tid  # the footprint follows what the part holds now
+                    return True
+                op.rebuild(port, run[:k], accept)  # type: ignore[attr-defined]
+        if k < n:
+            self.done[port] = True
+            if all(self.done):
+                op._rebuild = None
+        return run if k == 0 else run[k:]
+
+    def to_plain(self, op: Operator) -> Plain:
+        feet = None if self.feet is None else [
+            [op.key_to_plain(k), list(f)] for k, f in self.feet.items()]  # type: ignore[attr-defined]
+        return {"cut": list(self.cut), "feet": feet, "done": list(self.done)}
+
+    @classmethod
+    def from_plain(cls, op: Operator, p: Plain) -> _Rebuild:
+        feet = None if p["feet"] is None else {
+            op.key_from_plain(k): list(f) for k, f in p["feet"]}  # type: ignore[attr-defined]
+        return cls(list(p["cut"]), feet, list(p["done"]))
+
+
 class Operator(ABC):
     """Base class of every operator. See the module docstring for the contract."""
 
@@ -198,6 +243,8 @@ class Operator(ABC):
     _log_start_wm: list[int]
     _replaying: bool
     _last_in_id: int
+    in_ids: list[int]
+    _rebuild: _Rebuild | None
     _boundary_floor: int
     _boundary_history: list[tuple[int, int]]
 
@@ -301,6 +348,24 @@ class Operator(ABC):
         self.log_spill = None if store is None else (store, limit_bytes)
         self._log = self._new_log(entries)
 
+    def start_rebuild(self, cut: Sequence[int],
+                      feet: dict[Any, list[int]] | None = None) -> None:
+        """After a recovery from the CEC log (operators/cec.py): this operator was restored
+        as it was when its input on each port had reached id ``cut[port]``, and the replay
+        brings that input again. Data tuples up to the cut go, without any output, into the
+        parts named in ``feet`` (a :class:`~operators.parts.Partitioned` operator: part key ->
+        footprint per port), each only past its footprint, or are dropped (``feet`` None:
+        what they caused was emitted already). Part of the state: snapshots carry it."""
+        if len(cut) != self._n_ports:
+            raise OperatorError(f"{self.describe()}: a rebuild cut needs {self._n_ports} "
+                                f"port ids, got {list(cut)}")
+        self._rebuild = _Rebuild(list(cut), feet, [False] * self._n_ports)
+
+    @property
+    def rebuilding(self) -> bool:
+        """Some port's replay has not passed the cut of :meth:`start_rebuild` yet."""
+        return self._rebuild is not None
+
     def log_memory(self) -> tuple[int, int] | None:
         """(undo log entries in memory, the bound in entries: 0 until the first one) under
         :meth:`set_log_spill`; None without."""
@@ -362,6 +427,11 @@ class Operator(ABC):
         return orjson.loads(body)
 
     def _snapshot_live(self) -> Plain:
+        live = self._snapshot_live_without_state()
+        live["state"] = self.snapshot_state()
+        return live
+
+    def _snapshot_live_without_state(self) -> dict[str, Any]:
         return {
             "v": 1,
             "type": self.type_name,
@@ -379,14 +449,21 @@ class Operator(ABC):
                 "boundary_log": [list(e) for e in self._boundary_log],
                 "log_start_wm": list(self._log_start_wm),
                 "last_in_id": self._last_in_id,
+                "in_ids": list(self.in_ids),
+                "rebuild": None if self._rebuild is None else self._rebuild.to_plain(self),
                 "boundary_floor": self._boundary_floor,
                 "boundary_history": [list(e) for e in self._boundary_history],
             },
-            "state": self.snapshot_state(),
         }
 
     def restore(self, snap: Plain) -> None:
         """Replace all state by a snapshot's (taken from an operator of the same spec)."""
+        self.restore_base(snap)
+        self.restore_state(snap["state"])
+
+    def restore_base(self, snap: Plain) -> None:
+        """Restore the base bookkeeping of a snapshot and clear the operator's own state
+        (what :meth:`restore` does before ``restore_state``; CEC then loads parts)."""
         if not isinstance(snap, dict) or snap.get("type") != self.type_name:
             got = snap.get("type") if isinstance(snap, dict) else type(snap).__name__
             raise OperatorError(f"{self.describe()}: cannot restore a snapshot of {got!r}")
@@ -406,10 +483,12 @@ class Operator(ABC):
         self._boundary_log = [(e[0], e[1], e[2]) for e in b["boundary_log"]]
         self._log_start_wm = list(b["log_start_wm"])
         self._last_in_id = b["last_in_id"]
+        self.in_ids = list(b["in_ids"])
+        rb = b["rebuild"]
+        self._rebuild = None if rb is None else _Rebuild.from_plain(self, rb)
         self._boundary_floor = b["boundary_floor"]
         self._boundary_history = [(e[0], e[1]) for e in b["boundary_history"]]
         self.clear()
-        self.restore_state(snap["state"])
 
     # ------------------------------------------------------------------ internals
     def _reset_base(self) -> None:
@@ -435,6 +514,12 @@ class Operator(ABC):
         # Id-preserving operators: the last input id, and the boundaries emitted while
         # tainted with the input id they followed (see on_undo).
         self._last_in_id = 0
+        #: Per port, the id of the last data tuple that came in (the input position a CEC
+        #: footprint names: operators/cec.py).
+        self.in_ids = [0] * self._n_ports
+        # Replaying after a recovery from the CEC log (start_rebuild): the input up to a
+        # cut, which only rebuilds parts (operators/cec.py).
+        self._rebuild = None
         self._boundary_floor = NO_TIME
         self._boundary_history = []
 
@@ -472,6 +557,11 @@ class Operator(ABC):
         # A run is all-stable, or starts with the tuple that begins the taint, or comes while
         # tainted: the taint flips after the run is logged, so its marker holds the state
         # *before* the first tentative tuple (what an UNDO rebuilds).
+        if self._rebuild is not None:
+            run = self._rebuild.take(self, port, run)
+            if not run:
+                return
+        self.in_ids[port] = run[-1][1]
         if self.preserves_ids:
             if not self._tainted and run[0][0] is TENTATIVE:
                 self._set_taint(True, run[0][1])
@@ -495,6 +585,10 @@ class Operator(ABC):
         if kind is BOUNDARY:
             tentative = t[1] == TENTATIVE_BOUNDARY_ID
             if tentative and self.tentative_boundaries == "ignore":
+                return
+            if self._rebuild is not None and t[2] <= self.watermarks[port]:
+                # Replayed, and taken before the crash: a port's stable boundaries only
+                # rise. (Counted again, it would shift the sequence numbers parts hold.)
                 return
             if self.uses_undo_log and not self.preserves_ids:
                 self._log_entries(port, (t,))

@@ -34,7 +34,7 @@ smallest log seq among stored tuples.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from itertools import pairwise
 from operator import itemgetter
 from typing import Any
@@ -43,6 +43,7 @@ from protocol.tuples import Tuple, Value
 
 from .base import Operator, Plain
 from .errors import SpecError
+from .parts import Accept, Partitioned, PartKey
 from .registry import register
 from .spec import Params, attribute_index
 
@@ -58,8 +59,9 @@ _FIRST = -(2**63)  # the last stored time before any
 
 
 @register
-class Join(Operator):
-    """Symmetric band equi-join of input 0 (left) and input 1 (right)."""
+class Join(Operator, Partitioned):
+    """Symmetric band equi-join of input 0 (left) and input 1 (right). Its parts
+    (operators/parts.py) are time slices of ``max(band, 1)`` of each side's stored tuples."""
 
     type_name = "join"
     n_inputs = 2
@@ -84,6 +86,7 @@ class Join(Operator):
         lpos = [attribute_index(owner, left, a, "left join attribute") for a, _ in self.on]
         rpos = [attribute_index(owner, right, b, "right join attribute") for _, b in self.on]
         self.band = params.get_int("band", minimum=0)
+        self._slice = max(self.band, 1)
         prefix = params.get_str("right_prefix", "right_")
         names = list(left) + [prefix + n if n in left else n for n in right]
         if len(set(names)) != len(names):
@@ -235,3 +238,59 @@ class Join(Operator):
                 v = tuple(values)
                 store.setdefault(key(v), []).append((time, tmax, v, seq))
             self._reindex(port)
+
+    # ------------------------------------------------------------------ parts (CEC)
+    # A part is one side's stored tuples in one time slice [s * w, (s + 1) * w), w = max(band,
+    # 1), keyed (side, s): a tuple is stored into exactly one, and a slice closes when
+    # eviction emptied it. Arrivals are in time order (behind the SUnion), so a side's
+    # arrival order is slice order, then arrival within the slice: a replayed tuple
+    # appended to its slice gets the seq after the last of its slice and the ones before,
+    # below the next slice's (the tuples it came after in the original took those seqs).
+    def part_keys(self) -> Collection[PartKey]:
+        w = self._slice
+        return {(side, e[0] // w) for side, store in enumerate(self._sides)
+                for lst in store.values() for e in lst}
+
+    def part_state(self, key: PartKey) -> Plain:
+        side, s = key
+        w = self._slice
+        return sorted(([e[0], e[1], list(e[2]), e[3]] for lst in self._sides[side].values()
+                       for e in lst if e[0] // w == s), key=itemgetter(3))
+
+    def key_to_plain(self, key: PartKey) -> Plain:
+        return list(key)
+
+    def key_from_plain(self, plain: Plain) -> PartKey:
+        return (plain[0], plain[1])
+
+    def global_state(self) -> Plain:
+        return None
+
+    def load_parts(self, global_state: Plain, parts: Sequence[tuple[PartKey, Plain]]) -> None:
+        sides: list[list[Plain]] = [[], []]
+        for (side, _), entries in parts:
+            sides[side].extend(entries)
+        self.restore_state([sorted(entries, key=itemgetter(3)) for entries in sides])
+        self.on_boundary(0, [])  # what the restored watermarks evicted since a footprint
+
+    def rebuild(self, port: int, tuples: Sequence[Tuple], accept: Accept) -> None:
+        w = self._slice
+        floor = self.watermarks[1 - port] - self.band
+        state = self.snapshot_state()
+        mine = state[port]
+        last_seq: dict[int, int] = {}
+        for e in mine:
+            s = e[0] // w
+            last_seq[s] = max(last_seq.get(s, e[3]), e[3])
+        changed = False
+        for t in tuples:
+            s = t[2] // w
+            if t[2] >= floor and accept((port, s), t[1]):
+                # After every stored tuple of its slice and the slices before it (eviction
+                # since the footprint may have emptied its own slice).
+                seq = last_seq[s] = max((q for k, q in last_seq.items() if k <= s), default=0) + 1
+                mine.append([t[2], t[3], list(t[4]), seq])
+                changed = True
+        if changed:
+            mine.sort(key=itemgetter(3))
+            self.restore_state(state)

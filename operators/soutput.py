@@ -128,6 +128,23 @@ class SOutput(Operator, OutputGuard):
         self._rec_pending = False
         return [rec_done(self.now if now is None else now)]
 
+    def after_recovery(self, now: int) -> list[Tuple]:
+        """Restored from a CEC log (operators/cec.py): what the stream needs at once. If the
+        crashed incarnation had sent TENTATIVE tuples after the last stable one, their UNDO;
+        then REC_DONE if a reconciliation was open (the corrections, if any, came before
+        the crash; what follows is the stable stream)."""
+        out: list[Tuple] = []
+        self._dropping = False
+        self._wait_id = 0
+        if self._tent_after:
+            out.append(undo(self._last_stable))
+            self._tent_after = False
+            self._rec_pending = True
+        if self._rec_pending:
+            out.append(rec_done(now))
+            self._rec_pending = False
+        return out
+
     # ------------------------------------------------------------------ data path
     def on_data(self, port: int, tuples: Sequence[Tuple], out: list[Tuple]) -> None:
         # Keep the base untainted: it then cuts a run at every first TENTATIVE tuple, so a

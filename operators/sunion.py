@@ -73,6 +73,8 @@ from collections.abc import Sequence
 from operator import itemgetter
 from typing import ClassVar
 
+import orjson
+
 from protocol.tuples import Kind, Schema, Tuple, boundary, make_tuple, tentative_boundary, undo
 
 from .base import NO_TIME, Operator, Plain, tuple_from_plain, tuple_to_plain
@@ -637,6 +639,36 @@ class SUnion(Operator, Serializer):
 
     # ------------------------------------------------------------------ snapshots
     def snapshot_state(self) -> Plain:
+        return self._state(buckets=True)
+
+    def resume_point(self) -> Plain:
+        """This SUnion at its release point, as a snapshot without its pending input (CEC:
+        operators/cec.py): :meth:`restore` of it and a replay of every input from its
+        ``state.last_in`` id on (:meth:`resume_ids`) re-release from here what this SUnion
+        did. Not while in a failure episode (its kept buckets are not in it)."""
+        live = self._snapshot_live_without_state()
+        live["state"] = self._state(buckets=False)
+        live["state"]["last_in"] = self.resume_ids()
+        live["state"]["kept_from"] = self._next
+        return orjson.loads(orjson.dumps(live))
+
+    def resume_ids(self) -> list[int]:
+        """Per input port, the id after which a replay of that input must begin so that
+        every tuple this SUnion holds pending comes again: the last id received, or the id
+        before the first pending one. (A port's tuples arrive in id order; one that came
+        again for a bucket already released is dropped as late, as it was the first time.)"""
+        ids = list(self._last_in)
+        for b, bk in self._buckets.items():
+            if b < self._next:
+                continue
+            for p in range(self._n_ports):
+                chunks = bk.spilled[p] if bk.spilled else None
+                first = chunks[0].first_id if chunks else bk.ports[p][0][1] if bk.ports[p] else None
+                if first is not None and first - 1 < ids[p]:
+                    ids[p] = first - 1
+        return ids
+
+    def _state(self, *, buckets: bool) -> Plain:
         store = self.spiller.store if self.spiller is not None else None
         return {
             "next": self._next,
@@ -652,7 +684,7 @@ class SUnion(Operator, Serializer):
                 [b, bk.first_now, [[tuple_to_plain(t) for t in bk.port_items(p, store)]
                                    for p in range(self._n_ports)]]
                 for b, bk in sorted(self._buckets.items())
-            ],
+            ] if buckets else [],
         }
 
     def restore_state(self, state: Plain) -> None:

@@ -66,11 +66,14 @@ def run_step(op: Operator, inputs: Sequence[Stream], ports: Sequence[int], now: 
     """``op`` over a step's input streams (by port): vectorized if it has a vectorized
     implementation and this step allows it, else per tuple, wave by wave."""
     fn = _VECTORIZED.get(type(op))
-    if fn is not None:
+    if fn is not None and not op.rebuilding:  # (a recovered operator's rebuild: per tuple)
         try:
             flows = [s.flow() for s in inputs]
             out = fn(op, flows, ports)
             op.now = now
+            for port, f in enumerate(flows):
+                if f.n:
+                    op.in_ids[port] = f.data.column("id")[-1].as_py()
             stream = Stream(op.output_schema, flow=out)
             stream.vectorized = True
             return stream
