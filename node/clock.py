@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-__all__ = ["now_us", "use_clock"]
+__all__ = ["now_us", "use_clock", "virtual"]
 
 
 def _wall_us() -> int:
@@ -34,3 +34,9 @@ def use_clock(clock: Callable[[], int] | None) -> None:
     """Make :func:`now_us` read ``clock`` (``None``: the wall clock again)."""
     global _clock
     _clock = _wall_us if clock is None else clock
+
+
+def virtual() -> bool:
+    """Whether a simulation's clock is installed: its loop's time jumps over idle time, so
+    nothing may wait there for a thread's work (do it inline instead)."""
+    return _clock is not _wall_us

@@ -198,6 +198,13 @@ class CecWriter:
             return None  # nothing released, or a replay still redoing what the log holds
         return self._frame_now(now)
 
+    def genesis(self, now: int) -> tuple[int, dict[str, Any]]:
+        """The first frame of a new log: the network as it starts (so that even a replica
+        that crashes before its first stable release recovers from its log)."""
+        if self._headers is not None:
+            raise ValueError("genesis: the log has frames already")
+        return self._frame_now(now)
+
     def _frame_now(self, now: int) -> tuple[int, dict[str, Any]]:
         released = sum(s.last_id for s in self._sunions)
         doc: dict[str, Any] = {"h": {op.name: header_of(op) for op in self.net.operators}}
@@ -294,6 +301,7 @@ class CecWriter:
             headers[name] = h
             self._marked.add(name)
         self._headers = headers
+        self._frame += 1  # (numbered like any frame: the EC counts them too)
         self.stats.frames += 1
         return self._t, {"h": headers, "n": dict(self._counts)}
 

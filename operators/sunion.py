@@ -647,6 +647,11 @@ class SUnion(Operator, Serializer):
         ``state.last_in`` id on (:meth:`resume_ids`) re-release from here what this SUnion
         did. Not while in a failure episode (its kept buckets are not in it)."""
         live = self._snapshot_live_without_state()
+        # The input replayed from the resume ids brings its boundaries again: a watermark
+        # past the release point (a reconciliation's replay lags the live input) would
+        # release a bucket before the other inputs' replayed tuples for it came.
+        released = self._next * self.width
+        live["base"]["watermarks"] = [min(w, released) for w in self.watermarks]
         live["state"] = self._state(buckets=False)
         live["state"]["last_in"] = self.resume_ids()
         live["state"]["kept_from"] = self._next

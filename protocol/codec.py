@@ -43,8 +43,9 @@ __all__ = [
 #: The protocol version this side speaks (the frame's version byte). Peers of another
 #: version are refused on their first frame, with both versions named. 2: HeartbeatRequest
 #: carries the sender's acks, HeartbeatResponse each stream's frontier (``protocol/payloads.py``);
-#: 3: every connection opens with the authentication handshake (Hello, Challenge, Proof).
-VERSION: Final = 3
+#: 3: every connection opens with the authentication handshake (Hello, Challenge, Proof);
+#: 4: Subscribe carries the subscriber's ack (``ack_id``: CEC, node/replica/cec.py).
+VERSION: Final = 4
 #: Default limit on a frame's length field (version + type + payload bytes).
 DEFAULT_MAX_FRAME_SIZE: Final = 16 * 1024 * 1024
 #: Bytes before the payload: 4-byte length, version byte, message-type byte.

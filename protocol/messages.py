@@ -95,13 +95,18 @@ class Subscribe:
 
     The upstream replays from its output buffer every stable tuple after
     ``last_stable_id`` and, if it is itself tentative, the tentative ones after
-    ``last_tentative_id`` (0 for either means "nothing received yet").
+    ``last_tentative_id`` (0 for either means "nothing received yet"). It also counts as
+    the subscriber's ack of ``ack_id`` (see the field).
     """
 
     stream: str
     subscriber: str
     last_stable_id: int
     last_tentative_id: int
+    #: What the subscriber acknowledges with it (the upstream may trim up to there); -1,
+    #: the default: ``last_stable_id``, all it holds. Less where the subscriber may ask
+    #: for it again after a crash (a replica with CEC checkpoints, node/replica/cec.py).
+    ack_id: int = -1
 
 
 @dataclass(frozen=True, slots=True)

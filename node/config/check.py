@@ -31,6 +31,7 @@ from pathlib import Path
 
 from node.config.model import ClientConfig, NodeConfig, NodeSettings, ReplicaConfig, SourceConfig
 from node.config.read import config_error
+from operators.cec import cec_problems
 from operators.errors import OperatorError, SpecError
 from operators.network import QueryNetwork
 from operators.spec import NetworkSpec, OperatorSpec
@@ -214,6 +215,8 @@ def build_node(
         net = QueryNetwork(spec)
     except (SpecError, OperatorError) as e:
         raise config_error(file, _operator_key(draft, str(e)), str(e)) from None
+    if s.checkpointing == "cec":
+        _check_cec(file, draft, net)
     node = NodeConfig(
         name=draft.name,
         inputs=draft.inputs,
@@ -223,6 +226,21 @@ def build_node(
         settings=s,
     )
     return node, {f"{draft.name}.{o}": net.schemas[o] for o in outs}
+
+
+def _check_cec(file: Path, draft: NodeDraft, net: QueryNetwork) -> None:
+    """``checkpointing = "cec"`` needs checkpoint/redo (an undo log cannot reach back past
+    a recovered part), fault tolerance, and a network CEC can checkpoint."""
+    s, key = draft.settings, f"nodes.{draft.name}"
+    why = []
+    if s.reconciliation != "checkpoint":
+        why.append(f'it needs reconciliation = "checkpoint", not {s.reconciliation!r} (a '
+                   "recovered operator's undo log does not reach back to its parts' footprints)")
+    if not s.fault_tolerance:
+        why.append("it needs fault_tolerance = true")
+    why += cec_problems(net)
+    if why:
+        raise config_error(file, key, 'checkpointing = "cec": ' + "; ".join(why))
 
 
 def _operator_key(draft: NodeDraft, message: str) -> str:

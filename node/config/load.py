@@ -25,8 +25,15 @@ The format (``examples/README.md`` has the long version)::
     checkpointing = "on_failure"  # "on_failure": checkpoint right before a failure's first
                                # tentative release (free while nothing fails);
                                # "periodic": every checkpoint_interval
+                               # "cec": continuous eventual checkpoints in a persistent
+                               # log per replica (docs/cec.md): a crashed replica recovers
+                               # from its own disk (needs reconciliation = "checkpoint")
     checkpoint_interval = 0.2  # seconds (> 0); on_failure: how often SUnions forget
                                # what they released stable
+    cec_q = 20000              # cec: G_check the oldest part while more than Q records
+    cec_u = 200000             # or U input tuples lie after its footprint (0: never),
+    cec_ci = 0.01              # during the first cec_ci seconds of every cec_cp;
+    cec_cp = 0.1               # cec_fsync = true: fsync each frame (a machine crash)
     fault_tolerance = true     # false: no checkpoints, undo logs or output buffers (only
                                # for dpc bench overhead: a failure is then not corrected)
     reconciliation = "checkpoint"  # "checkpoint" | "undo"
@@ -288,8 +295,13 @@ def _settings(t: Table, base: NodeSettings) -> NodeSettings:
         ),
         replay_step=t.integer("replay_step", base.replay_step, lo=1),
         checkpointing=t.string(
-            "checkpointing", base.checkpointing, choices=("on_failure", "periodic")
+            "checkpointing", base.checkpointing, choices=("on_failure", "periodic", "cec")
         ),
+        cec_q=t.integer("cec_q", base.cec_q, lo=0),
+        cec_u=t.integer("cec_u", base.cec_u, lo=0),
+        cec_ci=t.seconds("cec_ci", base.cec_ci),
+        cec_cp=t.seconds("cec_cp", base.cec_cp),
+        cec_fsync=t.boolean("cec_fsync", base.cec_fsync),
         fault_tolerance=t.boolean("fault_tolerance", base.fault_tolerance),
         buffer_memory=_buffer_memory(t, base.buffer_memory),
         replay_engine=t.string("replay_engine", base.replay_engine, choices=REPLAY_ENGINES),

@@ -71,7 +71,16 @@ class NodeSettings:
     up_failure: str  # "delay" | "process"
     stabilization: str  # "suspend" | "delay" | "process"
     replay_step: int = 10  # SUnion buckets re-released per event-loop turn when reconciling
-    checkpointing: str = "on_failure"  # "on_failure" | "periodic" (node/replica/vocabulary.py)
+    checkpointing: str = "on_failure"  # "on_failure" | "periodic" | "cec" (node/replica/vocabulary.py)
+    #: ``checkpointing = "cec"``: the policy of continuous eventual checkpoints
+    #: (operators/cec.py CecPolicy: Q records, U input tuples, CI of every CP µs) and
+    #: whether every frame of the log is fsynced (a machine crash; a killed process loses
+    #: nothing either way).
+    cec_q: int = 20_000
+    cec_u: int = 200_000
+    cec_ci: int = 10_000
+    cec_cp: int = 100_000
+    cec_fsync: bool = False
     #: False: no checkpoints, no undo logs, output buffers keep nothing (``dpc bench
     #: overhead`` measures fault tolerance against this; a failure cannot be corrected).
     fault_tolerance: bool = True

@@ -213,6 +213,11 @@ class RunDir:
         (state/spill.py); emptied when the replica starts."""
         return self.replicas / _safe_name("replica", replica) / "spill"
 
+    def replica_cec(self, replica: str) -> Path:
+        """The replica's persistent CEC log (``checkpointing = "cec"``, node/replica/cec.py):
+        kept across its restarts, read by ``--recover``."""
+        return self.replicas / _safe_name("replica", replica) / "cec"
+
     def replica_recoveries(self, replica: str) -> Path:
         """JSONL: one line per recovery of ``replica`` (node/replica/recovery.py)."""
         return self.replicas / _safe_name("replica", replica) / "recoveries.jsonl"

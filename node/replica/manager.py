@@ -137,7 +137,11 @@ def policy_of(node: NodeConfig, replica: str) -> cm.Policy:
         up_failure=cm.UpFailureStrategy(st.up_failure),
         stabilization=cm.StabilizationStrategy(st.stabilization),
         method=cm.Method(st.reconciliation),
-        checkpointing=cm.Checkpointing(st.checkpointing if st.fault_tolerance else "off"),
+        # "cec" persists continuously (the runtime's CEC log, operators/cec.py); for a
+        # reconciliation the machine checkpoints in memory as on_failure does.
+        checkpointing=cm.Checkpointing("off" if not st.fault_tolerance else
+                                       "on_failure" if st.checkpointing == "cec" else
+                                       st.checkpointing),
         checkpoint_interval=st.checkpoint_interval,
         rank=rank,
     )

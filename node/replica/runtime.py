@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from node.clock import now_us
+from node.clock import now_us, virtual
 from node.config.crossovers import read_crossovers, thresholds
 from node.config.model import ClusterConfig
 from node.errors import ActionError, NodeError
@@ -52,6 +52,7 @@ from node.procs.control import ControlPlane
 from node.procs.looplag import LoopLag
 from node.procs.rundir import JsonlTupleWriter, RunDir
 from node.replica import consistency as cm
+from node.replica.cec import CecKeeper
 from node.replica.manager import Manager, Partner, policy_of
 from node.replica.recovery import (
     StateAsk,
@@ -167,6 +168,12 @@ class Replica:
         memory, spill_dir = self.node.settings.buffer_memory, run_dir.replica_spill(name)
         if ft:
             self.network.set_spill(spill_dir, memory // 2)
+        #: ``checkpointing = "cec"``: the persistent log of continuous eventual checkpoints
+        #: (node/replica/cec.py), from which ``--recover`` restores this replica.
+        self.cec: CecKeeper | None = None
+        if ft and self.node.settings.checkpointing == "cec":
+            self.cec = CecKeeper(self.network, run_dir.replica_cec(name), self.node.settings,
+                                 log=log, name=name)
         if mutation is Mutation.RESUBSCRIBE_OVERLAP:
             log.error("%s: TEST MUTATION %s: resubscriptions overlap (duplicates)", name,
                       mutation.value)
@@ -266,13 +273,15 @@ class Replica:
             # in the background, not in the first failure (status: consistency.replay.spark).
             self.spark.warm()
         self._record_state(self.state, now_us())
+        if self.cec is not None and not self.recovering:
+            self.cec.start_fresh(now_us())
         try:
             async with asyncio.TaskGroup() as tg:
                 tasks: list[asyncio.Task[None]] = []
 
                 async def start() -> None:
                     if self.recovering:
-                        await self._recover()
+                        await (self._recover() if self.cec is None else self._recover_from_log())
                         tasks.append(tg.create_task(self._rejoin_when_caught_up(), name="rejoin"))
                     tasks.extend(tg.create_task(link.run(), name=f"link {link.stream}")
                                  for link in self.links)
@@ -296,6 +305,8 @@ class Replica:
             self.network.close_spill()  # the segments die with the process (state/spill.py)
             if self.spark is not None:
                 self.spark.stop()
+            if self.cec is not None:
+                self.cec.close()
             for buf in self.buffers.values():
                 buf.close_spill()
             log.info("replica %s stopped", self.me.name)
@@ -346,6 +357,38 @@ class Replica:
         log.warning("%s: recovering: restored %s's state (outputs after %s, inputs from %s); "
                     "catching up from the upstream buffers", self.me.name, partner,
                     st["outputs"], st["inputs"])
+
+    async def _recover_from_log(self) -> None:
+        """Rebuild from this replica's own CEC log (node/replica/cec.py): no partner is
+        asked. The eventual checkpoint is read in a thread (a long extent takes seconds; the
+        control plane answers meanwhile, its status showing the progress); nothing else
+        touches the network before the links start."""
+        keeper = self.cec
+        if keeper is None:
+            raise NodeError(f"{self.me.name}: recovering from a log without CEC checkpoints")
+        now = now_us()
+        rec = keeper.recover(now) if virtual() else await asyncio.to_thread(keeper.recover, now)
+        for link in self.links:
+            s = rec.network.resume[link.stream]
+            link.last_stable_id = link.last_tentative_id = s
+        for stream, buf in self.buffers.items():
+            op = self.node.outputs[stream]
+            buf.start_after(rec.last_ids[op], rec.held[op], rec.trimmed[op])
+        self._emit(rec.network.output, now)  # the UNDO of a tentative tail it had sent
+        self.manager.take_checkpoint(now)
+        self._set_recovering("catching up with its inputs")
+        outputs = {stream: rec.last_ids[op] for stream, op in self.node.outputs.items()}
+        inputs = {link.stream: [link.last_stable_id, link.last_tentative_id]
+                  for link in self.links}
+        self.recovery = {"from": "its CEC log", "restored_at_us": now, "outputs": outputs,
+                         "inputs": inputs, "rejoined_at_us": None,
+                         "ec_load_s": round(rec.seconds, 3), "extent_frames": rec.frames_read,
+                         "parts": rec.network.parts}
+        record_recovery(self.run_dir, self.me.name,
+                        {"replica": self.me.name, "incarnation": self.incarnation, **self.recovery})
+        log.warning("%s: recovering from its CEC log: %d parts from %d frames in %.2f s "
+                    "(outputs after %s, inputs from %s); catching up from the upstream buffers",
+                    self.me.name, rec.network.parts, rec.frames_read, rec.seconds, outputs, inputs)
 
     async def _rejoin_when_caught_up(self) -> None:
         """Step 4: refuse subscribers until every input link brought a batch from upstream
@@ -476,6 +519,14 @@ class Replica:
 
     # ------------------------------------------------------------------ output
     def _emit(self, result: NetworkOutput, now: int) -> None:
+        if self.cec is not None and self.cec.after(result, now):
+            # The log holds the step (before anything of it leaves): acks follow the
+            # eventual checkpoint, old segments go.
+            acks = self.cec.acks()
+            for link in self.links:
+                link.ack_cap = acks.get(link.stream, 0)
+            self.cec.retain({op: self.buffers[s].trimmed_up_to
+                             for s, op in self.node.outputs.items()})
         for op_name, tuples in result.outputs.items():
             if not tuples:
                 continue
@@ -548,6 +599,7 @@ class Replica:
                 "last_reconciliation": self.manager.stats["last_reconciliation"],
             },
             "recovery": {"recovering": self.recovering, "last": self.recovery},
+            "cec": None if self.cec is None else self.cec.status(),
             "faults": {**self.faults.status(), "replay_stalled": not self.manager.replay_gate.is_set()},
             "inputs": {
                 link.stream: {
@@ -597,6 +649,7 @@ class Replica:
                 "spilled_tuples": spill.tuples,
                 "spill_segments": spill.segments,
                 "spill_bytes": spill.bytes,
+                **({} if self.cec is None else self.cec.gauges()),
                 # The process's live Python heap (blocks allocated, any size): what a leak
                 # grows. RSS also keeps what the allocator holds after a burst (dpc soak).
                 "heap_blocks": sys.getallocatedblocks(),

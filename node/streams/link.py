@@ -160,6 +160,9 @@ class InputLink:
         self._fix_changed = asyncio.Event()  # set by correct_from() (and to stop the reader)
         self._handover: Handover | None = None
         self._acked = 0
+        #: At most this is acknowledged (None: no cap): a replica with CEC checkpoints acks
+        #: only what its log's recovery would not replay (node/replica/cec.py).
+        self.ack_cap: int | None = None
         self._next = 0  # index (mod len) of the producer to try next
         self._switching = False
         self._wake = asyncio.Event()  # set by switch_to() and by a REC_DONE handover
@@ -170,10 +173,17 @@ class InputLink:
 
     @property
     def ack_id(self) -> int:
-        """What this link acknowledges (level-1): its last stable id processed (one less
-        under the overlap mutation, so that every producer still holds what it asks again)."""
+        """What this link acknowledges (level-1): its last stable id processed, at most
+        ``ack_cap`` (one less under the overlap mutation, so that every producer still holds
+        what it asks again)."""
         s = self.last_stable_id
+        if self.ack_cap is not None and self.ack_cap < s:
+            s = self.ack_cap
         return s - 1 if self._overlap and s > 0 else s
+
+    def _sub_ack(self) -> int:
+        """The ack a Subscribe carries: -1 (all it holds) unless acks are capped."""
+        return -1 if self.ack_cap is None else self.ack_id
 
     @property
     def reconnects(self) -> int:
@@ -366,7 +376,7 @@ class InputLink:
             if self._overlap and s > 0:  # the mutation: ask again for the last stable tuple
                 s, t = s - 1, max(t - 1, s - 1)
             try:
-                await conn.send(Subscribe(self.stream, self.subscriber, s, t))
+                await conn.send(Subscribe(self.stream, self.subscriber, s, t, self._sub_ack()))
             except OSError as exc:
                 self._log.warning("%s: cannot subscribe at producer %s: %r", name, address, exc)
                 return
@@ -520,7 +530,7 @@ class InputLink:
             self._fix_at = target  # no await since the check above: see _release_corrections
             self._fix_closed.clear()
             try:
-                await conn.send(Subscribe(self.stream, self.subscriber, s, s))
+                await conn.send(Subscribe(self.stream, self.subscriber, s, s, self._sub_ack()))
             except OSError as exc:
                 self._log.warning(
                     "%s: cannot subscribe at corrections source %s: %r", name, address, exc

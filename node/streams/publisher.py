@@ -410,7 +410,9 @@ class Publisher:
             return f"subscribed {name!r} to unknown stream {stream!r} ({self._streams()})"
         consumer = name in buffer.consumers
         if consumer:
-            buffer.ack(name, msg.last_stable_id)  # it holds that much: heard from
+            # It holds that much (heard from); it may want some of it again (CEC): ack_id.
+            ack = msg.last_stable_id if msg.ack_id < 0 else min(msg.ack_id, msg.last_stable_id)
+            buffer.ack(name, ack)
         if self.refusing is not None:
             return f"subscribed {name!r} to {stream!r}, refused: this replica is {self.refusing}"
         held = self._live.get(stream, {}).get(name)

@@ -48,7 +48,7 @@ from ops_scripts.errors import FaultError, InjectError, ProcessError
 from ops_scripts.harness.fault import send_fault
 from ops_scripts.harness.rules import ActiveRules
 from ops_scripts.harness.schedule import Fault, node_of
-from ops_scripts.harness.timeline import blocked
+from ops_scripts.harness.timeline import blocked, recovers_alone
 
 __all__ = ["Nemesis"]
 
@@ -90,7 +90,7 @@ class Nemesis:
         def state_of(r: str) -> str | None:
             st = fetch_status(self.config, r)
             return None if st is None else str(st.get("state"))
-        return blocked(fault, self._node_of, self.down, state_of)
+        return blocked(fault, self._node_of, self.down, state_of, recovers_alone(self.config))
 
     def inject(self, fid: int, fault: Fault) -> None:
         """Put ``fault`` (number ``fid``) in force; :class:`InjectError` if refused."""

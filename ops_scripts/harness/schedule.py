@@ -18,7 +18,8 @@ always heal); a run also ends with a heal of everything and a quiet period. Kind
                shape = "source"   source = s, replicas = [...] (omitted: all its consumers)
                cut = "blackhole" (silence, the default) | "reset" (connections torn down)
     kill       process = replica or source (SIGKILL; healed by a restart: a replica with
-               --recover, from a partner's state; a source resumes from its own log)
+               --recover, from a partner's state, or from its own CEC log where its
+               node has checkpointing = "cec"; a source resumes from its own log)
     pause      process = replica or source (SIGSTOP; healed by SIGCONT)
     delay      between = [a, b], seconds = latency added each way
     bandwidth  between = [a, b], bytes_per_second = limit each way
@@ -38,7 +39,9 @@ kills and pauses of a client (a stopped client would stall its producers
 through back-pressure, which is not a failure DPC masks), a kill or pause of a process
 that is down already, and schedules that would leave a
 node with no live replica to recover from (overlapping kills or pauses of all its
-replicas). ``dump_faults(parse_faults(x))`` parses back to the same faults.
+replicas), unless its replicas recover from their own disks (``checkpointing = "cec"``):
+random schedules then draw kills of all of them at once on purpose.
+``dump_faults(parse_faults(x))`` parses back to the same faults.
 """
 
 from __future__ import annotations
@@ -303,6 +306,8 @@ def _check_live_partner(faults: Sequence[Fault], config: ClusterConfig) -> None:
     down = [f for f in stops if f.params["process"] in nodes]
     for f in down:
         node = nodes[f.params["process"]]
+        if _alone(config, node):
+            continue  # its replicas recover from their own CEC logs
         at_once = {g.params["process"] for g in down if nodes.get(g.params["process"]) == node
                    and g.at < f.heal_at and f.at < g.heal_at}
         if len(at_once) == len(config.nodes[node].replicas) and any(
@@ -312,6 +317,12 @@ def _check_live_partner(faults: Sequence[Fault], config: ClusterConfig) -> None:
                 f"faults at {f.at:g} s: every replica of node {node!r} is down at once "
                 f"({', '.join(sorted(at_once))}) and one is killed: it could not recover "
                 "(a restarted replica rebuilds from a live partner)")
+
+
+def _alone(config: ClusterConfig, node: str) -> bool:
+    """Whether ``node``'s replicas recover from their own CEC logs (no partner needed)."""
+    st = config.nodes[node].settings
+    return st.checkpointing == "cec" and st.fault_tolerance
 
 
 def dump_faults(faults: Sequence[Fault]) -> str:
@@ -420,8 +431,15 @@ def random_faults(config: ClusterConfig, rng: random.Random, *, duration: float,
             writer, reader = rng.choice([pair for pair in links if pair[1] in replicas])
             raw["reader"], raw["writer"] = reader, writer
             raw["seconds"] = round(rng.uniform(0.001, 0.02), 4)
+        more = [raw]
+        node = node_of(config).get(raw.get("process", ""))
+        if kind == "kill" and node is not None and _alone(config, node) and rng.random() < 0.5:
+            # The case CEC is for: every replica of the node killed at once.
+            more += [{"at": round(at + rng.uniform(0.0, 0.3), 3), "fault": "kill",
+                      "for": round(rng.uniform(0.2, longest), 3), "process": r.name}
+                     for r in config.nodes[node].replicas if r.name != raw["process"]]
         try:
-            faults = parse_faults([*(f.table() for f in faults), raw], config)
+            faults = parse_faults([*(f.table() for f in faults), *more], config)
         except ScheduleError:
             continue  # e.g. both replicas of a node killed at once: draw again
     return faults

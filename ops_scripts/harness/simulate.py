@@ -74,7 +74,7 @@ from ops_scripts.harness import extras
 from ops_scripts.harness.history import HistoryWriter, merge_states
 from ops_scripts.harness.rules import ActiveRules
 from ops_scripts.harness.schedule import Fault, dump_faults, node_of, parse_faults, random_faults
-from ops_scripts.harness.timeline import BLOCKED_LIMIT, Timeline, blocked
+from ops_scripts.harness.timeline import BLOCKED_LIMIT, Timeline, blocked, recovers_alone
 
 __all__ = ["SIM_KINDS", "SimOptions", "SimResult", "simulate_many", "simulate_one",
            "simulation_schedule"]
@@ -239,6 +239,7 @@ async def _play(config: ClusterConfig, faults: Sequence[Fault], rd: RunDir, opts
         t0 = loop.time()
         timeline = Timeline(faults)
         nodes = node_of(config)
+        alone = recovers_alone(config)
         down: dict[str, str] = {}
 
         def state_of(name: str) -> str | None:
@@ -256,7 +257,7 @@ async def _play(config: ClusterConfig, faults: Sequence[Fault], rd: RunDir, opts
                     cluster.restart(f.params["process"])
                 else:
                     cluster.rules.remove(i)
-            elif (why := blocked(f, nodes, down, state_of)) is not None:
+            elif (why := blocked(f, nodes, down, state_of, alone)) is not None:
                 if not timeline.wait(i, loop.time() - t0):
                     history.record("note", text=f"fault #{i} ({f.describe()}) not injected: "
                                                 f"waited {BLOCKED_LIMIT:g} s, and still {why}")

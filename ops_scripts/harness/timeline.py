@@ -13,7 +13,9 @@ simulation replays the same way on real processes.
   replica is still failed until it has rebuilt its state from a partner's and rejoined
   (node/replica/recovery.py): killing its partner meanwhile would fail the whole node for good,
   since neither replica would have a state to give the other. "Both replicas of a node in
-  turn" is therefore one after the other has recovered.
+  turn" is therefore one after the other has recovered. Not so for a replica that
+  recovers from its own disk (``checkpointing = "cec"``, node/replica/cec.py: its
+  :func:`recovers_alone`): it may be killed whatever its partners do, all at once.
 
 Invariants: the timeline is a pure data structure (the players own the clock and the
 cluster); a fault is started at most once and healed once, after it started.
@@ -22,11 +24,12 @@ cluster); a fault is started at most once and healed once, after it started.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
+from node.config.model import ClusterConfig
 from ops_scripts.harness.schedule import Fault
 
-__all__ = ["BLOCKED_LIMIT", "RETRY", "Timeline", "blocked"]
+__all__ = ["BLOCKED_LIMIT", "RETRY", "Timeline", "blocked", "recovers_alone"]
 
 RETRY = 0.25  # seconds between two looks at a blocked fault
 BLOCKED_LIMIT = 60.0  # seconds a kill or pause may wait for a partner with a state
@@ -34,21 +37,28 @@ BLOCKED_LIMIT = 60.0  # seconds a kill or pause may wait for a partner with a st
 _HEAL, _START = 0, 1  # heals before starts at one time
 
 
+def recovers_alone(config: ClusterConfig) -> frozenset[str]:
+    """The replicas that recover from their own CEC log, needing no partner."""
+    return frozenset(r.name for n in config.nodes.values() if n.settings.checkpointing == "cec"
+                     and n.settings.fault_tolerance for r in n.replicas)
+
+
 def blocked(fault: Fault, node_of: Mapping[str, str], down: Mapping[str, str],
-            state_of: Callable[[str], str | None]) -> str | None:
+            state_of: Callable[[str], str | None],
+            alone: Collection[str] = ()) -> str | None:
     """Why ``fault`` must wait, if it must: a kill or pause of a process that is still
     down (an earlier kill or pause of it was held up), or of a replica while no other
     replica of its node is up with a state (every other one down or RECOVERING).
 
     ``node_of`` maps each replica to its node, ``down`` each process killed or paused to
-    "killed" / "paused", and ``state_of`` gives a live replica's state (None: it does not
-    answer)."""
+    "killed" / "paused", ``state_of`` gives a live replica's state (None: it does not
+    answer), and ``alone`` names the replicas that :func:`recovers_alone`."""
     if fault.kind not in ("kill", "pause"):
         return None
     me = fault.params["process"]
     if me in down:  # a kill or pause that started late may outlast its schedule
         return f"{me} is still {down[me]}"
-    if me not in node_of:
+    if me not in node_of or me in alone:
         return None
     partners = [r for r, n in node_of.items() if n == node_of[me] and r != me]
     if not partners:  # a restart recovers from a partner's state (node/replica/recovery.py)

@@ -19,6 +19,7 @@ import pytest
 from operators import QueryNetwork
 from operators.cec import CecPolicy, CecWriter, cec_problems, recover
 from protocol.tuples import Kind, Tuple, boundary, make_tuple
+from protocol.undo_rule import apply_undos
 from state.cec import build_ec
 
 S = Kind.STABLE
@@ -31,7 +32,7 @@ def join_spec() -> dict[str, Any]:
         "inputs": {s: ["key", "value"] for s in STREAMS},
         "operators": [
             {"name": "u", "type": "sunion", "inputs": list(STREAMS), "bucket": BUCKET,
-             "wait": 250},
+             "wait": 10**12},  # (never tentative: the streams lag each other)
             {"name": "left", "type": "filter", "inputs": ["u"], "where": "value < 50"},
             {"name": "right", "type": "filter", "inputs": ["u"], "where": "value >= 70"},
             {"name": "j", "type": "join", "inputs": ["left", "right"], "on": [["key", "key"]],
@@ -47,7 +48,7 @@ def aggregate_spec() -> dict[str, Any]:
         "inputs": {s: ["key", "value"] for s in STREAMS},
         "operators": [
             {"name": "u", "type": "sunion", "inputs": list(STREAMS), "bucket": BUCKET,
-             "wait": 250},
+             "wait": 10**12},  # (never tentative: the streams lag each other)
             {"name": "f", "type": "filter", "inputs": ["u"], "where": "value >= 10"},
             {"name": "a", "type": "aggregate", "inputs": ["f"], "window": 300, "slide": 100,
              "group_by": ["key"],
@@ -68,7 +69,7 @@ def union_aggregate_spec() -> dict[str, Any]:
         "inputs": {s: ["key", "value"] for s in STREAMS},
         "operators": [
             {"name": "u", "type": "sunion", "inputs": list(STREAMS), "bucket": BUCKET,
-             "wait": 250},
+             "wait": 10**12},  # (never tentative: the streams lag each other)
             {"name": "lo", "type": "filter", "inputs": ["u"], "where": "value < 30"},
             {"name": "hi", "type": "filter", "inputs": ["u"], "where": "value > 80"},
             {"name": "both", "type": "union", "inputs": ["lo", "hi"]},
@@ -84,19 +85,26 @@ SPECS = {"join": join_spec, "aggregate": aggregate_spec, "union-aggregate": unio
 
 
 def steps(seed: int, n_buckets: int) -> list[tuple[str, list[Tuple]]]:
-    """The input as push calls: per bucket, per stream, its tuples then a boundary; keys
-    from few values, so that parts are shared and reopened."""
+    """The input as push calls: per stream, per bucket, its tuples then a boundary; keys
+    from few values, so that parts are shared and reopened. The streams' calls are merged
+    at random (each stream in order), so that one stream runs several buckets ahead of
+    another and the SUnion holds pending input and watermarks past its release point."""
     rng = random.Random(seed)
-    ids = dict.fromkeys(STREAMS, 0)
-    out: list[tuple[str, list[Tuple]]] = []
-    for b in range(n_buckets):
-        for s in STREAMS:
+    per_stream: dict[str, list[list[Tuple]]] = {}
+    for s in STREAMS:
+        ids, calls = 0, []
+        for b in range(n_buckets):
             batch = []
             for t in sorted(rng.randrange(b * BUCKET, (b + 1) * BUCKET)
                             for _ in range(rng.randint(0, 6))):
-                ids[s] += 1
-                batch.append(make_tuple(S, ids[s], t, t, (rng.randint(0, 4), rng.randint(0, 99))))
-            out.append((s, [*batch, boundary((b + 1) * BUCKET)]))
+                ids += 1
+                batch.append(make_tuple(S, ids, t, t, (rng.randint(0, 4), rng.randint(0, 99))))
+            calls.append([*batch, boundary((b + 1) * BUCKET)])
+        per_stream[s] = calls
+    out: list[tuple[str, list[Tuple]]] = []
+    while any(per_stream.values()):
+        s = rng.choice([s for s in STREAMS if per_stream[s]])
+        out.append((s, per_stream[s].pop(0)))
     return out
 
 
@@ -213,3 +221,135 @@ def test_networks_cec_cannot_checkpoint_are_refused_by_name() -> None:
     assert len(problems) == 1 and "'m' (union)" in problems[0] and "'a'" in problems[0]
     with pytest.raises(ValueError, match="reads the output of stateful operator 'a'"):
         CecWriter(QueryNetwork(spec))
+
+
+# ---------------------------------------------------------------- crashes in a failure
+class MiniReplica:
+    """What a replica's runtime and consistency manager do to its network, in a few lines:
+    checkpoint right before a failure's first tentative release, and on REC_REQUEST rewind
+    to it and replay one bucket per call (new input held meanwhile, as the manager does),
+    then end the reconciliation; a CEC frame after every call. Recovery from the frames."""
+
+    def __init__(self, name: str, policy: CecPolicy, frames: list[_Frame]) -> None:
+        self.name, self.policy, self.frames = name, policy, frames
+        self.net = QueryNetwork(_failing(SPECS[name]()))
+        self.writer = CecWriter(self.net, policy)
+        self.checkpoint: dict[str, Any] | None = None
+        self.emitted: list[Tuple] = []
+        self.replaying = False
+
+    def recover(self, now: int) -> dict[str, int]:
+        ec = build_ec(reversed(self.frames))
+        assert ec is not None
+        self.net = QueryNetwork(_failing(SPECS[self.name]()))
+        rec = recover(self.net, ec, now)
+        self.writer = CecWriter(self.net, self.policy)
+        self.writer.resume_from(ec)
+        self.replaying = False
+        self.checkpoint = self.net.checkpoint()  # (the runtime takes one after a recovery)
+        self._done(rec.output, now)
+        return rec.resume
+
+    def push(self, stream: str, batch: list[Tuple], now: int) -> None:
+        if (not self.net.in_failure and not self.replaying
+                and self.net.episode_may_begin(now, stream)):
+            self.checkpoint = self.net.checkpoint()  # (on_failure checkpointing)
+            self.net.truncate()
+        self._done(self.net.push(stream, batch, now), now)
+
+    def reconcile(self, now: int) -> None:
+        """Replay one step, if a replay is under way."""
+        if not self.replaying:
+            return
+        self._done(self.net.replay(now), now)
+        if not self.net.replaying:
+            self.replaying = False
+            self._done(self.net.end_reconciliation(now), now)
+
+    def _done(self, out: Any, now: int) -> None:
+        frame = self.writer.step(now, out)
+        if frame is not None:
+            self.frames.append(_Frame(*frame))
+        self.emitted += out.outputs["out"]
+        if any(t[0] is Kind.REC_REQUEST for _, t in out.signals):
+            assert self.checkpoint is not None, "an episode without its checkpoint"
+            self.net.set_replay_step(1)
+            self.replaying = True
+            self._done(self.net.rewind(self.checkpoint, now), now)
+
+
+def _failing(spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec with an SUnion that releases tentatively after a short wait."""
+    for op in spec["operators"]:
+        if op["type"] == "sunion":
+            op["wait"] = 30
+    return spec
+
+
+def play_failure(name: str, seed: int, crashes: list[int], policy: CecPolicy
+                 ) -> tuple[list[Tuple], dict[str, Any]]:
+    """Stream s3 is withheld from call 30 to call 70 (its calls are queued, then delivered);
+    ``now`` advances 10 per call, so the SUnion releases tentatively meanwhile. New input
+    waits while a reconciliation replays, one bucket per *tick* (as the manager holds it).
+    A crash before tick k (a push or a replay step) recovers from the frames and replays
+    every input after its resume id."""
+    calls = steps(seed, 40)
+    delivered: dict[str, list[Tuple]] = {s: [] for s in STREAMS}  # what each stream sent
+    frames: list[_Frame] = []
+    r = MiniReplica(name, policy, frames)
+    tick = 0
+
+    def before_tick(now: int) -> None:
+        nonlocal tick
+        tick += 1
+        if tick in crashes and frames:
+            resume = r.recover(now)
+            for st in STREAMS:
+                rest = delivered[st][_after(delivered[st], resume[st]):]
+                if rest:
+                    r.push(st, rest, now)
+
+    def send(st: str, batch: list[Tuple], now: int) -> None:
+        while r.replaying:
+            before_tick(now)
+            r.reconcile(now)
+        before_tick(now)
+        delivered[st] += batch
+        r.push(st, batch, now)
+
+    held: list[list[Tuple]] = []
+    k = 0
+    for k, (s, batch) in enumerate(calls):
+        now = k * 10
+        if 30 <= k < 70 and s == "s3":
+            held.append(batch)
+            continue
+        for b in held if k >= 70 else []:
+            send("s3", b, now)
+        held = held if k < 70 else []
+        send(s, batch, now)
+    while r.replaying:
+        before_tick((k + 1) * 10)
+        r.reconcile((k + 1) * 10)
+    return r.emitted, r.net.digest_states()
+
+
+@pytest.mark.parametrize("policy", ["open-only", "tiny-q"])
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_crashes_in_failure_and_stabilization_recover_exactly(name: str, policy: str) -> None:
+    """Crashes while the SUnion releases tentatively and while a reconciliation replays
+    (the log then holds frames of a replay whose watermarks run ahead of its release
+    point): the stream in force ends equal to the failure-free one, nothing tentative
+    left, and the state too."""
+    reference, ref_state, _ = run_with_crashes(name, 11, [], POLICIES[policy])
+    got, state = play_failure(name, 11, [], POLICIES[policy])
+    assert any(t[0] is Kind.TENTATIVE for t in got), "the failure must release tentatively"
+    assert data(apply_undos(got)) == data(reference)
+    rng = random.Random(f"failure-{name}-{policy}")
+    for crashes in ([45], [72], [75], [80], [85], *(sorted(rng.sample(range(20, 130), 2))
+                                                     for _ in range(8))):
+        got, state = play_failure(name, 11, crashes, POLICIES[policy])
+        final = apply_undos(got)
+        assert [t for t in final if t[0] is Kind.TENTATIVE] == [], crashes
+        assert data(final) == data(reference), f"crashes before calls {crashes}"
+        assert state == ref_state, f"crashes before calls {crashes}"

@@ -265,14 +265,14 @@ def test_error_messages_stay_short_however_large_the_garbage() -> None:
     [
         (
             MessageType.SUBSCRIBE,
-            ["s", "c", True, 0],
+            ["s", "c", True, 0, -1],
             "Subscribe: field 'last_stable_id' must be an integer, got True",
         ),
         (
             MessageType.SUBSCRIBE,
             ["s", "c", 1],
-            "Subscribe: payload must be a list of 4 fields "
-            "[stream, subscriber, last_stable_id, last_tentative_id], got ['s', 'c', 1]",
+            "Subscribe: payload must be a list of 5 fields "
+            "[stream, subscriber, last_stable_id, last_tentative_id, ack_id], got ['s', 'c', 1]",
         ),
         (MessageType.UNSUBSCRIBE, {"stream": "s"}, "Unsubscribe: payload must be a list of 2"),
         (

@@ -646,6 +646,37 @@ def test_the_replay_engine_defaults_to_auto_and_a_replica_may_choose_its_own(
         load_config(write(tmp_path, text))
 
 
+def test_cec_checkpointing_loads_its_policy_and_refuses_what_it_cannot_do(tmp_path: Path) -> None:
+    text = mutate(BASE, ("[sources.s1]", '[defaults]\ncheckpointing = "cec"\ncec_q = 7\n'
+                                         "cec_u = 0\ncec_ci = 0.005\ncec_cp = 0.05\n"
+                                         "cec_fsync = true\n\n[sources.s1]"))
+    st = load_config(write(tmp_path, text)).nodes["n1"].settings
+    assert (st.checkpointing, st.cec_q, st.cec_u, st.cec_ci, st.cec_cp, st.cec_fsync) == (
+        "cec", 7, 0, 5_000, 50_000, True)
+    text = mutate(BASE, ("[sources.s1]", '[defaults]\ncheckpointing = "cec"\n'
+                                         'reconciliation = "undo"\n\n[sources.s1]'))
+    with pytest.raises(ConfigError, match=r'nodes\.n1: checkpointing = "cec": it needs '
+                                          r'reconciliation = "checkpoint", not \'undo\''):
+        load_config(write(tmp_path, text))
+    text = mutate(BASE, ("[sources.s1]", '[defaults]\ncheckpointing = "cec"\ncec_q = -1\n\n'
+                                         "[sources.s1]"))
+    with pytest.raises(ConfigError, match=r"defaults\.cec_q"):
+        load_config(write(tmp_path, text))
+
+
+def test_cec_refuses_a_network_it_cannot_checkpoint_naming_the_operators() -> None:
+    import tomllib
+
+    raw = tomllib.loads((EXAMPLES / "cec.toml").read_text())
+    ops = raw["nodes"]["n1"]["operators"]
+    ops.insert(3, {"name": "again", "type": "union", "inputs": ["per_key"]})
+    ops[4]["inputs"] = ["again"]
+    with pytest.raises(ConfigError, match=r"nodes\.n1: checkpointing = \"cec\": operator "
+                                          r"'again' \(union\) reads the output of stateful "
+                                          r"operator 'per_key' \(aggregate\)"):
+        parse_config(raw, Path("cec.toml"))
+
+
 def test_consumer_grace_is_a_cluster_setting_in_seconds(tmp_path: Path) -> None:
     assert load_config(write(tmp_path, BASE)).consumer_grace == DEFAULT_CONSUMER_GRACE
     text = mutate(BASE, ('token = "secret"', 'token = "secret"\nconsumer_grace = 2.5'))

@@ -197,3 +197,20 @@ async def test_a_consumer_heard_from_keeps_pinning_after_the_grace(net: Net) -> 
         "c2": {"acked": None, "holds": False, "lapsed": True},
     }
     await b.stop()
+
+
+# ------------------------------------------------------------------ the Subscribe's ack
+async def test_a_subscribe_acks_only_its_ack_id_when_it_gives_one(net: Net) -> None:
+    """A replica with CEC checkpoints holds tuples it may ask for again after a crash
+    (node/replica/cec.py): its Subscribe acks ``ack_id``, not all it holds; without one,
+    all it holds, as before."""
+    b = await replica(net, "b")
+    await b.publish(stable(1, 10))
+    conn = await raw_subscribe(net, b, "c1", Subscribe("s", "c1", 8, 0, 3))
+    await wait_until(lambda: bool(b.subscribers()))
+    assert b.buffers["s"].trimmed_up_to == 3
+    await conn.close()
+    conn = await raw_subscribe(net, b, "c1", Subscribe("s", "c1", 8, 0, 9))  # at most held
+    await wait_until(lambda: b.buffers["s"].trimmed_up_to == 8)
+    await conn.close()
+    await b.stop()

@@ -49,3 +49,42 @@ def test_a_kill_or_pause_waits_for_a_partner_with_a_state() -> None:
     assert blocked(Fault(0.0, 1.0, "pause", {"process": "s1"}), NODE_OF, {}, states.get) is None
     assert blocked(Fault(0.0, 1.0, "stall", {"process": "n1a"}), NODE_OF, {"n1b": "killed"},
                    states.get) is None
+
+
+def test_a_replica_that_recovers_from_its_own_log_is_never_held_back() -> None:
+    """checkpointing = "cec": killing every replica of a node at once is the point."""
+    kill = Fault(0.0, 1.0, "kill", {"process": "n1a"})
+    alone = {"n1a", "n1b", "n2a"}
+    assert blocked(kill, NODE_OF, {"n1b": "killed"}, {}.get, alone) is None
+    assert blocked(Fault(0.0, 1.0, "kill", {"process": "n2a"}), NODE_OF, {}, {}.get, alone) is None
+    assert blocked(kill, NODE_OF, {"n1a": "killed"}, {}.get, alone) == "n1a is still killed"
+
+
+def test_schedules_kill_every_replica_of_a_cec_node_at_once_and_refuse_it_otherwise() -> None:
+    import random
+
+    from node.config.load import load_config
+    from ops_scripts.examples import EXAMPLES
+    from ops_scripts.harness.schedule import ScheduleError, node_of, parse_faults, random_faults
+
+    both = [{"at": 0.0, "for": 1.0, "fault": "kill", "process": "n2a"},
+            {"at": 0.5, "for": 1.0, "fault": "kill", "process": "n2b"}]
+    assert len(parse_faults(both, load_config(EXAMPLES / "cec.toml"))) == 2
+    sim = load_config(EXAMPLES / "sim.toml")
+    try:
+        parse_faults(both, sim)
+        raise AssertionError("a double kill of a node without CEC must be refused")
+    except ScheduleError as e:
+        assert "every replica of node 'n2' is down at once" in str(e)
+    cec = load_config(EXAMPLES / "cec.toml")
+    nodes = node_of(cec)
+    drawn = 0
+    for seed in range(40):
+        faults = random_faults(cec, random.Random(seed), duration=6.0, count=4, kinds=["kill"])
+        kills = [f for f in faults if f.params["process"] in nodes]
+        for node in ("n1", "n2"):
+            mine = [f for f in kills if nodes[f.params["process"]] == node]
+            n = len(cec.nodes[node].replicas)
+            drawn += any(len({g.params["process"] for g in mine
+                              if g.at < f.heal_at and f.at < g.heal_at}) == n for f in mine)
+    assert drawn >= 5, drawn
