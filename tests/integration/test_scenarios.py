@@ -49,14 +49,19 @@ SCENARIOS = sorted((EXAMPLES / "scenarios").glob("*.toml"))
 #: What a scenario must make happen besides a valid run: a process's log line. The throttled
 #: client's run is valid only if c1 leaves the replica behind the slow link (torture seed
 #: 301); this says it was the link rule's switch, not a start on the other replica.
-EXPECTED_LOG = {"throttled-client": ("c1", "input n1.out: switching from n1a to n1b (ids)")}
+EXPECTED_LOG = {"throttled-client": ("c1", "input n1.out: switching from n1a to n1b (ids)"),
+                # CEC: recovered from their own logs, not from a partner's state
+                "cec-recover-alone": ("n1a", "n1a: recovering from its CEC log"),
+                "cec-double-kill": ("n1b", "n1b: recovering from its CEC log")}
 #: Whether the replicas take {"cut", "direction", "kind"} and {"shape", ...} (node/faults/rules.py).
 
 
 # ------------------------------------------------------------------ what a schedule starves
 def _starved(config: ClusterConfig, active: list[Fault]) -> bool:
     """Whether some node has no replica with all its inputs while ``active`` are in force:
-    each replica is down (killed, paused) or cut from every producer of one input."""
+    each replica is down (killed, paused) or cut from every producer of one input, and one
+    at least is up (a node whose replicas are all down produces nothing, not even
+    tentative results: CEC's double kill)."""
     cut = set().union(*(cut_pairs(f, config) for f in active)) if active else set()
     down = {f.params["process"] for f in active if f.kind in ("kill", "pause")}
 
@@ -69,7 +74,8 @@ def _starved(config: ClusterConfig, active: list[Fault]) -> bool:
         return r in down or any(all(p in down or (p, r) in cut for p in producers(s))
                                 for s in inputs)
 
-    return any(all(lacks(r.name, n.inputs) for r in n.replicas) for n in config.nodes.values())
+    return any(all(lacks(r.name, n.inputs) for r in n.replicas)
+               and not all(r.name in down for r in n.replicas) for n in config.nodes.values())
 
 
 def longest_starvation(s: Scenario, config: ClusterConfig) -> float:
