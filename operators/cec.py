@@ -38,21 +38,23 @@ output replayed from the log, which this version does not do.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from protocol.tuples import Kind, Tuple
+from protocol.tuples import Kind, Tuple, make_tuple
 from state.cec import EventualCheckpoint
 
-from .base import Operator, Plain, tuple_to_plain
+from .base import Operator, Plain
 from .network import NetworkOutput, QueryNetwork
 from .parts import Partitioned, PartKey
 from .soutput import SOutput
 from .sunion import SUnion
 
-__all__ = ["CecPolicy", "CecStats", "CecWriter", "Recovered", "cec_problems", "recover"]
+__all__ = ["CecPolicy", "CecStats", "CecWriter", "Recovered", "cec_problems", "header_of",
+           "out_columns", "out_tuples", "recover"]
 
 #: Operators without parts that CEC restores from a header: they keep no state that a
 #: replay from the oldest frame does not rebuild (ids preserved, or renumbered in order).
@@ -114,6 +116,9 @@ class Recovered:
 def cec_problems(net: QueryNetwork) -> list[str]:
     """Why this network cannot be checkpointed by CEC (empty: it can)."""
     problems: list[str] = []
+    if net.undo_logs:
+        problems.append("its operators keep undo logs (QueryNetwork(undo_logs=True)): CEC "
+                        "checkpoints for checkpoint/redo, whose networks keep none")
     readers: dict[str, list[Operator]] = {}
     for op, inputs in zip(net.operators, net._inputs, strict=True):
         for i in inputs:
@@ -139,14 +144,24 @@ def cec_problems(net: QueryNetwork) -> list[str]:
 
 
 def header_of(op: Operator) -> Plain:
-    """``op``'s header in a frame: its bookkeeping and its state outside its parts."""
+    """``op``'s header in a frame: its bookkeeping and its state outside its parts. (Fresh
+    containers, no orjson round trip: the frame is encoded before the network moves on.)"""
     if isinstance(op, SUnion):
         return op.resume_point()
-    if isinstance(op, Partitioned):
-        live = op._snapshot_live_without_state()
-        live["state"] = op.global_state()
-        return orjson.loads(orjson.dumps(live))
-    return op.snapshot()
+    live = op._snapshot_live_without_state()
+    live["state"] = op.global_state() if isinstance(op, Partitioned) else op.snapshot_state()
+    return live
+
+
+def out_columns(tuples: Sequence[Tuple]) -> list[Any]:
+    """A run of output tuples as the log holds it: five columns (kinds, ids, times, tmax,
+    values), which orjson encodes without a Python loop per tuple."""
+    return [list(c) for c in zip(*tuples, strict=True)] if tuples else [[], [], [], [], []]
+
+
+def out_tuples(columns: Sequence[Sequence[Any]]) -> list[Tuple]:
+    """Inverse of :func:`out_columns`."""
+    return [make_tuple(Kind(k), i, t, m, tuple(v)) for k, i, t, m, v in zip(*columns, strict=True)]
 
 
 class CecWriter:
@@ -243,8 +258,7 @@ class CecWriter:
             doc["x"] = closes
         doc["n"] = counts
         if self._pending:
-            doc["out"] = {name: [tuple_to_plain(t) for t in ts]
-                          for name, ts in self._pending.items()}
+            doc["out"] = {name: out_columns(ts) for name, ts in self._pending.items()}
             n_out = sum(map(len, self._pending.values()))
             self._records += n_out
             self.stats.out_tuples += n_out
@@ -379,7 +393,9 @@ def recover(net: QueryNetwork, ec: EventualCheckpoint, now: int = 0) -> Recovere
         elif isinstance(op, SOutput):
             h = ec.end_headers[op.name]
             op.restore(h)
-            op.start_rebuild(h["base"]["in_ids"], None)
+            # Up to its last STABLE id (not its input position, which counts the tentative
+            # tuples of a failure): those it must send again, corrected.
+            op.start_rebuild([h["state"]["last_stable_id"]], None)
         else:
             op.restore(ec.start_headers[op.name])
     output = NetworkOutput({name: [] for name in net.outputs})

@@ -73,8 +73,6 @@ from collections.abc import Sequence
 from operator import itemgetter
 from typing import ClassVar
 
-import orjson
-
 from protocol.tuples import Kind, Schema, Tuple, boundary, make_tuple, tentative_boundary, undo
 
 from .base import NO_TIME, Operator, Plain, tuple_from_plain, tuple_to_plain
@@ -655,7 +653,7 @@ class SUnion(Operator, Serializer):
         live["state"] = self._state(buckets=False)
         live["state"]["last_in"] = self.resume_ids()
         live["state"]["kept_from"] = self._next
-        return orjson.loads(orjson.dumps(live))
+        return live
 
     def resume_ids(self) -> list[int]:
         """Per input port, the id after which a replay of that input must begin so that

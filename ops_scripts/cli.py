@@ -18,7 +18,7 @@ check          verify a run's logs against a reference evaluation               
 reconcile      the same on Spark, for many and large runs: report, differences        reconcile/run.py
 generate-run   a large consistent run directory (no cluster), for benches and tests   reconcile/generate.py
 fuzz           seeded malformed frames against the wire codec (sans-IO)               fuzz.py
-bench          core, throughput, overhead, latency, failover, peers, reconcile        bench/*.py
+bench          core, throughput, overhead, latency, failover, peers, reconcile, cec   bench/*.py
 =============  =====================================================================  =============
 
 Only commands that work are registered. Exit codes: 0
@@ -307,6 +307,16 @@ def _parser() -> argparse.ArgumentParser:
     brec.add_argument("--failures", type=int, default=2, help="failure episodes per run")
     brec.add_argument("--config", type=Path, default=None, metavar="CLUSTER.toml",
                       help="default: examples/basic.toml")
+    bcec = which.add_parser(
+        "cec", help="continuous eventual checkpoints in process: throughput cost, Q / U / state "
+        "size vs extent, EC-load and replay, CP vs response time (the CEC paper's figures)")
+    bcec.add_argument("--out", type=Path, default=Path("cec-bench"), metavar="DIR",
+                      help="where the CSVs and plots go (default ./cec-bench)")
+    bcec.add_argument("--size", choices=("tiny", "small", "full"), default="small",
+                      help="scales tuples and groups (default small; full: 10^6 tuples, "
+                      "20,000 groups)")
+    bcec.add_argument("--reps", type=int, default=3,
+                      help="throughput repetitions per mode, in turn (default 3; the median)")
     brep = which.add_parser(
         "replay", help="a reconciliation's replay per tuple (inproc), vectorized and on Spark, "
         "per size; stores the crossovers replicas read")
@@ -492,6 +502,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_reconcile_bench(args.sizes, check_max=args.check_max, keep=args.keep,
                                        config=args.config or DEFAULT_CONFIG,
                                        failures=args.failures)
+        if args.command == "bench" and args.which == "cec":
+            from ops_scripts.bench.cec import run_cec_bench
+
+            return run_cec_bench(args.out, args.size, args.reps)
         if args.command == "bench" and args.which == "replay":
             from ops_scripts.bench.replay import run_replay_bench
             from ops_scripts.examples import EXAMPLES

@@ -238,7 +238,7 @@ def _check_cec(file: Path, draft: NodeDraft, net: QueryNetwork) -> None:
                    "recovered operator's undo log does not reach back to its parts' footprints)")
     if not s.fault_tolerance:
         why.append("it needs fault_tolerance = true")
-    why += cec_problems(net)
+    why += cec_problems(QueryNetwork(net.spec, undo_logs=False))  # (as the replica builds it)
     if why:
         raise config_error(file, key, 'checkpointing = "cec": ' + "; ".join(why))
 

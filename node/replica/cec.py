@@ -33,8 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from node.config.model import NodeSettings
-from operators.base import tuple_from_plain
-from operators.cec import CecPolicy, CecWriter, Recovered, recover
+from operators.cec import CecPolicy, CecWriter, Recovered, out_tuples, recover
 from operators.network import NetworkOutput, QueryNetwork
 from protocol.tuples import Kind, Tuple
 from state.cec import build_ec
@@ -118,8 +117,8 @@ class CecKeeper:
         for k, f in enumerate(frames):
             number = k - len(frames)
             last: dict[str, int] = {}
-            for name, plain in f.doc.get("out", {}).items():
-                ts = [tuple_from_plain(p) for p in plain]
+            for name, columns in f.doc.get("out", {}).items():
+                ts = out_tuples(columns)
                 held.setdefault(name, []).extend(ts)
                 data = [t[1] for t in ts if t[0] is Kind.STABLE]
                 if data:
@@ -157,8 +156,8 @@ class CecKeeper:
             raise RuntimeError(f"{self._name}: the CEC log is not open")
         pos = self.cec.append(t, doc)
         last: dict[str, int] = {}
-        for name, plain in doc.get("out", {}).items():
-            data = [p[1] for p in plain if p[0] == Kind.STABLE.value]
+        for name, (kinds, ids, *_) in doc.get("out", {}).items():
+            data = [i for k, i in zip(kinds, ids, strict=True) if k is Kind.STABLE]
             if data:
                 last[name] = data[-1]
         self._frames.append((number, pos, last))
