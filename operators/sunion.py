@@ -653,6 +653,9 @@ class SUnion(Operator, Serializer):
         live["state"] = self._state(buckets=False)
         live["state"]["last_in"] = self.resume_ids()
         live["state"]["kept_from"] = self._next
+        # Whether a port's pending input was tentative: none is kept; the replay says anew
+        # (a port still marked would ignore the replayed stable boundaries: seed 25367).
+        live["state"]["port_tent"] = [False] * self._n_ports
         return live
 
     def resume_ids(self) -> list[int]:

@@ -275,6 +275,7 @@ class Replica:
         self._record_state(self.state, now_us())
         if self.cec is not None and not self.recovering:
             self.cec.start_fresh(now_us())
+            self._cap_acks()
         try:
             async with asyncio.TaskGroup() as tg:
                 tasks: list[asyncio.Task[None]] = []
@@ -371,6 +372,7 @@ class Replica:
         for link in self.links:
             s = rec.network.resume[link.stream]
             link.last_stable_id = link.last_tentative_id = s
+        self._cap_acks()
         for stream, buf in self.buffers.items():
             op = self.node.outputs[stream]
             buf.start_after(rec.last_ids[op], rec.held[op], rec.trimmed[op])
@@ -518,13 +520,22 @@ class Replica:
         return shutdown
 
     # ------------------------------------------------------------------ output
+    def _cap_acks(self) -> None:
+        """Acknowledge upstream only what a recovery from the CEC log would not replay: from
+        the log's start and right after a recovery too, whatever happens next (a replica
+        that recovered into a failure writes no frame for a while, and must not ack meanwhile
+        what a second crash would need again)."""
+        if self.cec is None:
+            return
+        acks = self.cec.acks()
+        for link in self.links:
+            link.ack_cap = acks.get(link.stream, 0)
+
     def _emit(self, result: NetworkOutput, now: int) -> None:
         if self.cec is not None and self.cec.after(result, now):
             # The log holds the step (before anything of it leaves): acks follow the
             # eventual checkpoint, old segments go.
-            acks = self.cec.acks()
-            for link in self.links:
-                link.ack_cap = acks.get(link.stream, 0)
+            self._cap_acks()
             self.cec.retain({op: self.buffers[s].trimmed_up_to
                              for s, op in self.node.outputs.items()})
         for op_name, tuples in result.outputs.items():
