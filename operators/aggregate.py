@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable, Collection, Mapping, Sequence
+from itertools import islice
 from math import gcd
 from typing import Any
 
@@ -318,6 +319,23 @@ class Aggregate(Operator, Partitioned):
     def part_keys(self) -> Collection[PartKey]:
         return [(ps, k) for ps, p in self._panes.items() for k in p[1]]
 
+    def part_delta(self, memo: dict[Any, Any]) -> tuple[list[PartKey], list[PartKey]]:
+        """By pane: a pane's groups are only ever added, in order, until the pane goes, so
+        ``memo`` (pane -> its groups seen) tells the new ones without looking at the rest."""
+        panes = self._panes
+        closed = [(ps, k) for ps in [ps for ps in memo if ps not in panes]
+                  for k in memo.pop(ps)]
+        opened: list[PartKey] = []
+        for ps, p in panes.items():
+            groups, seen = p[1], memo.get(ps)
+            if seen is None:
+                seen = memo[ps] = []
+            if len(groups) > len(seen):
+                new = list(islice(groups, len(seen), None))
+                seen.extend(new)
+                opened += [(ps, k) for k in new]
+        return opened, closed
+
     def part_state(self, key: PartKey) -> Plain:
         ps, k = key
         return list(self._panes[ps][1][k])
@@ -325,6 +343,15 @@ class Aggregate(Operator, Partitioned):
     def key_to_plain(self, key: PartKey) -> Plain:
         ps, k = key
         return [ps, list(k) if self._n_key > 1 else k]
+
+    def keys_to_plain(self, keys: Sequence[PartKey]) -> list[Plain]:
+        # The live keys themselves: orjson writes a tuple as an array, which reads back as
+        # key_to_plain's lists.
+        return list(keys)
+
+    def part_states(self, keys: Sequence[PartKey]) -> list[Plain]:
+        panes = self._panes
+        return [panes[ps][1][k] for ps, k in keys]  # the live accumulators (see the base)
 
     def key_from_plain(self, plain: Plain) -> PartKey:
         ps, k = plain

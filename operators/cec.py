@@ -181,6 +181,8 @@ class CecWriter:
                          if isinstance(op, SOutput) and op.name in net.outputs}
         self._known: dict[str, OrderedDict[PartKey, _Foot]] = {
             op.name: OrderedDict() for op in self._parted}
+        #: Per partitioned operator, what its part_delta keeps between frames.
+        self._memo: dict[str, dict[Any, Any]] = {op.name: {} for op in self._parted}
         self._frame = 0
         self._records = 0
         #: Each SUnion's release point (tuple time) in the log's last frame.
@@ -195,7 +197,9 @@ class CecWriter:
 
     # ---------------------------------------------------------------- writing
     def step(self, now: int, out: NetworkOutput) -> tuple[int, dict[str, Any]] | None:
-        """The frame to append after a network call that produced ``out`` (None: none)."""
+        """The frame to append after a network call that produced ``out`` (None: none).
+        Its document may share containers with the live operators (no copy is made of a
+        part's state): encode it before the network is called again."""
         net = self.net
         stable = not net.in_failure and not any(op._tainted for op in net.operators)
         if not stable:
@@ -231,25 +235,23 @@ class CecWriter:
         for op in self._parted:
             name = op.name
             known = self._known[name]
-            cur = set(op.part_keys())
-            gone = [k for k in known if k not in cur]
+            new, gone = op.part_delta(self._memo[name])
             for k in gone:
                 del known[k]
-            new = [k for k in cur if k not in known]
             for k in new:
                 known[k] = _Foot(frame, self._records, released)
             if new:
-                opens[name] = [[op.key_to_plain(k), op.part_state(k)] for k in new]
+                opens[name] = [op.keys_to_plain(new), op.part_states(new)]
             if gone:
-                closes[name] = [op.key_to_plain(k) for k in gone]
-            counts[name] = len(cur)
+                closes[name] = op.keys_to_plain(gone)
+            counts[name] = len(known)
             self._records += len(new) + len(gone)
         if self._due(now):
             for op in self._parted:
                 name = op.name
                 picked = self._checks(self._known[name], frame, released)
                 if picked:
-                    checks[name] = [[op.key_to_plain(k), op.part_state(k)] for k in picked]
+                    checks[name] = [op.keys_to_plain(picked), op.part_states(picked)]
         if opens:
             doc["o"] = opens
         if checks:
@@ -272,8 +274,8 @@ class CecWriter:
         self._frame += 1
         st = self.stats
         st.frames += 1
-        st.g_open += sum(map(len, opens.values()))
-        st.g_check += sum(map(len, checks.values()))
+        st.g_open += sum(len(keys) for keys, _ in opens.values())
+        st.g_check += sum(len(keys) for keys, _ in checks.values())
         st.closes += sum(map(len, closes.values()))
         st.open_parts = sum(counts.values())
         st.extent_frames = self._frame - self.oldest_frame()
@@ -359,6 +361,8 @@ class CecWriter:
             known = self._known[op.name]
             for f in sorted(ec.parts.get(op.name, []), key=lambda f: -f.frame):
                 known[op.key_from_plain(f.key)] = _Foot(-1 - f.frame, 0, 0)
+            memo = self._memo[op.name] = {}
+            op.part_delta(memo)  # (the network was recovered: its parts are the EC's)
         self._logged = {s.name: ec.end_headers[s.name]["state"]["next"] * s.width
                         for s in self._sunions}
         self._headers = ec.end_headers

@@ -79,3 +79,22 @@ class Partitioned(ABC):
     def rebuild(self, port: int, tuples: Sequence[Tuple], accept: Accept) -> None:
         """Apply replayed data tuples of ``port`` to the parts ``accept`` lets them into,
         emitting nothing."""
+
+    def keys_to_plain(self, keys: Sequence[PartKey]) -> list[Plain]:
+        """Many keys as plain data (:meth:`key_to_plain` of each, or cheaper)."""
+        return [self.key_to_plain(k) for k in keys]
+
+    def part_states(self, keys: Sequence[PartKey]) -> list[Plain]:
+        """Many open parts' states (:meth:`part_state` of each, or cheaper: they may share
+        the live state, for a frame encoded before the operator runs again)."""
+        return [self.part_state(k) for k in keys]
+
+    def part_delta(self, memo: dict[Any, Any]) -> tuple[list[PartKey], list[PartKey]]:
+        """The parts opened and closed since the last call with ``memo`` (the caller's
+        dict, empty at first; the operator keeps in it what it needs). This default
+        compares :meth:`part_keys` with the last call's: it costs the number of parts; an
+        operator that can tell its changes cheaper overrides it."""
+        known: set[PartKey] = memo.get("keys", set())
+        cur = set(self.part_keys())
+        memo["keys"] = cur
+        return [k for k in cur if k not in known], [k for k in known if k not in cur]

@@ -8,7 +8,7 @@ tuple-time order. A frame's document holds:
   its input position ``base.in_ids``, the id of the last data tuple on each input port) and
   its state outside its parts (all of its state for an operator without parts);
 * ``n``: per partitioned operator, N, the number of its parts open after the step;
-* ``o`` / ``c``: per partitioned operator, ``[[key, state], ...]``: ``G_open`` records of
+* ``o`` / ``c``: per partitioned operator, ``[keys, states]`` (two lists): ``G_open`` records of
   the parts that opened in the step and ``G_check`` records of open parts checkpointed in
   it, each part's state after the step. Their *footprint* is the operator's input position
   in the same frame's header;
@@ -139,7 +139,7 @@ def _collect(doc: dict[str, Any], frame: int, found: dict[str, dict[bytes, PartF
             if mine is None or gone is None or len(mine) >= need[op]:
                 continue
             in_ids = tuple(doc["h"][op]["base"]["in_ids"])
-            for key, state in records:
+            for key, state in zip(*records, strict=True):
                 kb = orjson.dumps(key)
                 if kb not in mine and kb not in gone:
                     mine[kb] = PartFootprint(key, state, frame, in_ids)

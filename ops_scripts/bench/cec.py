@@ -171,9 +171,9 @@ def _crash_figures(w: Workload, batches: Sequence[list[Tuple]], policy: CecPolic
             raise RuntimeError("the CEC log is empty")
         rec = recover(QueryNetwork(_spec(w), undo_logs=False), ec)
         load = time.perf_counter() - t0
-        records = sum(len(fr.doc.get("out", {}).get("out", [[]])[0]) + sum(
-            len(v) for k in ("o", "c", "x") for v in fr.doc.get(k, {}).values())
-            for fr in _newest(log, ec.extent_frames))
+        records = sum(len(fr.doc.get("out", {}).get("out", [[]])[0])
+                      + sum(len(v[0]) for k in ("o", "c") for v in fr.doc.get(k, {}).values())
+                      for fr in _newest(log, ec.extent_frames))
         log.close()
     last_id = max(t[1] for b in head for t in b if t[0] is Kind.STABLE)
     return {"g_check": f["g_check"], "open_parts": sum(ec.part_counts.values()),

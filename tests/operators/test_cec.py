@@ -14,6 +14,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import pytest
 
 from operators import QueryNetwork
@@ -126,6 +127,12 @@ class _Frame:
     size: int = 1
 
 
+def _logged(frame: tuple[int, dict[str, Any]]) -> _Frame:
+    """A frame as the log gives it back: encoded when written (it may share the live
+    state), decoded when read."""
+    return _Frame(frame[0], orjson.loads(orjson.dumps(frame[1])))
+
+
 def data(ts: list[Tuple]) -> list[Tuple]:
     return [t for t in ts if t[0] is S]
 
@@ -189,7 +196,7 @@ def _push(net: QueryNetwork, writer: CecWriter, frames: list[_Frame], s: str,
     frame = writer.step(now * 10, out)
     if frame is not None:
         assert not frames or frame[0] >= frames[-1].t, "frames in tuple-time order"
-        frames.append(_Frame(*frame))
+        frames.append(_logged(frame))
     emitted += out.outputs["out"]
 
 
@@ -282,7 +289,7 @@ class MiniReplica:
     def _done(self, out: Any, now: int) -> None:
         frame = self.writer.step(now, out)
         if frame is not None:
-            self.frames.append(_Frame(*frame))
+            self.frames.append(_logged(frame))
         self.emitted += out.outputs["out"]
         if any(t[0] is Kind.REC_REQUEST for _, t in out.signals):
             assert self.checkpoint is not None, "an episode without its checkpoint"
