@@ -24,6 +24,8 @@ x_s, alpha_x_s     the first node's X and alpha*X as the run used them
 switch_s           from the failure to the first replica entering UP_FAILURE
 reconciliation_s   the longest STABILIZATION of a replica (entry to STABLE again) after the
                    failure began
+recovery_s         the longest time a restarted replica was RECOVERING (from its start to
+                   its rejoin: a partner's state or its own CEC log, and the catch-up)
 stable_after_heal_s from the heal to the last replica STABLE again
 cpu_s              the replicas' CPU seconds in all (Linux; empty elsewhere)
 ================== ===========================================================================
@@ -49,7 +51,7 @@ __all__ = ["MEASURES", "measure_run"]
 
 MEASURES = ("valid", "verdict", "nodes", "delay_new_s", "latency_mean_s", "latency_p50_s",
             "latency_p99_s", "n_tentative", "n_undo", "received", "throughput", "bound_s",
-            "x_s", "alpha_x_s", "switch_s", "reconciliation_s",
+            "x_s", "alpha_x_s", "switch_s", "reconciliation_s", "recovery_s",
             "stable_after_heal_s", "cpu_s")
 
 US = 1e6
@@ -145,6 +147,15 @@ def _state_figures(events: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             longest = max(longest, e["t"] - began.pop(e["process"]))
     if longest:
         out["reconciliation_s"] = longest / US
+    recovering: dict[str, int] = {}
+    longest = 0
+    for e in states:
+        if e["state"] == "RECOVERING":
+            recovering.setdefault(e["process"], e["t"])
+        elif e["process"] in recovering:
+            longest = max(longest, e["t"] - recovering.pop(e["process"]))
+    if longest:
+        out["recovery_s"] = longest / US
     if heals:
         heal = min(heals)
         stable = [e["t"] for e in states if e["state"] == "STABLE" and e["t"] >= heal]
