@@ -36,7 +36,7 @@ from node.config.model import NodeSettings
 from operators.cec import CecPolicy, CecWriter, Recovered, out_tuples, recover
 from operators.network import NetworkOutput, QueryNetwork
 from protocol.tuples import Kind, Tuple
-from state.cec import build_ec
+from state.cec import EventualCheckpoint, build_ec
 from state.ceclog import CecLog, FramePos
 from state.errors import StateError
 
@@ -89,10 +89,11 @@ class CecKeeper:
         t, doc = self.writer.genesis(now)
         self._append(self.writer.frame_number() - 1, t, doc)
 
-    def recover(self, now: int) -> LogRecovery:
-        """Restore the network from the log (see the module docstring). Raises
-        :class:`~state.errors.StateError` if the log is missing, empty or incomplete."""
-        started = time.monotonic()
+    def read(self) -> tuple[EventualCheckpoint, list[tuple[FramePos, dict[str, list[Tuple]]]]]:
+        """Read the log for a recovery: the eventual checkpoint, and every frame on disk
+        (oldest first) with its output. Touches no operator, so that it may run in a
+        thread while the event loop answers the control plane (progress in :meth:`status`).
+        Raises :class:`~state.errors.StateError` if the log is missing, empty or incomplete."""
         self.cec = cec = self._open()
         st = cec.stats
         if st.torn_bytes:
@@ -108,22 +109,29 @@ class CecKeeper:
         if ec is None:
             raise StateError(f"{self._name}: cannot recover from its CEC log in "
                              f"{self.directory}: the log is empty")
+        self.recovery = {"phase": "reading the output streams' tails", "frames": ec.extent_frames,
+                         "parts": sum(ec.part_counts.values())}
+        frames = [(f.pos, {name: out_tuples(columns) for name, columns in f.doc.get("out", {}).items()})
+                  for f in cec.forward()]
+        return ec, frames
+
+    def restore(self, ec: EventualCheckpoint, frames: list[tuple[FramePos, dict[str, list[Tuple]]]],
+                now: int, seconds: float = 0.0) -> LogRecovery:
+        """Restore the network from what :meth:`read` gave (on the event loop's thread)."""
+        started = time.monotonic()
         rec = recover(self.network, ec, now)
         self.writer.resume_from(ec)
         # Number every frame on disk from the end (the newest is -1, as the writer does),
-        # and read each output stream's tail.
-        frames = list(cec.forward())
+        # and gather each output stream's tail.
         held: dict[str, list[Tuple]] = {}
-        for k, f in enumerate(frames):
-            number = k - len(frames)
+        for k, (pos, outs) in enumerate(frames):
             last: dict[str, int] = {}
-            for name, columns in f.doc.get("out", {}).items():
-                ts = out_tuples(columns)
+            for name, ts in outs.items():
                 held.setdefault(name, []).extend(ts)
                 data = [t[1] for t in ts if t[0] is Kind.STABLE]
                 if data:
                     last[name] = data[-1]
-            self._frames.append((number, f.pos, last))
+            self._frames.append((k - len(frames), pos, last))
         last_ids = {}
         trimmed = {}
         for name in self.network.outputs:
@@ -133,12 +141,18 @@ class CecKeeper:
             first = next((t[1] for t in tail if t[0] is Kind.STABLE), None)
             trimmed[name] = last_ids[name] if first is None else first - 1
             held[name] = tail if first is not None else []
-        seconds = time.monotonic() - started
+        seconds += time.monotonic() - started
         self.recovery = {"phase": "replaying", "frames": ec.extent_frames,
                          "parts": rec.parts, "extent_bytes": ec.extent_bytes,
                          "ec_load_s": round(seconds, 3), "start_t": ec.start_t,
                          "end_t": ec.end_t, "resume": rec.resume}
         return LogRecovery(rec, last_ids, held, trimmed, seconds, ec.extent_frames)
+
+    def recover(self, now: int) -> LogRecovery:
+        """:meth:`read` then :meth:`restore`, in one go."""
+        started = time.monotonic()
+        ec, frames = self.read()
+        return self.restore(ec, frames, now, time.monotonic() - started)
 
     # ---------------------------------------------------------------- running
     def after(self, result: NetworkOutput, now: int) -> bool:

@@ -367,8 +367,14 @@ class Replica:
         keeper = self.cec
         if keeper is None:
             raise NodeError(f"{self.me.name}: recovering from a log without CEC checkpoints")
+        if virtual():
+            rec = keeper.recover(now_us())
+        else:  # the reading in a thread (seconds for a long extent), the restore here
+            started = asyncio.get_running_loop().time()
+            ec, frames = await asyncio.to_thread(keeper.read)
+            rec = keeper.restore(ec, frames, now_us(),
+                                 asyncio.get_running_loop().time() - started)
         now = now_us()
-        rec = keeper.recover(now) if virtual() else await asyncio.to_thread(keeper.recover, now)
         for link in self.links:
             s = rec.network.resume[link.stream]
             link.last_stable_id = link.last_tentative_id = s
