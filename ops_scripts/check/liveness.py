@@ -59,7 +59,7 @@ Invariants: pure (no I/O, no clock); every verdict says the bound with its numbe
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from node.config.model import ClusterConfig, NodeConfig
@@ -199,6 +199,8 @@ class Ending:
     longest: int  # F: the longest failure, up to the final heal
     down: Mapping[str, str]  # process -> why it is excused: down at the end
     restarts: Mapping[str, tuple[int, ...]]  # process -> when a kill of it was healed
+    #: process -> when its last kill began (nothing it logs after that is the killed one's)
+    killed: Mapping[str, int] = field(default_factory=dict)
 
     def at(self, t: int) -> str:
         """``t`` relative to the final heal, as evidence shows it."""
@@ -253,31 +255,37 @@ def ending_of(events: Sequence[Event], last_record: int) -> Ending | str:
         return f"cannot read the history's faults: {e}"
     down: dict[str, str] = {}
     restarts: dict[str, list[int]] = {}
+    killed: dict[str, int] = {}
     for f in spans:
         for p in f.down:
             if f.span.end is None:
                 down[p] = f"{f.kind or 'down'} at {f.span.start}, never healed"
             elif f.kind == "kill":
                 restarts.setdefault(p, []).append(f.span.end)
+                killed[p] = max(killed.get(p, f.span.start), f.span.start)
     longest = _longest((f.span.start, min(f.span.end, heal)) for f in spans
                        if f.span.end is not None and f.span.start < heal)
     end = max([last_record, *(e["t"] for e in events)])
-    return Ending(heal, how, end, longest, down, {p: tuple(ts) for p, ts in restarts.items()})
+    return Ending(heal, how, end, longest, down, {p: tuple(ts) for p, ts in restarts.items()},
+                  killed)
 
 
 def restart_starts(ending: Ending, states: Mapping[str, Sequence[tuple[int, str]]],
                    sources: Mapping[str, Sequence[Tuple]]) -> dict[str, int | None]:
     """Each restarted process -> when its last restart came up (None: a replica that logged
-    no state since): a replica's first state change at or after the restart, a source's
-    first logged tuple at or after it (the restart itself if it logged none since: nothing
-    new to wait for)."""
+    no state since): a replica's first state change after its last kill began (the killed
+    incarnation logs nothing after it; the history's heal of a kill is recorded once the
+    new one is ready, after a replica recovering from its own CEC log may well have become
+    STABLE), a source's first logged tuple at or after the restart (the restart itself if it
+    logged none since: nothing new to wait for)."""
     out: dict[str, int | None] = {}
     for p, times in ending.restarts.items():
         t = max(times)
         if p in sources:
             out[p] = next((x.time for x in sources[p] if x.time >= t), t)
         else:
-            out[p] = next((s for s, _ in states.get(p, ()) if s >= t), None)
+            since = ending.killed.get(p, t)
+            out[p] = next((s for s, _ in states.get(p, ()) if s >= since), None)
     return out
 
 

@@ -252,6 +252,17 @@ def test_a_restart_is_judged_from_when_it_came_up_never_its_start_up(world: Worl
                                "start-up is not judged")
 
 
+def test_a_restart_that_was_up_before_its_heal_was_recorded_is_judged(world: World) -> None:
+    """A replica recovering from its own CEC log can be STABLE before the harness records the
+    heal of its kill (the heal is recorded once the restarted process is ready): its states
+    logged after the kill began are the new incarnation's (torture seed 2401)."""
+    events = [kill(4 * SECOND, 1, "n1b"), state(6_900_000, "n1b", "RECOVERING"),
+              state(6_950_000, "n1b", "STABLE")]
+    v = judge(world, history(*events, end=30 * SECOND))[LV, "replica n1b"]
+    assert v.status is Status.VALID, v.evidence
+    assert "clock from a restart" not in v.evidence  # it came up before the final heal
+
+
 def test_check_run_judges_liveness_from_the_replicas_state_logs(world: World) -> None:
     config, sources, ref = world
     client = corrected(ref)
