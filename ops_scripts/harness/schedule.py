@@ -433,9 +433,10 @@ def random_faults(config: ClusterConfig, rng: random.Random, *, duration: float,
             raw["seconds"] = round(rng.uniform(0.001, 0.02), 4)
         more = [raw]
         node = node_of(config).get(raw.get("process", ""))
-        if kind == "kill" and node is not None and _alone(config, node) and rng.random() < 0.5:
-            # The case CEC is for: every replica of the node killed at once.
-            more += [{"at": round(at + rng.uniform(0.0, 0.3), 3), "fault": "kill",
+        if kind == "kill" and node is not None and _alone(config, node) and rng.random() < 0.75:
+            # The case CEC is for: every replica of the node killed at once (each partner's
+            # kill starts while the first lasts).
+            more += [{"at": round(at + rng.uniform(0.0, length / 2), 3), "fault": "kill",
                       "for": round(rng.uniform(0.2, longest), 3), "process": r.name}
                      for r in config.nodes[node].replicas if r.name != raw["process"]]
         try:
