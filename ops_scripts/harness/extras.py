@@ -16,6 +16,9 @@ when the cluster cannot have it. ``dpc torture`` (real processes) and ``dpc simu
 * :func:`kill_during_failure`: on a node of three replicas or more, one replica killed while
   a source is cut from all the others, and still dead when that cut heals: the survivors
   must reconcile without it (issue 13: a dead partner never blocks reconciliation);
+* :func:`kills_at_once`: on a node whose replicas recover from their own CEC logs
+  (``checkpointing = "cec"``), every replica killed at once (each kill starts while the
+  first lasts): the case CEC lifts DPC's n - 1 limit for;
 * :func:`long_source_pause`: a source paused for longer than it takes to fall a whole
   batch (``SOURCE_BATCH`` tuples) behind; the caller raises that source's rate so that the
   pause stays a few seconds (issue 13: a source that falls behind must not end its stream).
@@ -29,8 +32,8 @@ from typing import Any
 from node.config.model import ClusterConfig
 
 __all__ = [
-    "RECOVERY_GAP", "SOURCE_BATCH", "kill_during_failure", "kills_in_turn",
-    "long_source_pause", "stabilization",
+    "RECOVERY_GAP", "SOURCE_BATCH", "cec_nodes", "kill_during_failure", "kills_at_once",
+    "kills_in_turn", "long_source_pause", "stabilization",
 ]
 
 RECOVERY_GAP = 3.0  # seconds between a restart and the partner's kill
@@ -81,6 +84,25 @@ def kills_in_turn(config: ClusterConfig, rng: random.Random, duration: float) ->
     return [{"at": at, "for": d1, "fault": "kill", "process": first},
             {"at": round(at + d1 + RECOVERY_GAP, 3), "for": d2, "fault": "kill",
              "process": second}]
+
+
+def cec_nodes(config: ClusterConfig) -> list[Any]:
+    """The nodes whose replicas recover from their own CEC logs."""
+    return [n for n in config.nodes.values()
+            if n.settings.checkpointing == "cec" and n.settings.fault_tolerance]
+
+
+def kills_at_once(config: ClusterConfig, rng: random.Random, duration: float) -> Tables:
+    """Every replica of one CEC node killed at once."""
+    nodes = cec_nodes(config)
+    if not nodes:
+        return []
+    replicas = [r.name for r in rng.choice(nodes).replicas]
+    at = round(rng.uniform(0.0, max(duration - 1.5, 0.1)), 3)
+    first = round(rng.uniform(0.8, 1.5), 3)
+    return [{"at": at, "for": first, "fault": "kill", "process": replicas[0]},
+            *({"at": round(at + rng.uniform(0.0, first / 2), 3), "fault": "kill",
+               "for": round(rng.uniform(0.5, 1.5), 3), "process": r} for r in replicas[1:])]
 
 
 def kill_during_failure(config: ClusterConfig, rng: random.Random, duration: float) -> Tables:

@@ -337,6 +337,7 @@ def _virtual_process(rd: RunDir, verbose: bool) -> Iterator[asyncio.Runner]:
 
 #: Probability of a kill of one of three replicas across a failure of the others' input.
 P_KILL_DURING_FAILURE = 0.3
+P_KILLS_AT_ONCE = 0.5  # of every replica of a CEC node killed at once (CEC clusters only)
 
 
 def simulation_schedule(config: ClusterConfig, rng: random.Random, opts: SimOptions,
@@ -351,6 +352,12 @@ def simulation_schedule(config: ClusterConfig, rng: random.Random, opts: SimOpti
         if tables:
             with contextlib.suppress(ScheduleError):  # clashes with a random kill: skip it
                 faults = parse_faults([*(f.table() for f in faults), *tables], config)
+    # A CEC node's replicas all killed at once (no draw on other clusters: their seeds
+    # replay as before).
+    if "kill" in opts.kinds and extras.cec_nodes(config) and rng.random() < P_KILLS_AT_ONCE:
+        with contextlib.suppress(ScheduleError):
+            faults = parse_faults([*(f.table() for f in faults),
+                                   *extras.kills_at_once(config, rng, opts.duration)], config)
     return faults
 
 

@@ -56,6 +56,7 @@ FAST_RATE = 2500.0
 SETTLE, QUIET = 1.5, 3.0
 P_STABILIZATION = 0.5  # probability of a fault during STABILIZATION in a run
 P_KILLS_IN_TURN = 0.35  # probability of kills of two replicas of a node in turn
+P_KILLS_AT_ONCE = 0.5  # of every replica of a CEC node killed at once (CEC clusters only)
 P_KILL_DURING_FAILURE = 0.5  # of a kill of one of three replicas across the others' failure
 P_LONG_SOURCE_PAUSE = 0.25  # of a source paused for longer than a whole batch
 
@@ -94,6 +95,8 @@ def torture_schedule(config: ClusterConfig, rng: random.Random, *, duration: flo
         ("kill during failure", P_KILL_DURING_FAILURE, extras.kill_during_failure),
         ("long pause", P_LONG_SOURCE_PAUSE, None),
     ]
+    if extras.cec_nodes(config):  # (no draw otherwise: other clusters' seeds replay as before)
+        options.append(("kills at once", P_KILLS_AT_ONCE, extras.kills_at_once))
     for what, p, make in options:
         if rng.random() >= p:
             continue

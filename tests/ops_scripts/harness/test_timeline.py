@@ -88,3 +88,33 @@ def test_schedules_kill_every_replica_of_a_cec_node_at_once_and_refuse_it_otherw
             drawn += any(len({g.params["process"] for g in mine
                               if g.at < f.heal_at and f.at < g.heal_at}) == n for f in mine)
     assert drawn >= 5, drawn
+
+
+def test_torture_and_simulate_draw_every_replica_of_a_cec_node_killed_at_once() -> None:
+    import random
+
+    from node.config.load import load_config
+    from ops_scripts.examples import EXAMPLES
+    from ops_scripts.harness.schedule import node_of
+    from ops_scripts.harness.simulate import SimOptions, simulation_schedule
+    from ops_scripts.harness.torture import torture_schedule
+
+    cec = load_config(EXAMPLES / "cec.toml")
+    nodes = node_of(cec)
+
+    def all_at_once(faults: list[Fault]) -> bool:
+        kills = [f for f in faults if f.kind == "kill" and f.params["process"] in nodes]
+        return any({g.params["process"] for g in kills if nodes[g.params["process"]] == node
+                    and g.at < f.heal_at and f.at < g.heal_at} == {r.name for r in n.replicas}
+                   for node, n in cec.nodes.items() for f in kills
+                   if nodes[f.params["process"]] == node)
+
+    sims = sum(all_at_once(simulation_schedule(cec, random.Random(s), SimOptions()))
+               for s in range(60))
+    tortures = sum(all_at_once(torture_schedule(cec, random.Random(s), duration=8.0,
+                                                count=4).faults) for s in range(60))
+    assert sims >= 20 and tortures >= 20, (sims, tortures)
+    # A cluster without CEC draws no extra: its seeds replay the schedules they always did.
+    sim = load_config(EXAMPLES / "sim.toml")
+    assert not any(all_at_once(simulation_schedule(sim, random.Random(s), SimOptions()))
+                   for s in range(60))
