@@ -13,7 +13,6 @@ say so, recover from the frames before it, and the run must be valid.
 
 from __future__ import annotations
 
-import io
 import json
 import struct
 from collections.abc import Iterator
@@ -22,18 +21,14 @@ from typing import Any
 
 import pytest
 
-from node.clock import now_us
-from node.config.load import load_config
 from node.config.model import ClusterConfig
 from node.procs.rundir import RunDir
 from ops_scripts.cli import main as dpc
 from ops_scripts.cluster.launch import Launched, stop_cluster
-from ops_scripts.cluster.processes import PidProcess, alive
+from ops_scripts.cluster.processes import PidProcess
 from ops_scripts.cluster.status import fetch_status
-from ops_scripts.harness.history import HistoryWriter
-from ops_scripts.harness.runner import start_recorded
-from ops_scripts.harness.scenario import load_scenario
 from tests.integration.test_cluster import wait_for
+from tests.integration.test_scenarios import running_scenario
 from tests.paths import EXAMPLES
 
 pytestmark = pytest.mark.slow
@@ -41,19 +36,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def cec_cluster(tmp_path: Path) -> Iterator[tuple[RunDir, ClusterConfig, list[Launched]]]:
-    scenario = load_scenario(EXAMPLES / "scenarios" / "cec-double-kill.toml")
-    rd = RunDir(tmp_path / "run").ensure()
-    rd.config.write_text(scenario.effective_config_text("free"))
-    config = load_config(rd.config)
-    procs: list[Launched] = []
-    with HistoryWriter(rd.history, now_us) as history:
-        assert start_recorded(config, rd, history, io.StringIO(), procs, name="cec test")
-    yield rd, config, procs
-    for p in procs:
-        pid = rd.read_pid(p.name)
-        if pid is not None and pid != p.proc.pid and alive(pid):
-            p.proc = PidProcess(pid)
-    stop_cluster(procs, rd, drain=False)
+    yield from running_scenario(EXAMPLES / "scenarios" / "cec-double-kill.toml", tmp_path)
 
 
 def _status(config: ClusterConfig, replica: str) -> dict[str, Any]:

@@ -150,7 +150,14 @@ def test_the_mutation_is_caught_on_real_processes(tmp_path: Path,
 # ------------------------------------------------------------------ dpc inject
 @pytest.fixture
 def running(tmp_path: Path) -> Iterator[tuple[RunDir, ClusterConfig, list[Launched]]]:
-    scenario = load_scenario(EXAMPLES / "scenarios" / "bridge.toml")  # X = 1 s, 300 tuples/s
+    yield from running_scenario(EXAMPLES / "scenarios" / "bridge.toml", tmp_path)  # X = 1 s
+
+
+def running_scenario(path: Path, tmp_path: Path
+                     ) -> Iterator[tuple[RunDir, ClusterConfig, list[Launched]]]:
+    """A cluster of a scenario's effective config, started as dpc run starts it, for
+    ``dpc inject``; stopped afterwards by the pids its run dir holds (restarts included)."""
+    scenario = load_scenario(path)
     rd = RunDir(tmp_path / "run").ensure()
     rd.config.write_text(scenario.effective_config_text("free"))
     config = load_config(rd.config)
