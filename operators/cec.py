@@ -13,9 +13,9 @@ Writing (:class:`CecWriter`, after every network call, before its output goes ou
   keys of those that closed, N, and the ``G_check`` of the parts the policy picks; the
   stable output of the step (the node's persistent output queue).
 * **Policy** (:class:`CecPolicy`, the paper's Q, U, CI, CP): within the first CI of every CP
-  of tuple time... no: of the caller's clock (``now``), while the part with the oldest
-  footprint is more than Q records back in the log or more than U input tuples back in the
-  replay, it gets a ``G_check`` (and becomes the newest), at most ``max_checks`` per frame.
+  of the caller's clock (``now``), while the part with the oldest footprint is more than Q
+  records back in the log or more than U input tuples back in the replay, it gets a
+  ``G_check`` (and becomes the newest), at most ``max_checks`` per frame.
   Q and U bound the extent and the replay; CI / CP bound the time spent on it.
 * While a failure is in progress nothing is written, except once a marker frame when an
   output stream first carries TENTATIVE tuples: the last stable frame's headers with that
