@@ -24,11 +24,10 @@ import pytest
 from node.config.model import ClusterConfig
 from node.procs.rundir import RunDir
 from ops_scripts.cli import main as dpc
-from ops_scripts.cluster.launch import Launched, stop_cluster
-from ops_scripts.cluster.processes import PidProcess
+from ops_scripts.cluster.launch import Launched
 from ops_scripts.cluster.status import fetch_status
 from tests.integration.test_cluster import wait_for
-from tests.integration.test_scenarios import running_scenario
+from tests.integration.test_scenarios import drain_and_check_valid, running_scenario
 from tests.paths import EXAMPLES
 
 pytestmark = pytest.mark.slow
@@ -65,13 +64,7 @@ def test_a_torn_final_frame_is_cut_off_and_the_replica_recovers(cec_cluster: Any
     assert f"the CEC log's last frame was torn by the crash: {16 + 40} bytes cut off" in text
     assert "n1a: recovering from its CEC log" in text
     assert dpc(["inject", run, "heal", "--all"]) == 0
-    for p in procs:  # the restarted n1a, by its pid
-        if p.name == "n1a":
-            p.proc = PidProcess(rd.read_pid("n1a") or 0)
-    assert stop_cluster(procs, rd, drain=True)
-    assert dpc(["check", run]) == 0
-    report = json.loads(rd.check_json.read_text())
-    assert {v["status"] for v in report["verdicts"]} == {"valid"}
+    drain_and_check_valid(rd, procs, restarted="n1a")
     (recovery,) = [json.loads(line) for line in
                    rd.replica_recoveries("n1a").read_text().splitlines()]
     assert recovery["from"] == "its CEC log" and recovery["parts"] >= 1

@@ -176,6 +176,18 @@ def running_scenario(path: Path, tmp_path: Path
     stop_cluster(procs, rd, drain=False)
 
 
+def drain_and_check_valid(rd: RunDir, procs: list[Launched], restarted: str) -> None:
+    """Stop the cluster (the restarted replica by the pid its run dir holds) with a drain,
+    and ``dpc check`` it: every verdict valid."""
+    for p in procs:
+        if p.name == restarted:
+            p.proc = PidProcess(rd.read_pid(restarted) or 0)
+    assert stop_cluster(procs, rd, drain=True)
+    assert dpc(["check", str(rd.path)]) == 0
+    report = json.loads(rd.check_json.read_text())
+    assert {v["status"] for v in report["verdicts"]} == {"valid"}
+
+
 def state(config: ClusterConfig, replica: str) -> str:
     return (fetch_status(config, replica) or {}).get("state", "unreachable")
 
@@ -215,13 +227,7 @@ def test_inject_kill_restart_partition_heal(running: Any, capsys: pytest.Capture
         ("fault", 0), ("heal", 0), ("fault", 1), ("heal", 1), ("fault", 2), ("heal_all", None)]
     events = events[2:]
     assert events[0]["down"] == ["n1a"] and ["s3", "n1a"] in events[2]["cut"]
-    for p in procs:  # the restarted n1a, by its pid
-        if p.name == "n1a":
-            p.proc = PidProcess(rd.read_pid("n1a") or 0)
-    assert stop_cluster(procs, rd, drain=True)
-    assert dpc(["check", run]) == 0
-    report = json.loads(rd.check_json.read_text())
-    assert {v["status"] for v in report["verdicts"]} == {"valid"}
+    drain_and_check_valid(rd, procs, restarted="n1a")
 
 
 # ------------------------------------------------------------------ dpc torture
