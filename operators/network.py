@@ -144,15 +144,25 @@ class QueryNetwork:
         return min(deadlines) if deadlines else None
 
     # ---------------------------------------------------------------- data path
-    def push(self, stream: str, batch: Sequence[Tuple], now: int = 0) -> NetworkOutput:
-        """Feed a batch arriving on node input ``stream``; return what the node emits."""
+    def push(self, stream: str, batch: Sequence[Tuple], now: int = 0,
+             arrived: int | None = None) -> NetworkOutput:
+        """Feed a batch arriving on node input ``stream``; return what the node emits.
+        ``arrived``: when the batch reached the node, if the node held it until ``now``
+        (the SUnions time their delay from then: operators/sunion.py)."""
         consumers = self._consumers.get(stream)
         if consumers is None or stream not in self.spec.inputs:
             raise OperatorError(
                 f"query network has no input stream '{stream}'; inputs: {', '.join(self.spec.inputs)}"
             )
         self._begin(now)
-        self._enter(consumers, batch)
+        serializers = self._serializers
+        for _, s in serializers:
+            s.arrived = arrived
+        try:
+            self._enter(consumers, batch)
+        finally:
+            for _, s in serializers:
+                s.arrived = None
         return self._finish()
 
     def on_timer(self, now: int) -> NetworkOutput:
@@ -273,16 +283,17 @@ class QueryNetwork:
             if op.log_spill is not None:
                 op.log_spill[0].close()
 
-    def episode_may_begin(self, now: int, stream: str | None = None) -> bool:
+    def episode_may_begin(self, now: int, stream: str | None = None,
+                          arrived: int | None = None) -> bool:
         """Whether the next call, at ``now``, may make some SUnion release the first
-        tentative bucket of a failure episode: ``push`` of a batch on ``stream``, or
-        ``on_timer`` (``stream`` None). Everything the network holds before such a call was
+        tentative bucket of a failure episode: ``push`` of a batch on ``stream`` (that
+        reached the node at ``arrived``), or ``on_timer`` (``stream`` None). Everything the network holds before such a call was
         released stable, so the node checkpoints then (ON_FAILURE checkpointing)."""
         if stream is None:
             return any(s.may_begin_episode(now, False) for _, s in self._serializers)
         ops = self.operators
         return any(
-            isinstance(op := ops[idx], Serializer) and op.may_begin_episode(now, True)
+            isinstance(op := ops[idx], Serializer) and op.may_begin_episode(now, True, arrived)
             for idx, _ in self._consumers.get(stream, ())
         )
 

@@ -60,6 +60,9 @@ class Serializer(Rewindable):
     #: Buckets re-released per call during a replay (None: all at once). A runtime
     #: setting, not state: a restore keeps it.
     replay_step: int | None
+    #: When the batch of the current call reached the node, if the node held it (set by
+    #: the query network around one ``process`` call; None: at ``now``).
+    arrived: int | None
 
     @abstractmethod
     def set_mode(self, mode: str) -> None:
@@ -78,9 +81,10 @@ class Serializer(Rewindable):
         """Drop what no replay can need any more (right after the node took a checkpoint)."""
 
     @abstractmethod
-    def may_begin_episode(self, now: int, data: bool) -> bool:
-        """Whether a call at ``now`` (``data``: ``process`` of a batch; else ``on_timer``)
-        may release the first tentative bucket of a failure episode. False positives cost
+    def may_begin_episode(self, now: int, data: bool, arrived: int | None = None) -> bool:
+        """Whether a call at ``now`` (``data``: ``process`` of a batch that reached the node
+        at ``arrived``, None: ``now``; else ``on_timer``) may release the first tentative
+        bucket of a failure episode. False positives cost
         a checkpoint; a false negative would break checkpoint/redo (ON_FAILURE)."""
 
     @abstractmethod

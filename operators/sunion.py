@@ -16,8 +16,13 @@ renumbered with SUnion's own increasing ids, then ``BOUNDARY((b+1)*bucket)``. Ru
 ready buckets are jumped in O(1); the boundary they earn is flushed once, at the end of the
 release loop.
 
-*Tentative release.* A pending bucket's deadline is the ``now`` at which its first tuple
-arrived plus ``wait`` (alpha*X). When ``now`` passes the deadline of any pending bucket,
+*Tentative release.* A pending bucket's deadline is the time at which its first tuple
+arrived at the node plus ``wait`` (alpha*X): ``now``, or the earlier ``arrived`` the node
+passes with a batch it had to hold (new input waits while a reconciliation replays; the
+wait is the node's delay of that input, and it counts toward alpha*X: a replica that
+timed held input from the end of its replay said STABLE for another alpha*X with an input
+long silent, and its consumers moved to it from a replica serving tentative results,
+simulate seed 27968). When ``now`` passes the deadline of any pending bucket,
 every bucket up to it is released TENTATIVE (in order, same sort, own ids) and a failure
 *episode* begins: one UP_FAILURE goes to ``self.signals``. During an episode releases stay
 TENTATIVE (sticky, property 4: no stable tuple may follow a tentative one); in ``process``
@@ -26,6 +31,14 @@ mode a bucket then waits only ``process_wait`` and a ready bucket goes out at on
 when the failure heals come out stable after reconciliation). Time is only ever the ``now``
 passed in; ``process`` first releases what expired before the batch arrived, so calling
 ``on_timer`` exactly at each deadline or not at all gives the same output.
+
+An UNDO that empties a pending bucket does not reset its age: the tuples that replace
+the undone ones (the corrections, or another replica's version after a switch) open it
+again with the first ``first_now`` it had. The node has held data for that time range since
+then; timing the replacements from their own arrival delayed a consumer that had switched
+upstream replicas twice by more than alpha*X (simulate seed 27968: 0.7 s of waiting on
+tentative results thrown away by a REC_DONE handover, then 0.7 s more on the replay of
+the same results from the UP_FAILURE replica it moved back to).
 
 *Keeping for replay.* Released buckets stay in ``_buckets`` while recovery may replay them:
 in ``checkpoint`` recovery everything released since the last :meth:`SUnion.truncate`; in
@@ -126,6 +139,10 @@ class SUnion(Operator, Serializer):
         self.output_schema = first
         self.replay_step: int | None = None  # kept across ``clear``: see Serializer
         self.spiller: Spiller | None = None  # likewise (Serializer.set_spill)
+        #: When the batch of the current ``process`` call reached the node, if earlier than
+        #: ``now`` (set by the query network for that call; None: ``now``).
+        self.arrived: int | None = None
+        self._first = 0  # the first_now of a bucket the current call opens
         self._buckets: dict[int, Bucket] = {}
         self._collect: list[Released] | None = None  # see replay_released
 
@@ -148,6 +165,8 @@ class SUnion(Operator, Serializer):
         self._port_tent = [False] * n
         self._late_dropped = 0
         self._mfn: int | None = None  # cached min first_now over pending buckets
+        #: The first_now of pending buckets an UNDO emptied, for the ones that replace them.
+        self._aged: dict[int, int] = {}
         self._mfn_ok = True
         self._replay_to: int | None = None  # the replay's horizon while one is under way
         self._budget = 0  # buckets this call may still re-release
@@ -195,6 +214,9 @@ class SUnion(Operator, Serializer):
         if not 0 <= port < self._n_ports:
             raise OperatorError(f"{self.describe()}: no input port {port}")
         self.now = now
+        # A bucket this batch opens waited since the batch reached the node (module
+        # docstring); arrived is set by the network for one call only.
+        self._first = now if self.arrived is None else min(self.arrived, now)
         self._budget = self.replay_step or 0
         out: list[Tuple] = []
         # What expired before this batch arrived goes first, as if on_timer had fired.
@@ -212,7 +234,7 @@ class SUnion(Operator, Serializer):
         return None if mfn is None else mfn + self._cur_wait()
 
     def on_timer(self, now: int) -> list[Tuple]:
-        self.now = now
+        self.now = self._first = now
         self._budget = self.replay_step or 0
         out: list[Tuple] = []
         self._drain(out)
@@ -220,14 +242,19 @@ class SUnion(Operator, Serializer):
             self.spiller.spill(self._buckets, self._next)
         return out
 
-    def may_begin_episode(self, now: int, data: bool) -> bool:
+    def may_begin_episode(self, now: int, data: bool, arrived: int | None = None) -> bool:
         # An episode begins only in _expire, when a pending bucket's deadline has passed:
         # at the call's start (process drains what expired first, on_timer drains), or
-        # right after a batch made its own bucket due, which needs a zero wait.
+        # right after a batch made its own bucket due: a zero wait, a batch held for longer
+        # than the wait, or one that reopens a bucket an UNDO emptied that long ago.
         if self._ftb is not None:
             return False  # already in one
-        if data and self.wait == 0:
-            return True
+        if data:
+            first = min(self._aged.values(), default=now)
+            if arrived is not None:
+                first = min(first, arrived)
+            if first + self.wait <= now:
+                return True
         deadline = self.next_deadline()
         return deadline is not None and deadline <= now
 
@@ -398,15 +425,20 @@ class SUnion(Operator, Serializer):
         if self._ftb is not None and b >= self._ftb:
             # Late input for a bucket released during the episode: keep it for the replay.
             if bk is None:
-                bk = self._buckets[b] = Bucket(self._n_ports, self.now)
+                bk = self._buckets[b] = Bucket(self._n_ports, self._first)
             return bk
         return None  # released stable (or no longer kept): this tuple breaks a promise
 
     def _new_pending(self, b: int) -> Bucket:
-        bk = self._buckets[b] = Bucket(self._n_ports, self.now)
+        first = self._first
+        if self._aged:
+            first = min(first, self._aged.pop(b, first))
+            for old in [a for a in self._aged if a < self._next]:
+                del self._aged[old]  # released meanwhile (an empty bucket's jump)
+        bk = self._buckets[b] = Bucket(self._n_ports, first)
         heapq.heappush(self._heap, b)
-        if self._mfn_ok and (self._mfn is None or self.now < self._mfn):
-            self._mfn = self.now
+        if self._mfn_ok and (self._mfn is None or first < self._mfn):
+            self._mfn = first
         return bk
 
     def on_boundary(self, port: int, out: list[Tuple]) -> None:
@@ -434,6 +466,8 @@ class SUnion(Operator, Serializer):
                 self._rel_tent -= n_tent
             if not bk.size():  # (a bucket is never empty but by a cut)
                 del self._buckets[b]
+                if b >= self._next:  # its replacements keep its age (module docstring)
+                    self._aged[b] = min(bk.first_now, self._aged.get(b, bk.first_now))
             if bk.n_tent and not still_tentative:
                 still_tentative = bk.port_tentative(port)
         self._port_tent[port] = still_tentative

@@ -468,12 +468,15 @@ class Replica:
         return self.manager.answer(msg)
 
     async def _on_batch(self, stream: str, tuples: list[Tuple] | Any) -> None:
+        arrived = now_us()
         await self.publisher.wait_for_room()
         await self.manager.input_open.wait()  # SUSPEND or a replay: hold new input
         now = now_us()
+        # A batch held here waited in this node: SUnion counts that toward alpha*X.
+        held = arrived if arrived < now else None
         self.counters["tuples_in"][stream] += len(tuples)
-        self.manager.before_network_call(now, stream)
-        self._emit(self.network.push(stream, tuples, now), now)
+        self.manager.before_network_call(now, stream, held)
+        self._emit(self.network.push(stream, tuples, now, held), now)
         self.manager.wake()  # the network's next deadline may have moved
 
     async def _checkpoint_action(self, body: Mapping[str, Any]) -> dict[str, Any]:

@@ -151,6 +151,37 @@ def test_process_releases_what_expired_before_the_batch() -> None:
     assert out == [o(T, 1, 0, 1, 5), tentative_boundary(10)]
 
 
+def test_a_held_batch_waits_from_its_arrival_at_the_node() -> None:
+    """The node held a batch (its replay ran): the bucket's wait began when the batch
+    reached the node, not when SUnion got it (simulate seed 27968)."""
+    u = sunion(2)  # wait 100
+    u.arrived = 20  # what QueryNetwork.push(arrived=20) sets for its call
+    assert u.process(0, [d(0, 1, 5)], 60) == []
+    u.arrived = None
+    assert u.next_deadline() == 120
+    assert u.on_timer(120) == [o(T, 1, 0, 1, 5), tentative_boundary(10)]
+    # Held longer than the wait: out at once, and may_begin_episode says so beforehand.
+    v = sunion(2)
+    assert not v.may_begin_episode(100, True, 1) and v.may_begin_episode(100, True, 0)
+    v.arrived = 0
+    assert v.process(0, [d(0, 1, 5)], 100) == [o(T, 1, 0, 1, 5), tentative_boundary(10)]
+    assert v.signals == [up_failure(100)]
+
+
+def test_an_undo_that_empties_a_pending_bucket_keeps_its_age() -> None:
+    """Tentative input for bucket 0 came at 50; the UNDO at 120 empties the bucket; the
+    corrections at 140 fill it again, and it is due at 150, not 240 (simulate seed 27968:
+    a consumer that moved to another replica waited alpha*X again for the same window)."""
+    u = sunion(2)
+    u.process(0, [d(0, 1, 5, T)], 50)
+    u.process(0, [undo(0)], 120)
+    assert u.next_deadline() is None  # nothing pending
+    assert not u.may_begin_episode(149, True) and u.may_begin_episode(150, True)
+    assert u.process(0, [d(0, 1, 6)], 140) == []
+    assert u.next_deadline() == 150
+    assert u.on_timer(150) == [o(T, 1, 0, 1, 6), tentative_boundary(10)]
+
+
 def test_zero_wait_releases_at_once() -> None:
     u = sunion(2, wait=0)
     assert u.process(0, [d(0, 1, 5)], 7) == [o(T, 1, 0, 1, 5), tentative_boundary(10)]

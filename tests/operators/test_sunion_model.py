@@ -69,6 +69,7 @@ class SUnionModel(RuleBasedStateMachine):
         self.raw_tentative = False  # SUnion's own output: a TENTATIVE since reconciliation
         self.episode = False
         self.rec_requests = 0
+        self.held: int | None = None  # the next batch reached the node this long ago
 
     # ------------------------------------------------------------------ plumbing
     def _out(self, raw: list[Tuple]) -> None:
@@ -120,9 +121,9 @@ class SUnionModel(RuleBasedStateMachine):
             self.episode = False
             self.rec_requests = 0
 
-    def _call(self, now: int, data: bool) -> bool:
+    def _call(self, now: int, data: bool, arrived: int | None = None) -> bool:
         """Before an SUnion call: whether it may begin an episode (``may_begin_episode``)."""
-        return self.u.may_begin_episode(now, data)
+        return self.u.may_begin_episode(now, data, arrived)
 
     def _called(self, may_begin: bool, was_failing: bool) -> None:
         """After it: an episode never begins where ``may_begin_episode`` said it could not
@@ -139,8 +140,14 @@ class SUnionModel(RuleBasedStateMachine):
         goes through ``Manager.before_network_call``: the checkpoint hook before the call,
         the episode assertion after it. (A path around it once let an episode begin after
         a stale ON_FAILURE checkpoint: the redo then could not rewind.)"""
-        may_begin, was_failing = self._call(self.now, True), self.u.in_failure
-        out = self.u.process(port, batch, self.now)
+        arrived = None if self.held is None else self.now - self.held
+        self.held = None
+        may_begin, was_failing = self._call(self.now, True, arrived), self.u.in_failure
+        self.u.arrived = arrived  # as the query network does around one push
+        try:
+            out = self.u.process(port, batch, self.now)
+        finally:
+            self.u.arrived = None
         self._called(may_begin, was_failing)
         self._out(out)
 
@@ -242,6 +249,12 @@ class SUnionModel(RuleBasedStateMachine):
             deadline = self.u.next_deadline()
             assert deadline is None or deadline > self.now, "a bucket overstayed its wait"
 
+    @rule(dt=st.integers(1, 2 * WAIT))
+    def node_holds_the_next_batch(self, dt: int) -> None:
+        """The node held the next batch it hands SUnion (a replay ran): it arrived ``dt``
+        before the call, and its bucket waits from then."""
+        self.held = dt
+
     @rule(dt=st.integers(WAIT, 3 * WAIT))
     def long_pause(self, dt: int) -> None:
         """An input stays silent past the wait (the node's timer fires on time)."""
@@ -315,8 +328,8 @@ class OnFailureCheckpointModel(SUnionModel):
     begin an episode, and the periodic rule only forgets what was released (truncate
     without a checkpoint). The final equality proves the redo from that checkpoint."""
 
-    def _call(self, now: int, data: bool) -> bool:
-        may_begin = super()._call(now, data)
+    def _call(self, now: int, data: bool, arrived: int | None = None) -> bool:
+        may_begin = super()._call(now, data, arrived)
         if may_begin and self.so.mode is SOutputMode.NORMAL:  # the node is STABLE
             self.checkpoint = (self.u.rewind_point(), self.so.rewind_point())
             self.u.truncate()

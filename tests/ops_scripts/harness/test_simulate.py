@@ -223,6 +223,36 @@ def test_seed_922_a_client_leaves_a_stuck_up_failure_replica_for_one_that_progre
     assert "TENTATIVE" in kinds  # served by n2a during the partition, not only after it
 
 
+def test_seed_27968_a_replica_that_reconciled_late_does_not_hide_a_failure_under_way(
+        config, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Seed 27968 of the CEC cluster, replayed on examples/sim.toml: n1c's reconciliation
+    stalls for 2.7 s, n1b dies, then s1 is cut from n1a and n1c. n2 read n1a's tentative
+    results and n1c's corrections; n1c ended its replay with s1 still cut, and timed the
+    input it had held meanwhile from the end of the replay: it said STABLE for another
+    alpha*X, n2 moved to it (dropping n1a's tentative results it had held 0.65 s), and the
+    client's first result of the window 2.635 s late (bound k*X = 2 s). Held input now waits
+    from its arrival, and a bucket an UNDO emptied keeps its age (operators/sunion.py)."""
+    faults = parse_faults([
+        {"at": 1.217, "for": 0.79, "fault": "delay", "between": ["n1b", "n2b"],
+         "seconds": 0.297},
+        {"at": 1.819, "for": 2.728, "fault": "stall", "process": "n1c"},
+        {"at": 2.46, "for": 0.615, "fault": "partition", "shape": "bridge",
+         "cut": "blackhole", "bridge": "n1a",
+         "sides": [["n2a", "n2b", "c1", "n1c", "s2", "n1b"], ["s1"]]},
+        {"at": 2.914, "for": 4.788, "fault": "kill", "process": "n1b"},
+        {"at": 3.214, "for": 2.488, "fault": "partition", "shape": "source",
+         "cut": "blackhole", "source": "s1", "replicas": ["n1a", "n1c"]},
+        {"at": 5.262, "for": 2.741, "fault": "bandwidth", "between": ["n1a", "n1c"],
+         "bytes_per_second": 20000.0},
+    ], config)
+    r = simulate_one(config, 27968, tmp_path, faults=faults)
+    assert r.ok, r.failures
+    assert r.figures["worst_delay_us"] < 1_500_000  # 2.635 s before; bound 2 s
+    kinds = [orjson.loads(line)["kind"]
+             for line in (tmp_path / "clients" / "c1.jsonl").read_bytes().splitlines()]
+    assert "TENTATIVE" in kinds  # the window came tentative before s1 healed
+
+
 def test_bad_options_and_a_missing_cluster_are_clear_errors(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--runs", "0"]) == 2
