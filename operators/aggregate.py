@@ -52,6 +52,7 @@ from .errors import OperatorError, SpecError
 from .parts import Accept, Partitioned, PartKey
 from .registry import register
 from .spec import Params, attribute_index
+from .taxonomy import RecoveryClass
 
 __all__ = ["FUNCTIONS", "Aggregate"]
 
@@ -140,6 +141,8 @@ class Aggregate(Operator, Partitioned):
     (operators/parts.py) are the (pane, group) accumulators."""
 
     type_name = "aggregate"
+    #: Windows aligned to absolute time (operators/taxonomy.py).
+    recovery_class = RecoveryClass.CONVERGENT_CAPABLE
     n_inputs = 1
     _panes: dict[int, Pane]
     _closed_below: int

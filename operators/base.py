@@ -69,6 +69,7 @@ from state.spill_list import SpillList
 
 from .errors import OperatorError
 from .spec import Params
+from .taxonomy import RecoveryClass
 
 __all__ = ["NO_TIME", "Operator", "Plain", "tuple_from_plain", "tuple_to_plain"]
 
@@ -213,6 +214,8 @@ class Operator(ABC):
 
     #: Registry name, e.g. ``"filter"`` (the ``type`` of an operator spec).
     type_name: ClassVar[str] = ""
+    #: What a restart does to its output (operators/taxonomy.py); undeclared: arbitrary.
+    recovery_class: ClassVar[RecoveryClass] = RecoveryClass.ARBITRARY
     #: Number of input ports; ``None`` means "one or more".
     n_inputs: ClassVar[int | None] = 1
     #: Single-input stateless operators whose output ids are their input ids.

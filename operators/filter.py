@@ -17,6 +17,7 @@ from .base import Operator
 from .expr import compile_filter, runtime_error
 from .registry import register
 from .spec import Params
+from .taxonomy import RecoveryClass
 
 __all__ = ["Filter"]
 
@@ -26,6 +27,8 @@ class Filter(Operator):
     """Forward the tuples where ``where`` is true (Python truthiness)."""
 
     type_name = "filter"
+    #: Each output is one input tuple, kept or not (operators/taxonomy.py).
+    recovery_class = RecoveryClass.REPEATABLE
     n_inputs = 1
     preserves_ids = True
 

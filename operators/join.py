@@ -46,6 +46,7 @@ from .errors import SpecError
 from .parts import Accept, Partitioned, PartKey
 from .registry import register
 from .spec import Params, attribute_index
+from .taxonomy import RecoveryClass
 
 __all__ = ["Join"]
 
@@ -64,6 +65,8 @@ class Join(Operator, Partitioned):
     (operators/parts.py) are time slices of ``max(band, 1)`` of each side's stored tuples."""
 
     type_name = "join"
+    #: Each output is one pair within the band of their own times (operators/taxonomy.py).
+    recovery_class = RecoveryClass.REPEATABLE
     n_inputs = 2
 
     def configure(self, params: Params) -> None:

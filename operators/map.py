@@ -19,6 +19,7 @@ from .errors import SpecError
 from .expr import compile_map, runtime_error
 from .registry import register
 from .spec import Params
+from .taxonomy import RecoveryClass
 
 __all__ = ["Map"]
 
@@ -28,6 +29,8 @@ class Map(Operator):
     """One output tuple per input tuple, with values ``fields`` computed from it."""
 
     type_name = "map"
+    #: Each output is a function of one input tuple (operators/taxonomy.py).
+    recovery_class = RecoveryClass.REPEATABLE
     n_inputs = 1
     preserves_ids = True
 

@@ -45,14 +45,15 @@ from .base import Operator, Plain
 from .buckets import Released, Spiller
 from .errors import OperatorError, SpecError
 from .reconciliation import OutputGuard, Rewindable, Serializer
-from .registry import create
+from .registry import OPERATORS, create
 from .spec import NetworkSpec
+from .taxonomy import NetworkClass, RecoveryClass
 
 if TYPE_CHECKING:  # (pyarrow: imported at the first vectorized replay)
     from .vectorized.engine import Stream
     from .vectorized.remote import ChainJob, ChainResult
 
-__all__ = ["ENGINES", "NetworkOutput", "QueryNetwork"]
+__all__ = ["ENGINES", "NetworkOutput", "QueryNetwork", "network_class"]
 
 _KIND = itemgetter(0)
 #: How a reconciliation's replay runs the operators below an SUnion: ``inproc`` wave by
@@ -644,6 +645,22 @@ def _topological_order(spec: NetworkSpec) -> list[str]:
     for o in spec.operators:  # spec order breaks ties, so the order is deterministic
         visit(o.name, [])
     return order
+
+
+def network_class(spec: NetworkSpec) -> NetworkClass:
+    """The spec's class in the taxonomy of Hwang et al. (operators/taxonomy.py): its most
+    general operator's, the first of those in the spec's order naming it. Reads the
+    registered classes only: the spec is not built (an unknown type counts as arbitrary;
+    building the network is what refuses it)."""
+    worst, culprit = RecoveryClass.REPEATABLE, None
+    for o in spec.operators:
+        cls = OPERATORS.get(o.type)
+        c = cls.recovery_class if cls is not None else RecoveryClass.ARBITRARY
+        if c > worst:
+            worst, culprit = c, o
+    if culprit is None:
+        return NetworkClass(worst, None, "every operator is repeatable")
+    return NetworkClass(worst, culprit.name, f"{culprit.type} '{culprit.name}' is {worst.label}")
 
 
 def _validate_shape(

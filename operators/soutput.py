@@ -37,6 +37,7 @@ from .errors import OperatorError
 from .reconciliation import OutputGuard
 from .registry import register
 from .spec import Params
+from .taxonomy import RecoveryClass
 
 __all__ = ["SOutput", "SOutputMode"]
 
@@ -56,6 +57,8 @@ class SOutput(Operator, OutputGuard):
     :class:`~operators.reconciliation.OutputGuard`."""
 
     type_name: ClassVar[str] = "soutput"
+    #: Passes tuples; ids are positions (operators/taxonomy.py).
+    recovery_class = RecoveryClass.REPEATABLE
     n_inputs: ClassVar[int | None] = 1
     uses_undo_log: ClassVar[bool] = False
     #: A tentative boundary must not leave the node (a node sends boundaries only when stable).

@@ -94,6 +94,7 @@ from .errors import OperatorError, SpecError
 from .reconciliation import RELEASE_MODES, Serializer
 from .registry import register
 from .spec import Params
+from .taxonomy import RecoveryClass
 
 __all__ = ["DEFAULT_PROCESS_WAIT", "DEFAULT_WAIT", "SUnion"]
 
@@ -114,6 +115,8 @@ class SUnion(Operator, Serializer):
     reconciliation through :class:`~operators.reconciliation.Serializer`."""
 
     type_name: ClassVar[str] = "sunion"
+    #: Buckets of absolute tuple time, sorted (operators/taxonomy.py).
+    recovery_class = RecoveryClass.REPEATABLE
     n_inputs: ClassVar[int | None] = None
     uses_undo_log: ClassVar[bool] = False
     #: A tentative boundary promises nothing about the corrected stream: not a watermark.

@@ -19,6 +19,7 @@ from .base import Operator
 from .errors import SpecError
 from .registry import register
 from .spec import Params
+from .taxonomy import RecoveryClass
 
 __all__ = ["Union"]
 
@@ -28,6 +29,8 @@ class Union(Operator):
     """Forward every data tuple of every input, renumbered, in arrival order."""
 
     type_name = "union"
+    #: One output per input, ports in the order one SUnion fixes (operators/taxonomy.py).
+    recovery_class = RecoveryClass.REPEATABLE
     n_inputs = None
 
     def configure(self, params: Params) -> None:

@@ -30,6 +30,7 @@ from typing import TextIO
 
 from node.config.model import ClusterConfig
 from node.procs.rundir import RunDir
+from operators.network import network_class
 from ops_scripts.cluster.launch import Launched, log_tail, progress, restart_process, stop_cluster
 from ops_scripts.cluster.processes import PidProcess, alive, runs_node
 from ops_scripts.errors import ProcessError
@@ -124,6 +125,9 @@ def launch(config_path: Path, duration: float | None, run_dir: Path | None,
     n = (len(config.sources) + sum(len(n.replicas) for n in config.nodes.values())
          + len(config.clients))
     print(f"dpc launch: cluster {config.name!r}, {n} processes, run dir {rd.path}", file=out)
+    for node in config.nodes.values():  # what a crash may do to its output (taxonomy.py)
+        print(f"  node {node.name}: {len(node.replicas)} replica(s), query network "
+              f"{network_class(node.network)}", file=out)
     procs: list[Launched] = []
     with HistoryWriter(rd.history, now_us) as history:
         try:
