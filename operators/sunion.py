@@ -436,8 +436,6 @@ class SUnion(Operator, Serializer):
         first = self._first
         if self._aged:
             first = min(first, self._aged.pop(b, first))
-            for old in [a for a in self._aged if a < self._next]:
-                del self._aged[old]  # released meanwhile (an empty bucket's jump)
         bk = self._buckets[b] = Bucket(self._n_ports, first)
         heapq.heappush(self._heap, b)
         if self._mfn_ok and (self._mfn is None or first < self._mfn):
@@ -461,6 +459,8 @@ class SUnion(Operator, Serializer):
 
     def on_undo(self, port: int, last_kept_id: int, out: list[Tuple]) -> None:
         self._last_in[port] = min(self._last_in[port], last_kept_id)
+        if self._aged:  # (buckets released since the last UNDO are no longer pending)
+            self._aged = {b: t for b, t in self._aged.items() if b >= self._next}
         still_tentative = False  # an UNDO of part of the tentative suffix leaves the rest
         store = self.spiller.store if self.spiller is not None else None
         for b, bk in list(self._buckets.items()):
@@ -511,6 +511,7 @@ class SUnion(Operator, Serializer):
                 bk.size() for b, bk in self._buckets.items() if start <= b < to
             )
         self._next = start
+        self._aged.clear()  # (a rewind's buckets keep their own first_now)
         self._heap = sorted(b for b in self._buckets if b >= start)  # sorted = a heap
         self._rel_tent = sum(bk.n_tent for b, bk in self._buckets.items() if b < start)
         self._mfn_ok = False
