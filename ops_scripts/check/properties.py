@@ -28,6 +28,7 @@ from typing import Any
 from node.config.model import ClientConfig
 from ops_scripts.check.availability import ClientDelays, NewResult
 from ops_scripts.check.paths import Outage
+from ops_scripts.check.recovery import classify
 from ops_scripts.errors import CheckError
 from protocol.tuples import Kind, Tuple
 from protocol.undo_rule import undo_cut
@@ -254,6 +255,18 @@ def _difference(who: str, got: list[tuple[int, Tuple]], ref: Sequence[Tuple]) ->
     return None
 
 
+#: Above this many tuples a differing stream is not aligned with its reference for the
+#: evidence (an alignment is quadratic at worst; a huge generated run must not hang on it).
+CLASSIFY_UP_TO = 100_000
+
+
+def _as_recovery(kept: list[tuple[int, Tuple]], reference: Sequence[Tuple]) -> str:
+    """The recovery type the stream shows (ops_scripts/check/recovery.py), for evidence."""
+    if max(len(kept), len(reference)) > CLASSIFY_UP_TO:
+        return f"; not aligned with the reference as a recovery (over {CLASSIFY_UP_TO:,} tuples)"
+    return f"; as a recovery: {classify([t for _, t in kept], reference)}"
+
+
 def check_stream(
     name: str, subject: str, received: Sequence[Tuple], reference: Sequence[Tuple], who: str
 ) -> Verdict:
@@ -270,7 +283,7 @@ def check_stream(
         return Verdict(name, Status.INVALID, why, subject)
     difference = _difference(who, kept, reference)
     if difference is not None:
-        return Verdict(name, Status.INVALID, difference, subject)
+        return Verdict(name, Status.INVALID, difference + _as_recovery(kept, reference), subject)
     n_tent = sum(1 for t in received if t.kind is Kind.TENTATIVE)
     n_undo = sum(1 for t in received if t.kind is Kind.UNDO)
     why = f"{len(kept)} stable tuples equal the reference; no tentative tuple remains"
