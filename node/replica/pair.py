@@ -1,0 +1,94 @@
+"""The process pair of the high-availability modes of Hwang et al. (ICDE 2005, section 2):
+which of a node's two replicas is the primary, and when that changes. Pure (STYLE.md 3).
+
+Each node in a process-pair mode (amnesia, passive standby, active standby, upstream backup)
+has two replicas. The primary serves downstream; the secondary backs it up (by the mode's
+means) and answers downstream's heartbeats with every output stream STANDBY, which the
+upstream chooser never picks (node/streams/upstream.py). Each replica sends its partner
+keep-alives (the paper's: every 100 ms, failed after 3 unanswered; the runtime feeds a
+:class:`~node.streams.upstream.HeartbeatTracker`), and each answer says the partner's role.
+
+Rules, one per event (:func:`start`, :func:`heard`, :func:`silent`):
+
+* **Start.** A fresh start takes the config's order: the first replica is the primary. A
+  restart after a crash (``--recover``) is a secondary: its partner served, or will take
+  over, meanwhile (the paper: "once a failed node comes back to life, it assumes the role
+  of the secondary").
+* **Take-over.** A secondary whose partner is declared failed becomes the primary.
+* **Both secondaries** (a primary restarted and rejoined before its partner noticed the
+  crash; neither serves): the lower rank becomes the primary. Both see the same two ranks,
+  so exactly one moves.
+* **Both primaries** (a partition between the two healed; the paper leaves partitions out):
+  the higher rank steps down. Downstream moves between them by ids.
+
+A takeover or a step-down is an action for the runtime (:class:`TakeOver`, :class:`StepDown`);
+what the new role does (replay, flush a log, resubscribe upstream) is the mode's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import Enum
+
+__all__ = ["Pair", "Role", "StepDown", "TakeOver", "heard", "silent", "start"]
+
+
+class Role(Enum):
+    PRIMARY = "primary"
+    SECONDARY = "secondary"
+
+
+@dataclass(frozen=True, slots=True)
+class TakeOver:
+    """Become the primary, and why."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class StepDown:
+    """Become the secondary, and why."""
+
+    reason: str
+
+
+Action = TakeOver | StepDown
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    """One replica's view of its pair: its role, its rank (0: the config's first replica)
+    and its partner's name."""
+
+    me: str
+    partner: str
+    rank: int
+    role: Role
+
+
+def start(me: str, partner: str, rank: int, *, recovered: bool) -> Pair:
+    """The role a replica starts in (module docstring)."""
+    if rank not in (0, 1):
+        raise ValueError(f"{me}: a process pair has ranks 0 and 1, not {rank}")
+    primary = rank == 0 and not recovered
+    return Pair(me, partner, rank, Role.PRIMARY if primary else Role.SECONDARY)
+
+
+def heard(p: Pair, partner_role: Role) -> tuple[Pair, list[Action]]:
+    """The partner answered a keep-alive, in ``partner_role``."""
+    if partner_role is not p.role:
+        return p, []
+    if p.role is Role.SECONDARY and p.rank == 0:
+        return replace(p, role=Role.PRIMARY), [
+            TakeOver(f"{p.partner} is a secondary too: the lower rank serves")]
+    if p.role is Role.PRIMARY and p.rank == 1:
+        return replace(p, role=Role.SECONDARY), [
+            StepDown(f"{p.partner} is a primary too: the higher rank steps down")]
+    return p, []
+
+
+def silent(p: Pair) -> tuple[Pair, list[Action]]:
+    """The partner missed more keep-alives than allowed: declared failed."""
+    if p.role is Role.PRIMARY:
+        return p, []
+    return replace(p, role=Role.PRIMARY), [TakeOver(f"{p.partner} failed: taking over")]

@@ -1,0 +1,67 @@
+"""The process pair's roles (node/replica/pair.py): who starts primary, who takes over, and
+that two replicas that hear each other end with exactly one primary whatever happened."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from node.replica.pair import Pair, Role, StepDown, TakeOver, heard, silent, start
+
+P, S = Role.PRIMARY, Role.SECONDARY
+
+
+def test_a_fresh_start_follows_the_config_and_a_restart_is_a_secondary() -> None:
+    assert start("a", "b", 0, recovered=False).role is P
+    assert start("b", "a", 1, recovered=False).role is S
+    assert start("a", "b", 0, recovered=True).role is S
+    assert start("b", "a", 1, recovered=True).role is S
+    with pytest.raises(ValueError, match="ranks 0 and 1"):
+        start("c", "a", 2, recovered=False)
+
+
+def test_a_secondary_takes_over_when_its_primary_fails() -> None:
+    b = start("b", "a", 1, recovered=False)
+    b, actions = silent(b)
+    assert b.role is P and actions == [TakeOver("a failed: taking over")]
+    assert silent(b) == (b, [])  # a primary whose secondary fails goes on alone
+
+
+def test_two_secondaries_make_the_lower_rank_primary() -> None:
+    a = start("a", "b", 0, recovered=True)  # restarted before b noticed the crash
+    b = start("b", "a", 1, recovered=False)
+    assert heard(b, a.role) == (b, [])
+    a, actions = heard(a, b.role)
+    assert a.role is P and isinstance(actions[0], TakeOver)
+
+
+def test_two_primaries_make_the_higher_rank_step_down() -> None:
+    a = start("a", "b", 0, recovered=False)
+    b = Pair("b", "a", 1, P)  # it took over across a partition that healed
+    assert heard(a, b.role) == (a, [])
+    b, actions = heard(b, a.role)
+    assert b.role is S and isinstance(actions[0], StepDown)
+
+
+EVENTS = st.lists(st.sampled_from(["a_hears", "b_hears", "a_silent", "b_silent",
+                                   "a_restarts", "b_restarts"]), max_size=30)
+
+
+@given(EVENTS, st.booleans())
+def test_two_replicas_that_hear_each_other_end_with_one_primary(events: list[str],
+                                                                 a_first: bool) -> None:
+    pairs = {"a": start("a", "b", 0, recovered=False), "b": start("b", "a", 1, recovered=False)}
+    other = {"a": "b", "b": "a"}
+    for e in events:
+        who, what = e.split("_")
+        if what == "hears":
+            pairs[who], _ = heard(pairs[who], pairs[other[who]].role)
+        elif what == "silent":
+            pairs[who], _ = silent(pairs[who])
+        else:
+            pairs[who] = start(who, other[who], 0 if who == "a" else 1, recovered=True)
+    # Then one keep-alive answered each way, in either order.
+    for who in ("a", "b") if a_first else ("b", "a"):
+        pairs[who], _ = heard(pairs[who], pairs[other[who]].role)
+    assert sorted(p.role.value for p in pairs.values()) == ["primary", "secondary"]
