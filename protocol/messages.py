@@ -59,6 +59,9 @@ class ConsistencyState(Enum):
     UP_FAILURE = 1
     #: The failure healed; the node is correcting its tentative results.
     STABILIZATION = 2
+    #: (An output stream only.) The secondary of a process pair (node/replica/pair.py):
+    #: it backs the primary up and serves nobody, so no consumer reads it (version 5).
+    STANDBY = 3
 
 
 class MessageType(IntEnum):

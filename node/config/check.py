@@ -35,7 +35,7 @@ from operators.cec import cec_problems
 from operators.errors import OperatorError, SpecError
 from operators.network import QueryNetwork
 from operators.spec import NetworkSpec, OperatorSpec
-from protocol.tuples import Schema
+from protocol.tuples import END_OF_STREAM, Schema
 
 __all__ = [
     "NodeDraft",
@@ -201,7 +201,8 @@ def build_node(
     s = draft.settings
     filled = {
         "bucket": s.bucket,
-        "wait": s.wait,
+        # A process pair never goes tentative: it waits for its input (docs/ha-modes.md).
+        "wait": s.wait if s.ha == "dpc" else END_OF_STREAM,
         "mode": s.up_failure,
         "recovery": s.reconciliation,
     }
@@ -217,6 +218,8 @@ def build_node(
         raise config_error(file, _operator_key(draft, str(e)), str(e)) from None
     if s.checkpointing == "cec":
         _check_cec(file, draft, net)
+    if s.ha != "dpc":
+        _check_pair(file, draft)
     node = NodeConfig(
         name=draft.name,
         inputs=draft.inputs,
@@ -226,6 +229,20 @@ def build_node(
         settings=s,
     )
     return node, {f"{draft.name}.{o}": net.schemas[o] for o in outs}
+
+
+def _check_pair(file: Path, draft: NodeDraft) -> None:
+    """A process-pair mode needs exactly two replicas, and nothing of DPC's own recovery
+    (its continuous eventual checkpoints rebuild a replica a pair's partner rebuilds)."""
+    s, key = draft.settings, f"nodes.{draft.name}"
+    why = []
+    if len(draft.replicas) != 2:
+        why.append(f"it needs exactly two replicas (a primary and a secondary), not "
+                   f"{len(draft.replicas)}")
+    if s.checkpointing == "cec":
+        why.append('checkpointing = "cec" is for "dpc" nodes')
+    if why:
+        raise config_error(file, key, f"ha = {s.ha!r}: " + "; ".join(why))
 
 
 def _check_cec(file: Path, draft: NodeDraft, net: QueryNetwork) -> None:

@@ -95,6 +95,11 @@ class NodeSettings:
     #: on this machine, else the defaults (node/config/crossovers.py).
     vectorized_from: int | None = None
     spark_from: int | None = None
+    #: How the node survives a crash (docs/ha-modes.md): "dpc", its replicas processing
+    #: alike under DPC (the default); "active_standby", a process pair of Hwang et al.
+    #: (node/replica/pair.py): both replicas process, the primary serves, the secondary
+    #: takes over when the primary fails.
+    ha: str = "dpc"
 
     @property
     def wait(self) -> int:

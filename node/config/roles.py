@@ -13,7 +13,8 @@ the message has no effect):
     peer reads it (:meth:`~node.config.model.ClusterConfig.consumers_of`: a replica of a
     node that takes S as input, or a client of S);
   - ``HeartbeatRequest``: the peer reads at least one output of ``me`` (a downstream
-    process; the acks it carries are checked stream by stream by the publisher);
+    process; the acks it carries are checked stream by stream by the publisher), or is
+    another replica of ``me``'s node (a process pair's keep-alive);
   - ``ReconcileRequest``: ``me`` and the peer are two replicas of one node, the node the
     request names;
   - nothing else (batches, answers, a second handshake);
@@ -97,6 +98,9 @@ def refusal_from_opener(config: ClusterConfig, me: str, peer: str, msg: Message)
                     f"{', '.join(readers) or 'none'})")
         return None
     if isinstance(msg, HeartbeatRequest):
+        node = _node_of(config, me)
+        if node is not None and peer != me and _node_of(config, peer) == node:
+            return None  # a process pair's keep-alive (node/replica/keepalive.py)
         if not any(peer in config.consumers_of(s) for s in outputs_of(config, me)):
             return f"{peer!r} reads no stream of {me!r}: it has no heartbeat to ask for"
         return None

@@ -53,7 +53,11 @@ from node.procs.looplag import LoopLag
 from node.procs.rundir import JsonlTupleWriter, RunDir
 from node.replica import consistency as cm
 from node.replica.cec import CecKeeper
+from node.replica.keepalive import KeepAlive
 from node.replica.manager import Manager, Partner, policy_of
+from node.replica.pair import Action as PairAction
+from node.replica.pair import Pair, Role, TakeOver, heard, silent
+from node.replica.pair import start as start_pair
 from node.replica.recovery import (
     StateAsk,
     archive_output_logs,
@@ -235,6 +239,22 @@ class Replica:
             spark=self.spark, warm_after=3 * self.node.settings.x,
             on_state=lambda state, at: self._record_state(state.value, at), mutation=mutation,
         )
+        #: A process-pair mode (``ha``, node/replica/pair.py): this replica's role and its
+        #: keep-alives to its partner; None under DPC.
+        self.pair: Pair | None = None
+        self.keepalive: KeepAlive | None = None
+        if self.node.settings.ha != "dpc":
+            rank = [r.name for r in self.node.replicas].index(name)
+            other = next(r for r in self.node.replicas if r.name != name)
+            self.pair = start_pair(name, other.name, rank, recovered=recover)
+            self.keepalive = KeepAlive(
+                name, other.name, (other.host, other.data_port), transport,
+                interval=self.node.settings.heartbeat_interval,
+                misses=self.node.settings.heartbeat_misses,
+                answered=lambda role: self._pair_step(*heard(self._the_pair(), role)),
+                failed=lambda: self._pair_step(*silent(self._the_pair())), log=log)
+            log.info("%s: %s of a process pair (ha = %r) with %s", name,
+                     self.pair.role.value, self.node.settings.ha, other.name)
         self.started = now_us()
         self.counters: dict[str, Any] = {
             "tuples_in": dict.fromkeys(self.node.inputs, 0),
@@ -288,6 +308,8 @@ class Replica:
                                  for link in self.links)
                     tasks.append(tg.create_task(self.manager.run(), name="consistency manager"))
                     tasks.append(tg.create_task(self.monitor.run(), name="ha monitor"))
+                    if self.keepalive is not None:
+                        tasks.append(tg.create_task(self.keepalive.run(), name="keep-alive"))
 
                 tasks.append(tg.create_task(start(), name="start"))
                 if self.loop_lag is not None:
@@ -437,6 +459,21 @@ class Replica:
             "trimmed": {s: b.trimmed_up_to for s, b in self.buffers.items()},
         }
 
+    def _the_pair(self) -> Pair:
+        if self.pair is None:
+            raise NodeError(f"{self.me.name}: a keep-alive without a process pair")
+        return self.pair
+
+    def _pair_step(self, pair: Pair, actions: Sequence[PairAction]) -> None:
+        """The pair's roles moved (node/replica/pair.py): a secondary answers downstream's
+        heartbeats with STANDBY, so that takes effect at the next answer; the links move by
+        ids, which a deterministic network makes the same on both replicas."""
+        self.pair = pair
+        for a in actions:
+            log.warning("%s: %s (%s)", self.me.name,
+                        "now the primary" if isinstance(a, TakeOver) else "now the secondary",
+                        a.reason)
+
     def _respond(self, msg: Message) -> Message | None:
         """The data port's answers: heartbeats (each output stream's state: the node's, but
         UP_FAILURE where an input it depends on has no upstream replica alive and STABLE;
@@ -460,6 +497,8 @@ class Replica:
                 for stream in self.monitor.cut_off():
                     streams.update(dict.fromkeys(self.fed_by.get(stream, ()),
                                                  ConsistencyState.UP_FAILURE))
+            if self.pair is not None and self.pair.role is Role.SECONDARY:
+                streams = dict.fromkeys(streams, ConsistencyState.STANDBY)  # serves nobody
             return HeartbeatResponse(self.me.name, msg.seq, state, streams,
                                      {s: self.frontiers[s] for s in streams})
         if not isinstance(msg, ReconcileRequest):  # the publisher passes these two only
@@ -619,6 +658,12 @@ class Replica:
                 "last_reconciliation": self.manager.stats["last_reconciliation"],
             },
             "recovery": {"recovering": self.recovering, "last": self.recovery},
+            # A process pair's role (node/replica/pair.py); None under DPC.
+            "pair": None if self.pair is None else {
+                "ha": self.node.settings.ha, "role": self.pair.role.value,
+                "partner": self.pair.partner,
+                "partner_alive": None if self.keepalive is None
+                else self.keepalive.tracker.alive(self.pair.partner)},
             "cec": None if self.cec is None else self.cec.status(),
             "faults": {**self.faults.status(), "replay_stalled": not self.manager.replay_gate.is_set()},
             "inputs": {

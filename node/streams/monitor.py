@@ -205,12 +205,30 @@ class UpstreamMonitor:
         def choose(failed: tuple[str, int] | None) -> tuple[str, int] | None:
             exclude = None if failed is None else self._by_address.get(failed)
             choice = self._choice(stream, exclude)
-            if choice is None or choice.data is None:
+            if choice is None:
                 return None  # no opinion: round-robin
+            if choice.data is None:
+                return self._not_standby(stream, failed)
             if choice.resume is Resume.TMAX:
                 self.links[stream].tmax.arm()
             return self._address[choice.data]
         return choose
+
+    def _not_standby(self, stream: str, failed: tuple[str, int] | None,
+                     ) -> tuple[str, int] | None:
+        """With no replica to choose: round-robin (None) unless a replica says STANDBY (a
+        process pair's secondary serves nobody, node/replica/pair.py); then the first
+        replica that does not, other than ``failed``, or ``failed`` again (the link retries
+        it after a pause, until the secondary took over)."""
+        if self.tracker is None:
+            return None
+        view = self.tracker.view(stream)
+        names = [r.name for r in self.replicas[stream]]
+        if not any(view[n].state is ConsistencyState.STANDBY for n in names):
+            return None
+        others = [n for n in names if view[n].state is not ConsistencyState.STANDBY
+                  and self._address[n] != failed]
+        return self._address[others[0]] if others else failed
 
     def evaluate(self) -> None:
         """Move every monitored link whose best producer changed, and start or stop its

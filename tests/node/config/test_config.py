@@ -664,6 +664,28 @@ def test_cec_checkpointing_loads_its_policy_and_refuses_what_it_cannot_do(tmp_pa
         load_config(write(tmp_path, text))
 
 
+def test_a_process_pair_needs_two_replicas_and_never_waits_out_its_input(tmp_path: Path) -> None:
+    text = mutate(BASE, ('[nodes.n1]\ninputs = ["s1"]\n',
+                         '[nodes.n1]\ninputs = ["s1"]\nha = "active_standby"\n'))
+    n1 = load_config(write(tmp_path, text)).nodes["n1"]
+    assert n1.settings.ha == "active_standby"
+    # No tentative release: its SUnion waits for its input (END_OF_STREAM: never expires).
+    assert [o.params["wait"] for o in n1.network.operators if o.type == "sunion"] == [2**62]
+    assert load_config(write(tmp_path, BASE)).nodes["n1"].settings.ha == "dpc"
+    one = mutate(BASE, ('[nodes.n2]\ninputs = ["n1.out"]\n',
+                        '[nodes.n2]\ninputs = ["n1.out"]\nha = "active_standby"\n'))
+    with pytest.raises(ConfigError, match=r"nodes\.n2: ha = 'active_standby': it needs exactly "
+                                          r"two replicas \(a primary and a secondary\), not 1"):
+        load_config(write(tmp_path, one))
+    cec = mutate(text, ("[sources.s1]", '[defaults]\ncheckpointing = "cec"\n\n[sources.s1]'))
+    with pytest.raises(ConfigError, match=r'checkpointing = "cec" is for "dpc" nodes'):
+        load_config(write(tmp_path, cec))
+    bad = mutate(BASE, ("[sources.s1]", '[defaults]\nha = "hot"\n\n[sources.s1]'))
+    with pytest.raises(ConfigError, match=r'defaults\.ha: expected one of "dpc", '
+                                          r'"active_standby"'):
+        load_config(write(tmp_path, bad))
+
+
 def test_cec_refuses_a_network_it_cannot_checkpoint_naming_the_operators() -> None:
     import tomllib
 

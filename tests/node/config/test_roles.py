@@ -47,6 +47,7 @@ ACCEPTED: list[tuple[str, str, Message]] = [
     ("s1", "n1b", Subscribe("s1", "n1b", 0, 0)),
     ("n1a", "n2a", HeartbeatRequest("n2a", 3, {"n1.out": 5})),
     ("n1a", "n1b", ReconcileRequest("n1b", "n1", 1, 1)),
+    ("n1a", "n1b", HeartbeatRequest("n1b", 4)),  # a process pair's keep-alive
     # a stream me does not serve: the publisher refuses it, naming the ones it does
     ("n1a", "n2a", Subscribe("nope", "n2a", 0, 0)),
 ]

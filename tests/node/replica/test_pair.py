@@ -7,7 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from node.replica.keepalive import role_of
 from node.replica.pair import Pair, Role, StepDown, TakeOver, heard, silent, start
+from protocol.messages import ConsistencyState, HeartbeatResponse
 
 P, S = Role.PRIMARY, Role.SECONDARY
 
@@ -65,3 +67,12 @@ def test_two_replicas_that_hear_each_other_end_with_one_primary(events: list[str
     for who in ("a", "b") if a_first else ("b", "a"):
         pairs[who], _ = heard(pairs[who], pairs[other[who]].role)
     assert sorted(p.role.value for p in pairs.values()) == ["primary", "secondary"]
+
+
+def test_a_partner_answering_standby_is_a_secondary() -> None:
+    def answer(state: ConsistencyState) -> HeartbeatResponse:
+        return HeartbeatResponse("b", 1, ConsistencyState.STABLE, {"n1.out": state},
+                                 {"n1.out": 0})
+    assert role_of(answer(ConsistencyState.STANDBY)) is S
+    assert role_of(answer(ConsistencyState.STABLE)) is P
+    assert role_of(answer(ConsistencyState.UP_FAILURE)) is P

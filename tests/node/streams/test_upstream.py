@@ -251,6 +251,18 @@ def test_nothing_usable() -> None:
     assert choose(None, {}) == Choice("out", None, None, Resume.NONE)
 
 
+def test_a_standby_replica_is_never_chosen() -> None:
+    """A process pair's secondary (node/replica/pair.py) serves nobody: not while its
+    primary lives, not when nothing else is left, and a primary that stepped down is left."""
+    standby = ConsistencyState.STANDBY
+    assert choose(None, {"a": up(True, S), "b": up(True, standby)}).data == "a"
+    assert choose("a", {"a": dead(S), "b": up(True, standby)}) == Choice("out", None, None,
+                                                                        Resume.NONE)
+    c = choose("a", {"a": up(True, standby), "b": up(True, S)})
+    assert (c.data, c.resume) == ("b", Resume.IDS)
+    assert choose("a", {"a": up(True, standby), "b": up(True, U)}).data == "b"
+
+
 def test_unknown_current_counts_as_dead() -> None:
     assert choose("ghost", {"a": up(True, U)}).data == "a"
 
