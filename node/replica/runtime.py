@@ -19,7 +19,9 @@ outputs has room, so a slow consumer slows this replica, which reads its inputs 
 slowly, which slows its upstream. Nothing is dropped.
 
 The consistency state (STABLE / UP_FAILURE / STABILIZATION) is the manager's machine's,
-driven by SUnion's signals; every output stream reports it in heartbeat answers.
+driven by SUnion's signals; every output stream reports it in heartbeat answers, except
+that the secondary of a process pair (``ha``, node/replica/pair.py) reports STANDBY, so
+that no consumer reads it until it takes over (docs/ha-modes.md).
 
 Started with ``recover=True`` (``dpc node ... --recover``, after a crash), the replica is
 RECOVERING first: it rebuilds its state from a partner's and the upstream buffers, refusing

@@ -398,15 +398,26 @@ def replica_rules(pairs: Iterable[tuple[str, str]], config: ClusterConfig,
 
 
 # ---------------------------------------------------------------- random schedules
+def crashes_only(config: ClusterConfig) -> bool:
+    """Whether the cluster has a process-pair node (``ha`` other than "dpc"): its schedules
+    are then crashes of node replicas only. The pairs' model is fail-stop crashes over a
+    reliable network (Hwang et al., section 2): such a node has no tentative results, so a
+    partition, a slow link or a silent source upstream of it blocks it, and the availability
+    bound of DPC would not hold through it (docs/ha-modes.md)."""
+    return any(n.settings.ha != "dpc" for n in config.nodes.values())
+
+
 def random_faults(config: ClusterConfig, rng: random.Random, *, duration: float,
                   count: int, kinds: Sequence[str] = KINDS, max_fault: float | None = None,
                   ) -> list[Fault]:
     """``count`` random, possibly overlapping faults within ``duration`` seconds, each of
-    a kind in ``kinds`` (every shape and both cut kinds for partitions), drawn from ``rng``
-    only. Lengths go up to ``max_fault`` (default: 3 X of the slowest node), so that some
+    a kind in ``kinds`` (every shape and both cut kinds for partitions; kills of node
+    replicas only where :func:`crashes_only`), drawn from ``rng`` only. Lengths go up to ``max_fault`` (default: 3 X of the slowest node), so that some
     outlast alpha*X and reconcile, and some stalls make the next fault start during
     STABILIZATION. Retries a draw that ``parse_faults`` would refuse."""
     procs, replicas, links = _processes(config), _replicas(config), _links(config)
+    if crashes_only(config):
+        kinds = ("kill",)
     x = max(n.settings.x for n in config.nodes.values()) / 1e6
     longest = max_fault if max_fault is not None else 3 * x
     faults: list[Fault] = []
@@ -420,7 +431,8 @@ def random_faults(config: ClusterConfig, rng: random.Random, *, duration: float,
         elif kind == "stall":
             raw["process"] = rng.choice(replicas)
         elif kind in ("kill", "pause"):
-            raw["process"] = rng.choice([*config.sources, *replicas])
+            raw["process"] = rng.choice(replicas if crashes_only(config)
+                                        else [*config.sources, *replicas])
         elif kind in ("delay", "bandwidth"):
             raw["between"] = list(rng.choice(links))
             if kind == "delay":

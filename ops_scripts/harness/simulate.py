@@ -73,7 +73,14 @@ from ops_scripts.examples import EXAMPLES
 from ops_scripts.harness import extras
 from ops_scripts.harness.history import HistoryWriter, merge_states
 from ops_scripts.harness.rules import ActiveRules
-from ops_scripts.harness.schedule import Fault, dump_faults, node_of, parse_faults, random_faults
+from ops_scripts.harness.schedule import (
+    Fault,
+    crashes_only,
+    dump_faults,
+    node_of,
+    parse_faults,
+    random_faults,
+)
 from ops_scripts.harness.timeline import BLOCKED_LIMIT, Timeline, blocked, recovers_alone
 
 __all__ = ["SIM_KINDS", "SimOptions", "SimResult", "simulate_many", "simulate_one",
@@ -347,7 +354,7 @@ def simulation_schedule(config: ClusterConfig, rng: random.Random, opts: SimOpti
     of one of them across a source cut from the others (``extras.kill_during_failure``)."""
     faults = random_faults(config, rng, duration=opts.duration, count=opts.faults,
                            kinds=opts.kinds)
-    if "kill" in opts.kinds and rng.random() < P_KILL_DURING_FAILURE:
+    if "kill" in opts.kinds and not crashes_only(config) and rng.random() < P_KILL_DURING_FAILURE:
         tables = extras.kill_during_failure(config, rng, opts.duration)
         if tables:
             with contextlib.suppress(ScheduleError):  # clashes with a random kill: skip it
@@ -526,11 +533,13 @@ def run_simulate(config_path: Path, seed: int, runs: int, base: Path | None, *, 
 
     out = sys.stdout if out is None else out  # read now: pytest's capture replaces it
 
-    load_config(config_path)  # a bad config fails here, once, with its file and key
+    config = load_config(config_path)  # a bad config fails here, once, with its file and key
     base = base if base is not None else Path(tempfile.mkdtemp(prefix="dpc-simulate-"))
     base.mkdir(parents=True, exist_ok=True)
+    kinds = ("kill of a node replica (a process pair: crashes only)" if crashes_only(config)
+             else ", ".join(opts.kinds))
     print(f"dpc simulate: {runs} run(s) from seed {seed} on {config_path} ({jobs} worker(s)); "
-          f"{opts.faults} faults within {opts.duration:g} s each, kinds: {', '.join(opts.kinds)}; "
+          f"{opts.faults} faults within {opts.duration:g} s each, kinds: {kinds}; "
           f"run dirs under {base}", file=out, flush=True)
     os.environ["PYTHONHASHSEED"] = "0"  # inherited by the spawned workers
     started = time.perf_counter()

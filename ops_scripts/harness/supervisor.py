@@ -126,8 +126,8 @@ def launch(config_path: Path, duration: float | None, run_dir: Path | None,
          + len(config.clients))
     print(f"dpc launch: cluster {config.name!r}, {n} processes, run dir {rd.path}", file=out)
     for node in config.nodes.values():  # what a crash may do to its output (taxonomy.py)
-        print(f"  node {node.name}: {len(node.replicas)} replica(s), query network "
-              f"{network_class(node.network)}", file=out)
+        print(f"  node {node.name}: {len(node.replicas)} replica(s), ha {node.settings.ha}, "
+              f"query network {network_class(node.network)}", file=out)
     procs: list[Launched] = []
     with HistoryWriter(rd.history, now_us) as history:
         try:

@@ -37,7 +37,7 @@ from ops_scripts.examples import EXAMPLES
 from ops_scripts.harness import extras
 from ops_scripts.harness.runner import RunOutcome, describe_delay, describe_figures, play_scenario
 from ops_scripts.harness.scenario import Scenario, load_scenario
-from ops_scripts.harness.schedule import Fault, parse_faults, random_faults
+from ops_scripts.harness.schedule import Fault, crashes_only, parse_faults, random_faults
 
 __all__ = ["DEFAULT_CLUSTERS", "TortureDraw", "TortureOptions", "run_torture", "torture_schedule"]
 
@@ -97,6 +97,8 @@ def torture_schedule(config: ClusterConfig, rng: random.Random, *, duration: flo
     ]
     if extras.cec_nodes(config):  # (no draw otherwise: other clusters' seeds replay as before)
         options.append(("kills at once", P_KILLS_AT_ONCE, extras.kills_at_once))
+    if crashes_only(config):  # a process pair's model: crashes only (schedule.py)
+        options = [o for o in options if o[0] in ("kills", "kills at once")]
     for what, p, make in options:
         if rng.random() >= p:
             continue

@@ -62,7 +62,7 @@ def test_launch_records_start_up_restarts_a_crash_and_leaves_injected_kills(
     proc, rd, log = launched
     _wait(lambda: any(e["event"] == "ready" for e in _events(rd)), 60, "the ready event")
     # Each node's class in the taxonomy of Hwang et al. (basic.toml: SUnion, filter, join).
-    assert "node n1: 2 replica(s), query network repeatable" in log.read_text()
+    assert "node n1: 2 replica(s), ha dpc, query network repeatable" in log.read_text()
     # A crash the harness did not make: the source is SIGKILLed behind launch's back.
     s3 = rd.read_pid("s3")
     assert s3 is not None

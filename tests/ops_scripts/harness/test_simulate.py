@@ -114,6 +114,20 @@ def test_random_schedules_are_valid(tmp_path: Path) -> None:
     assert sum(int(r.figures.get("tuples_checked", 0)) for r in results) > 0
 
 
+def test_a_cluster_with_a_process_pair_gets_crash_schedules_and_stays_valid(
+        tmp_path: Path) -> None:
+    """examples/active-standby.toml: n1 is a process pair (docs/ha-modes.md), whose model
+    is fail-stop crashes: only kills of node replicas are drawn, the primary among them,
+    and every run is valid (the pair takes over, downstream moves by ids)."""
+    cluster = DEFAULT_CLUSTER.parent / "active-standby.toml"
+    results = simulate_many(cluster, 1, 16, tmp_path, jobs=2)
+    assert all(r.ok for r in results), [(r.seed, r.failures[:2]) for r in results if not r.ok]
+    faults = [f for r in results for f in r.faults]
+    assert {f.kind for f in faults} == {"kill"}
+    killed = {f.params["process"] for f in faults}
+    assert "n1a" in killed and killed <= {"n1a", "n1b", "n2a", "n2b"}
+
+
 def test_the_mutation_is_caught_by_the_simulation(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """With duplicate elimination on resubscription broken on purpose (every link asks
