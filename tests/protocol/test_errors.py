@@ -339,13 +339,13 @@ def test_error_messages_stay_short_however_large_the_garbage() -> None:
         ),
         (
             MessageType.HEARTBEAT_RESPONSE,
-            ["r", 1, 3, []],
-            "HeartbeatResponse: field 'state' must be a consistency state code 0..2, got 3",
+            ["r", 1, 4, []],
+            "HeartbeatResponse: field 'state' must be a consistency state code 0..3, got 4",
         ),
         (
             MessageType.HEARTBEAT_RESPONSE,
             ["r", 1, True, []],
-            "HeartbeatResponse: field 'state' must be a consistency state code 0..2, got True",
+            "HeartbeatResponse: field 'state' must be a consistency state code 0..3, got True",
         ),
         (
             MessageType.HEARTBEAT_RESPONSE,
@@ -379,7 +379,7 @@ def test_error_messages_stay_short_however_large_the_garbage() -> None:
         (
             MessageType.HEARTBEAT_RESPONSE,
             ["r", 1, 0, [["s", "STABLE", 0]]],
-            "HeartbeatResponse stream 0: state must be a consistency state code 0..2, got 'STABLE'",
+            "HeartbeatResponse stream 0: state must be a consistency state code 0..3, got 'STABLE'",
         ),
         (
             MessageType.HEARTBEAT_RESPONSE,
