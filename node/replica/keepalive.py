@@ -24,6 +24,7 @@ from collections.abc import Callable
 from node.clock import now_us
 from node.net.transport import Connection, Transport
 from node.replica.pair import Role
+from node.streams.monitor import heartbeat_rounds
 from node.streams.upstream import HeartbeatTracker
 from protocol.errors import RemoteProtocolError
 from protocol.messages import ConsistencyState, HeartbeatRequest, HeartbeatResponse
@@ -60,21 +61,17 @@ class KeepAlive:
             tg.create_task(self._beat())
 
     async def _beat(self) -> None:
-        tracker = self.tracker
-        while True:
-            delay = (tracker.next_deadline() - now_us()) / 1e6
-            if delay > 0:
-                await asyncio.sleep(delay)
-            now = now_us()
-            for name in tracker.due(now):
-                seq = next(self._seq)
-                tracker.sent(name, seq, now)
-                if self._conn is not None:
-                    with contextlib.suppress(OSError):  # the reader notices and reconnects
-                        await self._conn.send(HeartbeatRequest(self.owner, seq, {}))
-            if not tracker.alive(self.partner) and not self._down:
-                self._down = True
-                self._failed()
+        await heartbeat_rounds(self.tracker, self._seq, self._send, self._judge)
+
+    async def _send(self, name: str, seq: int) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(OSError):  # the reader notices and reconnects
+                await self._conn.send(HeartbeatRequest(self.owner, seq, {}))
+
+    def _judge(self) -> None:
+        if not self.tracker.alive(self.partner) and not self._down:
+            self._down = True
+            self._failed()
 
     async def _keep_connected(self) -> None:
         host, port = self.address

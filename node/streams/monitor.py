@@ -59,7 +59,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,7 +71,7 @@ from node.streams.upstream import Choice, HeartbeatTracker, ReplicaView, Resume,
 from protocol.errors import RemoteProtocolError
 from protocol.messages import ConsistencyState, HeartbeatRequest, HeartbeatResponse
 
-__all__ = ["UpstreamMonitor", "UpstreamReplica", "upstream_links"]
+__all__ = ["UpstreamMonitor", "UpstreamReplica", "heartbeat_rounds", "upstream_links"]
 
 
 _now = now_us
@@ -106,6 +106,24 @@ class _Probe:
     def __init__(self, replica: UpstreamReplica) -> None:
         self.replica = replica
         self.conn: Connection | None = None
+
+
+async def heartbeat_rounds(tracker: HeartbeatTracker, seqs: Iterator[int],
+                           send: Callable[[str, int], Awaitable[None]],
+                           after: Callable[[], None]) -> None:
+    """Forever: at each of ``tracker``'s deadlines, ``send(replica, seq)`` every request
+    due (counted as sent first, whatever the send does), then ``after()``. The heartbeat
+    loop of the HA monitor and of a process pair's keep-alives (node/replica/keepalive.py)."""
+    while True:
+        delay = (tracker.next_deadline() - _now()) / 1e6
+        if delay > 0:
+            await asyncio.sleep(delay)
+        now = _now()
+        for name in tracker.due(now):
+            seq = next(seqs)
+            tracker.sent(name, seq, now)
+            await send(name, seq)
+        after()
 
 
 class UpstreamMonitor:
@@ -304,20 +322,14 @@ class UpstreamMonitor:
             tg.create_task(self._beat(tracker))
 
     async def _beat(self, tracker: HeartbeatTracker) -> None:
-        while True:
-            delay = (tracker.next_deadline() - _now()) / 1e6
-            if delay > 0:
-                await asyncio.sleep(delay)
-            now = _now()
-            for name in tracker.due(now):
-                seq = next(self._seq)
-                conn = self._probes[name].conn
-                tracker.sent(name, seq, now)
-                if conn is not None:
-                    # A failed send: the probe's reader notices and reconnects.
-                    with contextlib.suppress(OSError):
-                        await conn.send(HeartbeatRequest(self.owner, seq, self.acks_for(name)))
-            self.evaluate()
+        await heartbeat_rounds(tracker, self._seq, self._send_heartbeat, self.evaluate)
+
+    async def _send_heartbeat(self, name: str, seq: int) -> None:
+        conn = self._probes[name].conn
+        if conn is not None:
+            # A failed send: the probe's reader notices and reconnects.
+            with contextlib.suppress(OSError):
+                await conn.send(HeartbeatRequest(self.owner, seq, self.acks_for(name)))
 
     async def _keep_connected(self, probe: _Probe, tracker: HeartbeatTracker) -> None:
         r = probe.replica
