@@ -156,6 +156,9 @@ class QueryNetwork:
                 f"query network has no input stream '{stream}'; inputs: {', '.join(self.spec.inputs)}"
             )
         self._begin(now)
+        if arrived is None:  # (the common case: nothing to tell the SUnions)
+            self._enter(consumers, batch)
+            return self._finish()
         serializers = self._serializers
         for _, s in serializers:
             s.arrived = arrived

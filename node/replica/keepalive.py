@@ -24,9 +24,8 @@ from collections.abc import Callable
 from node.clock import now_us
 from node.net.transport import Connection, Transport
 from node.replica.pair import Role
-from node.streams.monitor import heartbeat_rounds
+from node.streams.monitor import heartbeat_connection, heartbeat_rounds
 from node.streams.upstream import HeartbeatTracker
-from protocol.errors import RemoteProtocolError
 from protocol.messages import ConsistencyState, HeartbeatRequest, HeartbeatResponse
 
 __all__ = ["KeepAlive", "role_of"]
@@ -74,31 +73,14 @@ class KeepAlive:
             self._failed()
 
     async def _keep_connected(self) -> None:
-        host, port = self.address
-        while True:
-            try:
-                conn = await self.transport.connect(host, port)
-            except OSError:  # refused, unreachable: try again later
-                await asyncio.sleep(self.interval / 1e6)
-                continue
-            self._conn = conn
-            try:
-                while (msg := await conn.receive()) is not None:
-                    if not isinstance(msg, HeartbeatResponse):
-                        self._log.error("%s: partner %s answered a keep-alive with a %s; "
-                                        "closing", self.owner, self.partner, type(msg).__name__)
-                        break
-                    if self.tracker.answered(self.partner, msg.seq, msg.state, msg.streams,
-                                             msg.frontiers):
-                        self._down = False
-                        self._answered(role_of(msg))
-            except RemoteProtocolError as exc:
-                self._log.error("%s: partner %s sent bad data on the keep-alive connection: "
-                                "%s; closing", self.owner, self.partner, exc)
-            except OSError as exc:  # the partner died or reset the connection
-                self._log.info("%s: keep-alive connection to %s ended: %r", self.owner,
-                               self.partner, exc)
-            finally:
-                self._conn = None
-                await conn.close()
-            await asyncio.sleep(self.interval / 1e6)
+        await heartbeat_connection(self.transport, self.address, self.interval, self._attach,
+                                   self._heard, owner=self.owner, who="partner",
+                                   name=self.partner, log=self._log)
+
+    def _attach(self, conn: Connection | None) -> None:
+        self._conn = conn
+
+    def _heard(self, msg: HeartbeatResponse) -> None:
+        if self.tracker.answered(self.partner, msg.seq, msg.state, msg.streams, msg.frontiers):
+            self._down = False
+            self._answered(role_of(msg))

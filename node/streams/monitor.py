@@ -71,7 +71,13 @@ from node.streams.upstream import Choice, HeartbeatTracker, ReplicaView, Resume,
 from protocol.errors import RemoteProtocolError
 from protocol.messages import ConsistencyState, HeartbeatRequest, HeartbeatResponse
 
-__all__ = ["UpstreamMonitor", "UpstreamReplica", "heartbeat_rounds", "upstream_links"]
+__all__ = [
+    "UpstreamMonitor",
+    "UpstreamReplica",
+    "heartbeat_connection",
+    "heartbeat_rounds",
+    "upstream_links",
+]
 
 
 _now = now_us
@@ -124,6 +130,41 @@ async def heartbeat_rounds(tracker: HeartbeatTracker, seqs: Iterator[int],
             tracker.sent(name, seq, now)
             await send(name, seq)
         after()
+
+
+async def heartbeat_connection(transport: Transport, address: tuple[str, int], interval: int,
+                               attach: Callable[[Connection | None], None],
+                               answered: Callable[[HeartbeatResponse], None], *, owner: str,
+                               who: str, name: str, log: logging.Logger) -> None:
+    """Forever: keep a connection to ``name`` (``who``: "upstream", "partner") at
+    ``address`` for heartbeats, ``attach`` it (None while there is none), hand each
+    ``HeartbeatResponse`` to ``answered``, and reconnect every ``interval`` after it ends.
+    Only what a dead or garbage-sending peer raises ends the connection here (the
+    transport's contract, node/net/transport.py); anything else is our bug and ends the
+    caller's task group, loudly."""
+    while True:
+        try:
+            conn = await transport.connect(*address)
+        except OSError:  # refused, unreachable (TimeoutError is one): try again later
+            await asyncio.sleep(interval / 1e6)
+            continue
+        attach(conn)
+        try:
+            while (msg := await conn.receive()) is not None:
+                if not isinstance(msg, HeartbeatResponse):
+                    log.error("%s: %s %s answered a heartbeat with a %s; closing", owner, who,
+                              name, type(msg).__name__)
+                    break
+                answered(msg)
+        except RemoteProtocolError as exc:
+            log.error("%s: %s %s sent bad data on the heartbeat connection: %s; closing",
+                      owner, who, name, exc)
+        except OSError as exc:  # ConnectionError: the peer died or reset the connection
+            log.info("%s: heartbeat connection to %s ended: %r", owner, name, exc)
+        finally:
+            attach(None)
+            await conn.close()
+        await asyncio.sleep(interval / 1e6)
 
 
 class UpstreamMonitor:
@@ -333,32 +374,14 @@ class UpstreamMonitor:
 
     async def _keep_connected(self, probe: _Probe, tracker: HeartbeatTracker) -> None:
         r = probe.replica
-        while True:
-            try:
-                conn = await self.transport.connect(r.host, r.port)
-            except OSError:  # refused, unreachable (TimeoutError is one): try again later
-                await asyncio.sleep(self.interval / 1e6)
-                continue
+
+        def attach(conn: Connection | None) -> None:
             probe.conn = conn
-            # Only what a dead or garbage-sending peer raises ends the connection here (the
-            # transport's contract, node/net/transport.py); anything else is our bug and
-            # ends run(), and with it the replica's TaskGroup, loudly.
-            try:
-                while (msg := await conn.receive()) is not None:
-                    if isinstance(msg, HeartbeatResponse):
-                        if tracker.answered(r.name, msg.seq, msg.state, msg.streams,
-                                            msg.frontiers):
-                            self.evaluate()
-                    else:
-                        self._log.error("%s: upstream %s answered a heartbeat with a %s; "
-                                        "closing", self.owner, r.name, type(msg).__name__)
-                        break
-            except RemoteProtocolError as exc:
-                self._log.error("%s: upstream %s sent bad data on the heartbeat connection: "
-                                "%s; closing", self.owner, r.name, exc)
-            except OSError as exc:  # ConnectionError: the peer died or reset the connection
-                self._log.info("%s: heartbeat connection to %s ended: %r", self.owner, r.name, exc)
-            finally:
-                probe.conn = None
-                await conn.close()
-            await asyncio.sleep(self.interval / 1e6)
+
+        def answered(msg: HeartbeatResponse) -> None:
+            if tracker.answered(r.name, msg.seq, msg.state, msg.streams, msg.frontiers):
+                self.evaluate()
+
+        await heartbeat_connection(self.transport, (r.host, r.port), self.interval, attach,
+                                   answered, owner=self.owner, who="upstream", name=r.name,
+                                   log=self._log)
