@@ -186,6 +186,14 @@ class QueryNetwork:
         return self._finish()
 
     # ---------------------------------------------------------------- state
+    def number_after(self, base: int) -> None:
+        """Every operator numbers its next outputs after ``base`` (at least): a process pair
+        in amnesia whose secondary takes over starts a new range of ids, above every id its
+        crashed primary sent (node/replica/runtime.py), so that downstream, which resumes
+        by ids, takes its output as new."""
+        for op in self.operators:
+            op.last_id = max(op.last_id, base)
+
     def snapshot(self) -> dict[str, Plain]:
         """Every operator's snapshot, by name (plain data)."""
         return {op.name: op.snapshot() for op in self.operators}

@@ -110,14 +110,28 @@ class Subscribe:
     #: the default: ``last_stable_id``, all it holds. Less where the subscriber may ask
     #: for it again after a crash (a replica with CEC checkpoints, node/replica/cec.py).
     ack_id: int = -1
+    #: Start at the live end instead (protocol version 6): the upstream ignores both ids
+    #: and sends what its buffer holds after its last stable tuple, then everything new;
+    #: it counts as the subscriber's ack of that tuple. What a process pair in amnesia
+    #: takes over with (Hwang et al., section 4: the new primary processes input "as it
+    #: arrives"; what was in flight is lost).
+    live: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Unsubscribe:
-    """``subscriber`` no longer wants ``stream`` from this replica (it switched away)."""
+    """``subscriber`` no longer wants ``stream`` from this replica (it switched away).
+
+    With ``release`` (protocol version 6) it also holds nothing of the stream and will ask
+    for nothing of it again: it stops holding the upstream's buffer back until its next
+    ack or Subscribe (a process pair's parked secondary in amnesia, which restarts empty,
+    node/replica/runtime.py; without it, the acks of its earlier life would pin the buffer
+    for ever, state/buffer.py).
+    """
 
     stream: str
     subscriber: str
+    release: bool = False
 
 
 @dataclass(frozen=True, slots=True)

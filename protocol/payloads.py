@@ -10,7 +10,7 @@ dicts would halve decode speed):
   version 2: version 1 had no frontiers);
 * a HeartbeatRequest is ``[sender, seq, [[stream, acked id], ...]]`` (protocol version 2:
   version 1 had no acks), each stream at most once, ids >= 0;
-* every other message is its ``str`` and ``int`` fields, in order.
+* every other message is its ``str``, ``int`` and ``bool`` fields, in order.
 
 Invariants:
 
@@ -65,7 +65,7 @@ _STATE_OF: dict[int, ConsistencyState] = {s.value: s for s in ConsistencyState}
 # What orjson can produce besides list and dict; attribute values must be one of these.
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 _TUPLE_LAYOUT = "[kind, id, time, tmax, values]"
-_WHAT = {str: "a string", int: "an integer"}
+_WHAT = {str: "a string", int: "an integer", bool: "a boolean"}
 _values_of = itemgetter(4)
 
 _repr = reprlib.Repr()  # bounded: a peer's 16 MiB string must not become our log line
@@ -228,7 +228,7 @@ def _check_local(name: str, field: str, x: object, typ: type) -> None:
         raise LocalProtocolError(f"{name}: field {field!r} must be {_WHAT[typ]}, got {show(x)}")
 
 
-# Messages made only of str and int fields share one encoder and one decoder, driven by the
+# Messages made only of str, int and bool fields share one encoder and one decoder, driven by the
 # dataclass annotations: the class definition is the single source of the wire layout.
 _Spec = tuple[tuple[str, type], ...]
 _SIMPLE: dict[type[Message], _Spec] = {

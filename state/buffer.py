@@ -404,6 +404,20 @@ class OutputBuffer:
         self._trim()
         return names
 
+    def release(self, consumer: str) -> None:
+        """``consumer`` holds nothing of this stream and will not ask for any of it (a
+        process pair's secondary in amnesia: it restarts empty, node/replica/runtime.py):
+        it stops holding trimming, as the grace rule releases a consumer never heard from,
+        until its next ack (a live Subscribe acks the last stable tuple)."""
+        if consumer not in self._acks:
+            known = ", ".join(repr(c) for c in self._acks) or "none"
+            raise StateError(f"stream {self.stream!r}: release of unknown consumer "
+                             f"{consumer!r} (known consumers: {known})")
+        self._acks[consumer] = None
+        self._released.add(consumer)
+        self._update_free()
+        self._trim()
+
     def lapsed(self, consumer: str) -> bool:
         """Whether ``consumer`` was released by the grace rule and has not caught up since:
         a replay from below the trim point is served to it from there (``replay_lapsed``)."""

@@ -158,7 +158,7 @@ DEFAULT_SETTINGS = NodeSettings(
 _MAX_HEARTBEAT = 100_000  # the paper's 100 ms
 REPLAY_ENGINES = (*ENGINES, "auto")
 #: How a node survives a crash (NodeSettings.ha).
-HA_MODES = ("dpc", "active_standby")
+HA_MODES = ("dpc", "active_standby", "amnesia")
 
 
 def load_config(path: str | Path) -> ClusterConfig:

@@ -91,6 +91,10 @@ if TYPE_CHECKING:
 __all__ = ["MUTATION_DUPLICATES", "Replica", "spark_replayer"]
 
 log = logging.getLogger("dpc.replica")
+
+#: An amnesia takeover's first output id is the clock (µs) times this (``_take_over_empty``):
+#: unique while a primary numbers fewer outputs a microsecond, and below 2**63 until 2255.
+IDS_PER_US = 1024
 _KIND = itemgetter(0)
 _TMAX = itemgetter(3)
 #: The kinds whose tuple time moves a stream's frontier (a boundary's tmax is its time; no
@@ -204,7 +208,10 @@ class Replica:
         #: While recovering: what it is waiting for (status), else None.
         self.recovering: str | None = None
         self.recovery: dict[str, Any] | None = None  # the last recovery, for status
-        if recover:
+        #: ``ha = "amnesia"``: this replica's secondary holds nothing and restarts the query
+        #: empty when it takes over (:meth:`_take_over_empty`); a restart rebuilds nothing.
+        self.amnesia = self.node.settings.ha == "amnesia"
+        if recover and not self.amnesia:
             self._set_recovering("waiting for a partner's state")
         self.links = [
             InputLink(transport, stream, name, self._producers(stream), self._on_batch, log=log,
@@ -257,6 +264,11 @@ class Replica:
                 failed=lambda: self._pair_step(*silent(self._the_pair())), log=log)
             log.info("%s: %s of a process pair (ha = %r) with %s", name,
                      self.pair.role.value, self.node.settings.ha, other.name)
+            if self.amnesia and self.pair.role is Role.SECONDARY:
+                for link in self.links:
+                    link.park()
+        #: The network as built: what an amnesia takeover restarts from.
+        self._empty = self.network.snapshot() if self.amnesia else None
         self.started = now_us()
         self.counters: dict[str, Any] = {
             "tuples_in": dict.fromkeys(self.node.inputs, 0),
@@ -475,6 +487,31 @@ class Replica:
             log.warning("%s: %s (%s)", self.me.name,
                         "now the primary" if isinstance(a, TakeOver) else "now the secondary",
                         a.reason)
+            if self.amnesia and isinstance(a, TakeOver):
+                self._take_over_empty()
+            elif self.amnesia:
+                for link in self.links:
+                    link.park()
+
+    def _take_over_empty(self) -> None:
+        """Amnesia's takeover (Hwang et al., section 4): the query restarts from an empty
+        state and processes input as it arrives (the links subscribe at the live end); what
+        the crashed primary held or had in flight is lost, a gap. Its output ids start
+        above every id the crashed primary sent (``number_after``): downstream resumes by
+        ids, and would drop a restarted numbering as duplicates. The primary's last ids are
+        not known here (it may have sent more after its last keep-alive answer), so the new
+        range is the clock's: ``now_us() * IDS_PER_US``, above any id a primary that took
+        over earlier could have reached at fewer than IDS_PER_US ids a microsecond (and
+        above this replica's own)."""
+        if self._empty is None:
+            raise NodeError(f"{self.me.name}: an amnesia takeover without the empty network")
+        self.network.restore(self._empty)
+        base = max(now_us() * IDS_PER_US, *(b.last_id for b in self.buffers.values()))
+        self.network.number_after(base)
+        for link in self.links:
+            link.unpark()
+        log.warning("%s: amnesia: the query restarts empty, its inputs at their live end, "
+                    "its output ids after %d", self.me.name, base)
 
     def _respond(self, msg: Message) -> Message | None:
         """The data port's answers: heartbeats (each output stream's state: the node's, but
@@ -612,7 +649,11 @@ class Replica:
     @property
     def ended(self) -> bool:
         """Every SUnion released the end-of-stream boundary: nothing more will change the
-        operators' state, so replicas of one node now have equal digests."""
+        operators' state, so replicas of one node now have equal digests. An amnesia
+        secondary, whose links are parked, reads nothing: no end will come, and nothing
+        changes either."""
+        if self.links and all(link.parked for link in self.links):
+            return True
         released = self.network.released_to
         return released is None or released >= END_OF_STREAM // 2
 

@@ -77,11 +77,18 @@ Invariants:
   newer than all held are dropped (property 2: no duplicates, only tentatives lost). While
   unarmed the filter only tracks the highest ``tmax`` seen, at C speed. Adopting the
   corrections connection disarms it (its ``UNDO(s)`` replaces every held tentative).
+* Parked (``park``: a process pair's secondary in amnesia, node/replica/runtime.py), a link
+  holds no subscription, reads no corrections, sends every producer
+  ``Unsubscribe(release=True)`` once (so that acks of an earlier life pin no buffer) and
+  no ack (the HA monitor leaves it out of its heartbeats); ``unpark`` subscribes with
+  ``live=True`` from ids 0 (the producer starts after its last stable tuple) until the
+  first data tuple gives it ids to resume by.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from operator import itemgetter
@@ -94,7 +101,7 @@ from node.streams.mutation import Mutation
 from node.streams.resume import advance
 from node.streams.upstream import TmaxFilter
 from protocol.errors import RemoteProtocolError
-from protocol.messages import Ack, Batch, Subscribe
+from protocol.messages import Ack, Batch, Subscribe, Unsubscribe
 from protocol.tuples import Kind, Tuple
 from state.errors import StateError
 
@@ -163,6 +170,12 @@ class InputLink:
         #: At most this is acknowledged (None: no cap): a replica with CEC checkpoints acks
         #: only what its log's recovery would not replay (node/replica/cec.py).
         self.ack_cap: int | None = None
+        #: Parked (:meth:`park`): no subscription, no acks, the producers released.
+        self.parked = False
+        self._unparked = asyncio.Event()
+        self._unparked.set()
+        #: Subscribe at the live end (:meth:`unpark`) until a data tuple came.
+        self.live = False
         self._next = 0  # index (mod len) of the producer to try next
         self._switching = False
         self._wake = asyncio.Event()  # set by switch_to() and by a REC_DONE handover
@@ -227,11 +240,38 @@ class InputLink:
         self._switching = True
         self._wake.set()
 
+    def park(self) -> None:
+        """Hold no subscription and want nothing (a process pair's secondary in amnesia,
+        node/replica/runtime.py): the session in progress ends, every producer is told
+        ``Unsubscribe(release=True)`` so that nothing this subscriber acked earlier pins
+        its buffer, the HA monitor's heartbeats carry no ack of this stream
+        (node/streams/monitor.py), and the link waits for :meth:`unpark`."""
+        if self.parked:
+            return
+        self.parked = True
+        self._unparked.clear()
+        self.correct_from(None)
+        self.switch_to()
+
+    def unpark(self) -> None:
+        """Subscribe again, at the live end: from what the producer holds after its last
+        stable tuple (``Subscribe(live=True)``), with the ids learnt from the first data
+        tuple that comes; what was produced meanwhile is not asked for (amnesia: lost)."""
+        if not self.parked:
+            return
+        self.parked = False
+        self.live = True
+        self.last_stable_id = self.last_tentative_id = 0
+        self.tmax.reset()
+        self._unparked.set()
+
     def correct_from(self, producer: Address | None) -> None:
         """Read corrections from ``producer`` in the background, until its REC_DONE moves
         the link there (module docstring); None stops the reader and drops what it holds.
         The producer of the main session (``current``) is never read twice: asking for it
-        stops the reader too."""
+        stops the reader too; a parked link reads nothing."""
+        if self.parked:
+            producer = None
         if producer is not None:
             self._check(producer)
             if producer == self.current:
@@ -258,6 +298,9 @@ class InputLink:
     async def _main_loop(self, name: str) -> None:
         failed: Address | None = None
         while True:
+            if self.parked:
+                await self._stay_parked(name)
+                failed = None
             choice = (
                 self.choose(failed) if self.choose is not None and not self._switching else None
             )
@@ -302,6 +345,33 @@ class InputLink:
                         await self._wake.wait()
                 except TimeoutError:
                     pass
+
+    async def _stay_parked(self, name: str) -> None:
+        """Release every producer once (retrying the unreachable ones every
+        ``retry_interval``: a producer that restarts has a fresh buffer, which the grace rule
+        frees from us) until :meth:`unpark`."""
+        self._log.info("%s: parked: releasing %d producer(s)", name, len(self.producers))
+        pending = list(self.producers)
+        while self.parked:
+            for host, port in list(pending):
+                try:
+                    conn = await self._transport.connect(host, port)
+                    try:
+                        await conn.send(Unsubscribe(self.stream, self.subscriber, release=True))
+                    finally:
+                        await conn.close()
+                except OSError as exc:
+                    self._log.debug("%s: cannot release producer %s:%d yet: %r", name, host,
+                                    port, exc)
+                    continue
+                pending.remove((host, port))
+            if not pending:
+                await self._unparked.wait()
+                break
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._retry_interval):
+                    await self._unparked.wait()
+        self._log.info("%s: unparked: subscribing at the live end", name)
 
     async def _connect(self, host: str, port: int, name: str) -> Connection | None:
         """A connection to the producer at ``host:port``, or None when ``switch_to`` (or a
@@ -376,7 +446,8 @@ class InputLink:
             if self._overlap and s > 0:  # the mutation: ask again for the last stable tuple
                 s, t = s - 1, max(t - 1, s - 1)
             try:
-                await conn.send(Subscribe(self.stream, self.subscriber, s, t, self._sub_ack()))
+                await conn.send(Subscribe(self.stream, self.subscriber, s, t, self._sub_ack(),
+                                          live=self.live))
             except OSError as exc:
                 self._log.warning("%s: cannot subscribe at producer %s: %r", name, address, exc)
                 return
@@ -470,6 +541,8 @@ class InputLink:
     def _advance(self, tuples: Sequence[Tuple]) -> None:
         self.last_stable_id, self.last_tentative_id, tentative = advance(
             tuples, self.last_stable_id, self.last_tentative_id)
+        if self.live and (self.last_stable_id or self.last_tentative_id):
+            self.live = False  # the ids say where it is now: resubscribe by them
         if tentative:
             self.reconciled = False  # a new failure upstream: its reconciliation is history
 

@@ -49,6 +49,11 @@ Invariants:
   consumer not heard from yet (no Subscribe, Ack or heartbeat) stops holding its buffers'
   trimming, with a warning naming it. If it subscribes later from below the trim point,
   it is served from there, and a warning names it and the stable ids it missed.
+* A process pair in amnesia (node/replica/runtime.py): ``Subscribe(..., live=True)`` serves
+  from the live end (after the buffer's last stable tuple, the ids it carries ignored) and
+  acks that tuple; ``Unsubscribe(..., release=True)`` makes its consumer hold nothing back
+  (``buffer.release``: an acked consumer otherwise pins the buffer for ever) until its
+  next ack; a release naming a stream not served or a non-consumer is refused.
 * A subscriber ahead of a buffer (it claims stable ids the buffer has not produced) is
   served through an ``AheadView`` (it failed over from a partner replica), unless
   ``serve_ahead`` is off: a source, the origin of its stream, refuses it with an error.
@@ -368,7 +373,7 @@ class Publisher:
             sub = session.subs.pop((msg.stream, msg.subscriber), None)
             if sub is not None:
                 self._unlink(sub)
-            return None
+            return self._release(msg) if msg.release else None
         if self._responder is not None and isinstance(msg, HeartbeatRequest | ReconcileRequest):
             if isinstance(msg, HeartbeatRequest) and msg.acks:
                 problem = self._heartbeat_acks(msg)
@@ -385,6 +390,21 @@ class Publisher:
                 "(consumers send Subscribe, Unsubscribe and Ack)"
             )
         return f"sent an unexpected {type(msg).__name__} (expected Subscribe, Unsubscribe or Ack)"
+
+    def _release(self, msg: Unsubscribe) -> str | None:
+        """An Unsubscribe with ``release``: its sender holds nothing of the stream and
+        stops holding the buffer back (state/buffer.py ``release``)."""
+        buffer = self._buffers.get(msg.stream)
+        if buffer is None:
+            return f"released unknown stream {msg.stream!r} ({self._streams()})"
+        if msg.subscriber not in buffer.consumers:
+            consumers = ", ".join(map(repr, buffer.consumers)) or "none"
+            return (f"released stream {msg.stream!r} as {msg.subscriber!r}, which is not one "
+                    f"of its consumers ({consumers})")
+        buffer.release(msg.subscriber)
+        self._log.info("%s: %s released %r: it holds nothing of it and trims nothing",
+                       self.owner, msg.subscriber, msg.stream)
+        return None
 
     def _heartbeat_acks(self, msg: HeartbeatRequest) -> str | None:
         """Apply the acks ``msg`` carries, each like an Ack of its sender, or none of them
@@ -408,11 +428,13 @@ class Publisher:
         buffer = self._buffers.get(stream)
         if buffer is None:
             return f"subscribed {name!r} to unknown stream {stream!r} ({self._streams()})"
+        s, t = msg.last_stable_id, msg.last_tentative_id
+        if msg.live:  # from the live end (amnesia's takeover): after the last stable tuple
+            s = t = buffer.last_stable_id
         consumer = name in buffer.consumers
         if consumer:
             # It holds that much (heard from); it may want some of it again (CEC): ack_id.
-            ack = msg.last_stable_id if msg.ack_id < 0 else min(msg.ack_id, msg.last_stable_id)
-            buffer.ack(name, ack)
+            buffer.ack(name, s if msg.ack_id < 0 else min(msg.ack_id, s))
         if self.refusing is not None:
             return f"subscribed {name!r} to {stream!r}, refused: this replica is {self.refusing}"
         held = self._live.get(stream, {}).get(name)
@@ -423,14 +445,14 @@ class Publisher:
                     "that holds its subscription: superseded")
         ahead: AheadView | None = None
         try:
-            catchup = buffer.catchup(msg.last_stable_id, msg.last_tentative_id)
+            catchup = buffer.catchup(s, t)
         except ReplayAheadError as exc:
             if not self._serve_ahead:  # a source: nobody can hold what it never produced
                 return (f"subscribed {name!r} to {stream!r} claiming stable id "
-                        f"{msg.last_stable_id}, beyond anything produced here ({exc}): refused")
+                        f"{s}, beyond anything produced here ({exc}): refused")
             # It took stable tuples from a partner that this replica (in UP_FAILURE) has not
             # produced yet: serve it what comes after them, not nothing (state/buffer.py).
-            replayed, ahead = buffer.replay_ahead(msg.last_stable_id, msg.last_tentative_id)
+            replayed, ahead = buffer.replay_ahead(s, t)
             catchup = Catchup(replayed, [])
             if ahead.passing:
                 ahead = None
@@ -440,14 +462,12 @@ class Publisher:
             # Never heard from within the grace period (state/buffer.py): served from the
             # trim point; what it missed is gone, and said so.
             trimmed = buffer.trimmed_up_to
-            catchup = Catchup(buffer.replay_lapsed(name, msg.last_stable_id,
-                                                   msg.last_tentative_id), [])
+            catchup = Catchup(buffer.replay_lapsed(name, s, t), [])
             self._log.warning(
                 "%s: %s subscribed to %r from stable id %d, but it was not heard from within "
                 "the grace period and the buffer was trimmed up to id %d: serving it from "
                 "there; it missed stable ids %d..%d",
-                self.owner, name, stream, msg.last_stable_id, trimmed,
-                msg.last_stable_id + 1, trimmed,
+                self.owner, name, stream, s, trimmed, s + 1, trimmed,
             )
         # From here to the registration there is no await: nothing published can slip
         # between the replay and the live feed.
@@ -460,14 +480,15 @@ class Publisher:
         session.subs[(stream, name)] = sub
         session.wakeup.set()
         self._log.info(
-            "%s: peer %s subscribed %r to %r from stable %d, tentative %d (%d tuples to replay"
+            "%s: peer %s subscribed %r to %r from stable %d, tentative %d"
+            + (" (the live end)" if msg.live else "") + " (%d tuples to replay"
             + (", ahead of this replica: filtered until it catches up)" if ahead else ")"),
             self.owner,
             session.conn.peer,
             name,
             stream,
-            msg.last_stable_id,
-            msg.last_tentative_id,
+            s,
+            t,
             len(catchup),
         )
         return None

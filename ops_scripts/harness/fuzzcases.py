@@ -70,8 +70,10 @@ SAMPLES: dict[type[Message], tuple[Message, ...]] = {
                       make_tuple(_T.REC_REQUEST, 0, 0, 0, ()))),
         Batch("", (make_tuple(_T.STABLE, _U64, _I64, 0, (2**63 - 1, _I64, 1e308, 5e-324, "☃")),)),
     ),
-    Subscribe: (Subscribe("s1", "n2a", 0, 0), Subscribe("", "é", _U64, 2**63, 7)),
-    Unsubscribe: (Unsubscribe("s1", "n2a"), Unsubscribe("out", "")),
+    Subscribe: (Subscribe("s1", "n2a", 0, 0), Subscribe("", "é", _U64, 2**63, 7),
+                Subscribe("s1", "n1b", 0, 0, live=True)),
+    Unsubscribe: (Unsubscribe("s1", "n2a"), Unsubscribe("out", ""),
+                  Unsubscribe("s1", "n1b", release=True)),
     HeartbeatRequest: (HeartbeatRequest("n1a", 0), HeartbeatRequest("n2b", 17, {"s1": 3, "s2": 0}),
                        HeartbeatRequest("x", -1, {"é": _U64})),
     HeartbeatResponse: (

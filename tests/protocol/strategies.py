@@ -76,8 +76,8 @@ states = st.sampled_from(ConsistencyState)
 
 MESSAGE_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     Batch: st.builds(Batch, names, st.lists(tuples, max_size=20).map(tuple)),
-    Subscribe: st.builds(Subscribe, names, names, ints, ints),
-    Unsubscribe: st.builds(Unsubscribe, names, names),
+    Subscribe: st.builds(Subscribe, names, names, ints, ints, ints, st.booleans()),
+    Unsubscribe: st.builds(Unsubscribe, names, names, st.booleans()),
     HeartbeatRequest: st.builds(
         HeartbeatRequest, names, ints, st.dictionaries(names, ack_ids, max_size=5)
     ),

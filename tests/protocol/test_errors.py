@@ -265,16 +265,27 @@ def test_error_messages_stay_short_however_large_the_garbage() -> None:
     [
         (
             MessageType.SUBSCRIBE,
-            ["s", "c", True, 0, -1],
+            ["s", "c", True, 0, -1, False],
             "Subscribe: field 'last_stable_id' must be an integer, got True",
         ),
         (
             MessageType.SUBSCRIBE,
             ["s", "c", 1],
-            "Subscribe: payload must be a list of 5 fields "
-            "[stream, subscriber, last_stable_id, last_tentative_id, ack_id], got ['s', 'c', 1]",
+            "Subscribe: payload must be a list of 6 fields "
+            "[stream, subscriber, last_stable_id, last_tentative_id, ack_id, live], "
+            "got ['s', 'c', 1]",
         ),
-        (MessageType.UNSUBSCRIBE, {"stream": "s"}, "Unsubscribe: payload must be a list of 2"),
+        (
+            MessageType.SUBSCRIBE,
+            ["s", "c", 1, 1, -1, 0],
+            "Subscribe: field 'live' must be a boolean, got 0",
+        ),
+        (MessageType.UNSUBSCRIBE, {"stream": "s"}, "Unsubscribe: payload must be a list of 3"),
+        (
+            MessageType.UNSUBSCRIBE,
+            ["s", "c", "yes"],
+            "Unsubscribe: field 'release' must be a boolean, got 'yes'",
+        ),
         (
             MessageType.HEARTBEAT_REQUEST,
             [None, 1, []],
@@ -467,6 +478,10 @@ def t(*values: Any, kind: Any = Kind.STABLE, id: Any = 1) -> Tuple:
         (
             Subscribe("s", "c", 1, False),
             "cannot encode Subscribe: field 'last_tentative_id' must be an integer, got False",
+        ),
+        (
+            Subscribe("s", "c", 1, 1, -1, 1),  # type: ignore[arg-type]
+            "cannot encode Subscribe: field 'live' must be a boolean, got 1",
         ),
         (
             HeartbeatRequest("a", "1"),

@@ -391,6 +391,23 @@ def test_a_released_consumer_holds_trimming_again_from_its_first_ack() -> None:
     assert not b.lapsed("late") and b.trimmed_up_to == 4 and list(b) == [S(5)]
 
 
+def test_a_consumer_released_on_request_pins_nothing_until_it_acks_again() -> None:
+    """``release``: an acked consumer (pinning at 1 for ever otherwise) says it wants
+    nothing (an amnesia secondary); its next ack, at the live end, holds trimming again."""
+    b = buf(S(1), S(2), S(3), consumers=("a", "sec"))
+    b.ack("sec", 1)
+    b.ack("a", 3)
+    assert b.trimmed_up_to == 1
+    b.release("sec")
+    assert b.trimmed_up_to == 3 and b.lapsed("sec")
+    b.append([S(4), S(5)])
+    b.ack("sec", 4)  # its live Subscribe
+    b.ack("a", 5)
+    assert b.trimmed_up_to == 4 and not b.lapsed("sec")
+    with pytest.raises(StateError, match="release of unknown consumer 'zed'"):
+        b.release("zed")
+
+
 def test_a_lapsed_consumer_is_served_from_the_trim_point() -> None:
     b = buf(S(1), B(10), S(2), B(20), S(3), consumers=("a", "late"))
     b.ack("a", 2)

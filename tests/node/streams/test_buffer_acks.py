@@ -138,6 +138,28 @@ async def test_the_monitor_acks_to_every_upstream_replica_so_both_buffers_trim(n
         await p.stop()
 
 
+async def test_a_parked_link_sends_no_acks_so_its_release_holds(net: Net) -> None:
+    """A parked link (an amnesia secondary) released its producers; were its heartbeats to
+    ack 0, every upstream buffer would be pinned at 0 again. They carry no ack of it."""
+    a, b = await replica(net, "a"), await replica(net, "b")
+    link, _ = make_link(net, [a.address, b.address], name="c1")
+    link.park()
+    monitor = UpstreamMonitor(
+        "c1", net.transport("c1"),
+        {"s": (link, [UpstreamReplica("a", *a.address), UpstreamReplica("b", *b.address)])},
+        interval=2000, misses=3, lag=700_000, log=LOG,
+    )
+    assert monitor.acks_for("a") == {} == monitor.acks_for("b")
+    async with running(link.run(), monitor.run()):
+        for p in (a, b):
+            await p.publish(stable(1, 50))
+        await wait_until(lambda: a.buffers["s"].trimmed_up_to == b.buffers["s"].trimmed_up_to == 50)
+        link.unpark()
+        await wait_until(lambda: monitor.acks_for("a") == {"s": 0})
+    for p in (a, b):
+        await p.stop()
+
+
 # ------------------------------------------------------------------ the grace rule
 GRACE = 20_000  # µs
 

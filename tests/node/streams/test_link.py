@@ -665,3 +665,33 @@ async def test_a_rec_done_the_link_moved_away_from_is_dropped_before_reading_the
     assert stable_ids(sink.raw) == list(range(1, 15))
     for p in (a, b):
         await p.stop()
+
+
+# ---------------------------------------------------------------- amnesia: parked links
+async def test_a_parked_link_releases_its_producers_and_resumes_at_the_live_end(net: Net) -> None:
+    """An amnesia secondary's link (node/replica/runtime.py): parked, it holds no
+    subscription and releases every producer, so that what it acked in an earlier life
+    pins no buffer; unparked, it subscribes at the live end (what came meanwhile is lost)
+    and from the first data tuple on resumes by ids as any link."""
+    a, b = await Producer(net, "a").start(), await Producer(net, "b").start()
+    for prod in (a, b):
+        prod.buffers["s"].set_consumers(["c1", "c2"])
+        await prod.publish(stable(1, 10))
+        prod.buffers["s"].ack("c1", 2)  # its earlier life
+        prod.buffers["s"].ack("c2", 10)
+    link, sink = make_link(net, [a.address, b.address])
+    link.park()
+    async with running(link.run()):
+        await wait_until(lambda: a.buffers["s"].trimmed_up_to == b.buffers["s"].trimmed_up_to == 10)
+        assert not a.subscribers() and not b.subscribers()
+        await a.publish(stable(11, 12))  # while parked: never asked for
+        link.unpark()
+        await wait_until(lambda: "c1" in a.subscribers() or "c1" in b.subscribers())
+        for prod in (a, b):
+            await prod.publish(stable(13, 14) if prod is a else stable(11, 14))
+        await wait_until(lambda: link.last_stable_id == 14)
+        assert not link.live  # ids known: a resubscription resumes by them
+    assert sink.ids() in ([13, 14], [11, 12, 13, 14])  # a's live end is 12, b's 10
+    assert link.ack_id == 14
+    for prod in (a, b):
+        await prod.stop()

@@ -430,3 +430,47 @@ async def test_a_silent_peer_is_closed_after_hello_timeout(
     )
     await conn.close()
     await prod.stop()
+
+
+# ------------------------------------------------------------- amnesia: live end, release
+async def test_a_live_subscribe_starts_after_the_last_stable_tuple(net: Net) -> None:
+    """``Subscribe(live=True)`` ignores the ids it carries: the subscriber gets what follows
+    the producer's last stable tuple (its tentative tail included), then everything new,
+    and it counts as an ack of that tuple (an amnesia takeover, docs/ha-modes.md)."""
+    prod = await Producer(net).start()
+    prod.buffers["s"].set_consumers(["x", "other"])
+    await prod.publish([*stable(1, 5), T(6), T(7)])
+    conn = await raw_subscribe(net, prod, "x", Subscribe("s", "x", 0, 0, live=True))
+    async with asyncio.timeout(GUARD):
+        assert await conn.receive() == Batch("s", (T(6), T(7)))
+        await prod.publish([T(8)])
+        assert await conn.receive() == Batch("s", (T(8),))
+    assert prod.buffers["s"].consumer_status()["x"]["acked"] == 5
+    await conn.close()
+    await prod.stop()
+
+
+async def test_a_release_stops_a_silent_consumer_pinning_the_buffer(net: Net) -> None:
+    """A consumer heard from pins the buffer at its last ack for ever (a crashed replica
+    resumes from there); ``Unsubscribe(release=True)`` says it wants nothing any more (an
+    amnesia secondary, restarted), so the buffer trims by the others; its next ack holds
+    trimming again. A release naming a stream or consumer not served here is refused."""
+    prod = await Producer(net).start()
+    buf = prod.buffers["s"]
+    buf.set_consumers(["x", "y"])
+    await prod.publish(stable(1, 10))
+    conn = await raw_subscribe(net, prod, "x", Ack("s", "x", 2))
+    await conn.send(Ack("s", "y", 9))
+    await wait_until(lambda: buf.trimmed_up_to == 2)  # x pins at 2
+    await conn.send(Unsubscribe("s", "x", release=True))
+    await wait_until(lambda: buf.trimmed_up_to == 9)
+    await prod.publish(stable(11, 12))
+    await conn.send(Ack("s", "x", 11))
+    await conn.send(Ack("s", "y", 12))
+    await wait_until(lambda: buf.trimmed_up_to == 11)  # x holds trimming again
+    await conn.send(Unsubscribe("s", "stranger", release=True))
+    async with asyncio.timeout(GUARD):
+        assert await conn.receive() is None  # refused: the connection is closed
+    assert buf.trimmed_up_to == 11
+    await conn.close()
+    await prod.stop()
