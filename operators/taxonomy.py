@@ -27,6 +27,40 @@ from two SUnions would be too, which is why it is refused at build time.
 SUnion's own timeout (it releases a bucket tentatively after alpha*X) makes its *tentative*
 output time-dependent: DPC corrects exactly that output; a process-pair mode runs SUnion
 without a timeout, and its stable output is what the class describes.
+
+What a mode promises (:func:`promised_recovery`): the paper's Table 2, which recovery each
+high-availability mode gives a network of each class, beside ours. The paper's types are
+its section 3.1 (:class:`RecoveryType`); ours are *precise* wherever the paper's are
+*repeating* or *convergent* because downstream drops the duplicates by id (the paper's
+section 6 and Table 4: a tuple whose id it already holds is dropped), and DPC is precise
+once its tentative results are corrected::
+
+    class               amnesia  passive standby  upstream backup  active standby  dpc
+    paper (Table 2)
+    repeatable          gap      repeating        repeating        repeating       -
+    convergent-capable  gap      repeating        convergent       repeating       -
+    deterministic       gap      repeating        divergent        repeating       -
+    arbitrary           gap      divergent        divergent        divergent       -
+    ours
+    repeatable          gap      precise          precise          precise         precise
+    convergent-capable  gap      precise          precise          precise         precise
+    deterministic       gap      precise          divergent        precise         precise
+    arbitrary           gap      divergent        divergent        divergent       precise
+
+Amnesia restarts the network empty at the live end of its inputs: what was in flight or in
+the state is lost, a *gap*, for every class. Upstream backup restarts the network empty on
+the input upstream still buffers: a deterministic network, which reproduces its output
+only from the same initial state, may then emit other tuples, which no id can catch
+(divergent). An arbitrary network's replicas differ
+from the start, so a mode that switches replicas is divergent for it. DPC's column is its
+promise: eventual consistency, the failure-free output once every tentative result is
+corrected (DPC assumes replicas that agree; no network built here is arbitrary).
+"passive_standby" and "upstream_backup" are not built yet: their rows are ready
+(docs/ha-modes.md).
+
+Whether a mode's secondary holds the primary's state (:func:`replicas_share_state`) is the
+other fact about a mode the checker needs: only then may it compare the two replicas'
+state digests.
 """
 
 from __future__ import annotations
@@ -34,7 +68,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
-__all__ = ["NetworkClass", "RecoveryClass"]
+__all__ = ["HA_PROMISES", "NetworkClass", "RecoveryClass", "RecoveryType", "promised_recovery",
+           "replicas_share_state"]
 
 
 class RecoveryClass(IntEnum):
@@ -62,3 +97,58 @@ class NetworkClass:
 
     def __str__(self) -> str:
         return f"{self.cls.label} ({self.reason})"
+
+
+class RecoveryType(IntEnum):
+    """The recovery types of Hwang et al. (section 3.1), ordered from the strongest guarantee
+    to the weakest: of two promises, the larger is the weaker (ops_scripts/check/recovery.py
+    tells which one a stream shows)."""
+
+    PRECISE = 0
+    REPEATING = 1
+    CONVERGENT = 2
+    DIVERGENT = 3
+    GAP = 4
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+_P, _D, _G = RecoveryType.PRECISE, RecoveryType.DIVERGENT, RecoveryType.GAP
+
+#: Our Table 2 (module docstring): ``ha`` -> the recovery promised to a network of each
+#: class, in :class:`RecoveryClass` order (repeatable, convergent-capable, deterministic,
+#: arbitrary).
+HA_PROMISES: dict[str, tuple[RecoveryType, RecoveryType, RecoveryType, RecoveryType]] = {
+    "dpc": (_P, _P, _P, _P),
+    "active_standby": (_P, _P, _P, _D),
+    "passive_standby": (_P, _P, _P, _D),
+    "upstream_backup": (_P, _P, _D, _D),
+    "amnesia": (_G, _G, _G, _G),
+}
+
+
+def promised_recovery(ha: str, cls: RecoveryClass) -> RecoveryType:
+    """The recovery mode ``ha`` promises a query network of class ``cls`` (our Table 2, in
+    the module docstring). An unknown mode raises :class:`ValueError` naming it."""
+    try:
+        row = HA_PROMISES[ha]
+    except KeyError:
+        known = ", ".join(repr(m) for m in HA_PROMISES)
+        raise ValueError(f"unknown high-availability mode ha = {ha!r} (known: {known})") from None
+    return row[cls]
+
+
+#: The modes whose every replica processes the whole input, so that a node's replicas hold
+#: the same state once they caught up: DPC's, and active standby's pair. An amnesia
+#: secondary holds an empty network, a passive standby the primary's last checkpoint, an
+#: upstream backup nothing at all.
+_SHARED_STATE = frozenset({"dpc", "active_standby"})
+
+
+def replicas_share_state(ha: str) -> bool:
+    """Whether the replicas of a node in mode ``ha`` hold the same state (the module
+    docstring); an unknown mode raises :class:`ValueError` naming it."""
+    promised_recovery(ha, RecoveryClass.REPEATABLE)  # the one check that ``ha`` is known
+    return ha in _SHARED_STATE

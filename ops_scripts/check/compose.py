@@ -22,14 +22,22 @@ composes the checkers of ``ops_scripts/check/properties.py``, ``sources.py`` and
 * **eventual-consistency** (per client, properties 2-4): the client's stream with UNDOs
   applied holds no tentative tuple and its stable tuples equal the reference of its stream.
   Applying is checked, never forced: a duplicate or an UNDO that would take back a stable
-  tuple is invalid here too, with the line of the log as evidence.
+  tuple is invalid here too, with the line of the log as evidence. A stream whose path
+  promises only gap recovery (``paths.stream_promise``: an amnesia node on it) is judged
+  by that promise: the same UNDO and tentative rules, losses and different tuples counted
+  (``recovery.classify``), and it must end recovered: its last tuple is the reference's
+  (by content: a takeover renumbers ids).
 * **replica-convergence** (property 3), per replica and output stream: the same check on
   what the replica emitted. A replica that crashed and recovered (node/replica/recovery.py,
   ``recoveries.jsonl``) is judged in parts: each earlier incarnation's log, cut short by the
   crash, must be a correct prefix (a tentative tail is allowed: its correction is the new
   incarnation's business), and the current log must continue the reference after the
-  stable id it restored from. Per node, when the history has ``digest`` events: all its
-  replicas report the same state hashes (one missing is excused only if it was down).
+  stable id it restored from. Gap streams as for clients, except that the replicas of the
+  pair whose own mode promises the gap need not end recovered (a secondary emits nothing,
+  a primary killed stops mid-stream). Per node, when the history has ``digest`` events:
+  all its replicas report the same state hashes (one missing is excused only if it was
+  down), unless its mode's secondary holds another state by design (amnesia's is empty):
+  valid, saying nothing was compared.
 * **liveness** (per replica and per client, property 6; with a history only, like
   availability: without one there is no final heal to judge from): after the final heal
   every replica is STABLE again and every client holds every result whose input came
@@ -57,13 +65,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from node.config.model import ClusterConfig
+from node.config.model import ClusterConfig, NodeConfig
 from node.errors import ConfigError
 from node.procs.rundir import RunDir
+from operators.taxonomy import RecoveryType, replicas_share_state
 from ops_scripts.check.availability import ClientDelays, assess, bound_for, judge_delays
 from ops_scripts.check.history import count_events, final_digests
 from ops_scripts.check.liveness import live_subject, liveness_verdicts
-from ops_scripts.check.paths import Outage, client_outages, down_at_end
+from ops_scripts.check.paths import Outage, client_outages, down_at_end, own_promise, stream_promise
 from ops_scripts.check.properties import (
     Status,
     Verdict,
@@ -153,6 +162,19 @@ def _source_verdicts(config: ClusterConfig, h: History) -> list[Verdict]:
     return verdicts
 
 
+def _promised(checker: Callable[..., Verdict], config: ClusterConfig, stream: str,
+              pair_of: NodeConfig | None = None) -> Callable[..., Verdict]:
+    """``checker`` judging by ``stream``'s promise (``paths.stream_promise``), worked out
+    when it runs, inside ``guarded``: a crash there is unknown. ``pair_of``: the node whose
+    replica emitted the stream; its end is judged unless its own mode promises the gap."""
+    def run(*args: Any) -> Verdict:
+        extra: dict[str, Any] = {}
+        if pair_of is not None:
+            extra["judge_end"] = own_promise(pair_of) is not RecoveryType.GAP
+        return checker(*args, promise=stream_promise(config, stream), **extra)
+    return run
+
+
 def _log_verdicts(config: ClusterConfig, h: History, reference: dict[str, list[Tuple]] | None,
                   why: str) -> list[Verdict]:
     """The verdicts of the logs alone, in property order: each client's no-duplicates and
@@ -179,19 +201,21 @@ def _log_verdicts(config: ClusterConfig, h: History, reference: dict[str, list[T
               needs_reference=False)
     verdicts += _source_verdicts(config, h)
     for c, subject, got in clients:
-        judge("eventual-consistency", subject, check_client, c, got)
+        judge("eventual-consistency", subject, _promised(check_client, config, c.stream), c, got)
     for node in config.nodes.values():
         for r in node.replicas:
             for s in node.outputs:
                 got = h.replicas.get((r.name, s))
                 subject = replica_subject(r.name, s)
                 if (r.name, s) in h.restored_after:
-                    judge("replica-convergence", subject, functools.partial(
-                        check_recovered_replica, earlier_after=h.earlier_after.get((r.name, s), [])),
-                        r.name, s, got, h.restored_after[(r.name, s)],
-                        h.earlier.get((r.name, s), []))
+                    recovered = functools.partial(
+                        check_recovered_replica, earlier_after=h.earlier_after.get((r.name, s), []))
+                    judge("replica-convergence", subject, _promised(recovered, config, s, node),
+                          r.name, s, got, h.restored_after[(r.name, s)],
+                          h.earlier.get((r.name, s), []))
                 else:
-                    judge("replica-convergence", subject, check_replica, r.name, s, got)
+                    judge("replica-convergence", subject,
+                          _promised(check_replica, config, s, node), r.name, s, got)
     return verdicts
 
 
@@ -233,15 +257,25 @@ def _availability(config: ClusterConfig, events: Sequence[Event] | None, h: Hist
     return verdicts, found
 
 
+def _node_digests(node: NodeConfig, events: Sequence[Event]) -> Verdict:
+    """One node's state digests verdict. A node whose mode's secondary holds another state
+    than its primary by design (``taxonomy.replicas_share_state``: amnesia's secondary an
+    empty network) keeps its verdict, valid, saying why nothing was compared: left out, the
+    table would hide that its state went unjudged."""
+    if not replicas_share_state(node.settings.ha):
+        why = (f"not compared: ha {node.settings.ha}'s secondary does not hold its primary's "
+               "state (an amnesia secondary holds an empty query network), by design")
+        return Verdict("replica-convergence", Status.VALID, why, node_subject(node.name))
+    return check_digests(node.name, [r.name for r in node.replicas], final_digests(events),
+                         down_at_end(events))
+
+
 def _digests(config: ClusterConfig, events: Sequence[Event] | None) -> list[Verdict]:
     """Per node, the state digests verdict, when the history has ``digest`` events."""
     if not events or not count_events(events, "digest"):
         return []
-    return [
-        guarded("replica-convergence", node_subject(node.name), lambda n=node: check_digests(
-            n.name, [r.name for r in n.replicas], final_digests(events), down_at_end(events)))
-        for node in config.nodes.values()
-    ]
+    return [guarded("replica-convergence", node_subject(node.name), _node_digests, node, events)
+            for node in config.nodes.values()]
 
 
 def _liveness(config: ClusterConfig, events: Sequence[Event], h: History,

@@ -53,6 +53,15 @@ did) when the run lasted past the deadline, unknown otherwise. A process down at
 (killed or paused, never healed) is excused, named in the evidence, and so is every replica
 and client downstream of an input with no live producer at the end.
 
+A client whose stream's path promises only gap recovery (``paths.stream_promise``: an
+amnesia node on it) cannot hold every such result: the gap lost some, and a takeover
+renumbered the ids after it. Its results are matched by content, ``(time, tmax, values)``,
+and only those its log holds as stable in the end are waited for: what the gap lost, and
+whether the stream ended recovered, is eventual-consistency's verdict
+(``properties.check_stream``). A replica is judged by its state whatever its mode: a
+process pair's SUnions never time out (docs/ha-modes.md), so its secondary, which emits
+nothing, stays STABLE, and STABLE is all its verdict asks.
+
 Invariants: pure (no I/O, no clock); every verdict says the bound with its numbers.
 """
 
@@ -66,8 +75,9 @@ from node.config.model import ClusterConfig, NodeConfig
 from node.replica.manager import policy_of
 from node.replica.recovery import RECOVERY_RETRY
 from ops_scripts.check.availability import apply_undos, bound_for
-from ops_scripts.check.paths import fault_spans
+from ops_scripts.check.paths import Promise, fault_spans, stream_promise
 from ops_scripts.check.properties import Status, Verdict, client_subject, fmt_tuple, seconds
+from ops_scripts.check.recovery import RecoveryType, content
 from ops_scripts.errors import HistoryError
 from protocol.tuples import Kind, Tuple
 
@@ -289,6 +299,10 @@ def restart_starts(ending: Ending, states: Mapping[str, Sequence[tuple[int, str]
     return out
 
 
+def _id(t: Tuple) -> int:
+    return t.id
+
+
 # ---------------------------------------------------------------- the verdicts
 def check_replica_liveness(replica: str, states: Sequence[tuple[int, str]], ending: Ending,
                            start: int, bound: Bound) -> Verdict:
@@ -319,32 +333,60 @@ def check_replica_liveness(replica: str, states: Sequence[tuple[int, str]], endi
     return Verdict("liveness", Status.INVALID, f"{stuck}, past the {clock}", subject)
 
 
+def _stable_in_force(rows: Sequence[tuple[int, Tuple]]) -> list[Tuple]:
+    return [t for t in apply_undos(t for _, t in rows) if t.kind is Kind.STABLE]
+
+
+def _gap_wanted(rows: Sequence[tuple[int, Tuple]], wanted: list[Tuple],
+                promise: Promise) -> tuple[list[Tuple], str]:
+    """Under a gap promise, the wanted results the client holds in the end (by content),
+    and a note for evidence saying how many the gap took."""
+    final = {content(t) for t in _stable_in_force(rows)}
+    kept = [t for t in wanted if content(t) in final]
+    verb = "promises" if len(promise.by) == 1 else "promise"
+    note = (f"gap recovery, as {promise.who()} {verb}: {len(wanted) - len(kept)} of the "
+            f"{len(wanted)} results whose input came before the final heal never held "
+            "(eventual-consistency judges the gap), the others matched by content; ")
+    return kept, note
+
+
 def check_client_liveness(subject: str, rows: Sequence[tuple[int, Tuple]],
                           reference: Sequence[Tuple], ending: Ending, start: int,
-                          bound: Bound) -> Verdict:
+                          bound: Bound, promise: Promise | None = None) -> Verdict:
     """One client: every reference result of its stream whose input came before the final
     heal (``tmax`` below it) is in force as STABLE among the tuples that arrived by ``start +
-    B`` (``rows``: ``(arrival, tuple)`` in log order; line n is element n-1)."""
+    B`` (``rows``: ``(arrival, tuple)`` in log order; line n is element n-1). Under a gap
+    ``promise``, only those it holds in the end, by content (module docstring)."""
     deadline = start + bound.total
     clock = (f"deadline {ending.at(deadline)} after the final heal ({ending.how}); "
              f"{bound.describe()}")
     if start > ending.heal:
         clock = f"clock from a restart that came up at {ending.at(start)}; " + clock
     wanted = [t for t in reference if t.tmax < ending.heal]
+    gap = promise is not None and promise.type is RecoveryType.GAP
+    if gap and promise is not None:  # (the second test only narrows the type)
+        wanted, note = _gap_wanted(rows, wanted, promise)
+        clock = note + clock
     if not wanted:
         return Verdict("liveness", Status.VALID,
                        f"no result's input came before the final heal; {clock}", subject)
     n = 0
     while n < len(rows) and rows[n][0] <= deadline:
         n += 1
-    held = {t.id: t for t in apply_undos(t for _, t in rows[:n]) if t.kind is Kind.STABLE}
-    missing = [t for t in wanted if held.get(t.id) != t]
+    stable = _stable_in_force(rows[:n])
+    if gap:  # ids renumbered by a takeover: only the content is the reference's
+        held_content = {content(t) for t in stable}
+        missing = [t for t in wanted if content(t) not in held_content]
+    else:
+        held = {t.id: t for t in stable}
+        missing = [t for t in wanted if held.get(t.id) != t]
+    key = content if gap else _id
     if not missing:
-        lines: dict[int, int] = {}  # stable id -> the line it first arrived on
+        lines: dict[Any, int] = {}  # a stable tuple's key -> the line it first arrived on
         for line, (_, t) in enumerate(rows[:n], start=1):
             if t.kind is Kind.STABLE:
-                lines.setdefault(t.id, line)
-        last = max(lines[t.id] for t in wanted)
+                lines.setdefault(key(t), line)
+        last = max(lines[key(t)] for t in wanted)
         return Verdict("liveness", Status.VALID, (
             f"all {len(wanted)} results whose input came before the final heal held as "
             f"stable, the last from line {last} (arrived {ending.at(rows[last - 1][0])}); "
@@ -352,8 +394,11 @@ def check_client_liveness(subject: str, rows: Sequence[tuple[int, Tuple]],
     first = missing[0]
     what = (f"{len(missing)} of {len(wanted)} results whose input came before the final heal "
             f"not held as stable by the deadline; first {fmt_tuple(first)}")
+    def arrived(t: Tuple) -> bool:  # ``first`` itself, or (gap) its content as stable
+        return t.kind is Kind.STABLE and key(t) == key(first) if gap else t == first
+
     late = next(((line, a) for line, (a, t) in enumerate(rows, start=1) if line > n
-                 and t == first), None)
+                 and arrived(t)), None)
     if late is not None:
         return Verdict("liveness", Status.INVALID, (
             f"{what}: it arrived at line {late[0]}, {ending.at(late[1])}, after the {clock}"),
@@ -471,5 +516,5 @@ def liveness_verdicts(config: ClusterConfig, events: Sequence[Event], *,
             bound = bounds[producer.name].for_client(bound_for(config, c.stream))
             out.append(check_client_liveness(
                 subject, clients.get(c.name, ()), reference[c.stream], ending,
-                start([*replicas, *up[producer.name]]), bound))
+                start([*replicas, *up[producer.name]]), bound, stream_promise(config, c.stream)))
     return out

@@ -44,6 +44,13 @@ Invariants: pure (no I/O, no clock). The conditions change only at span boundari
 each segment between them is judged once, at its start. Events are taken in time order
 (stable). A fault event without its resolved effects raises :class:`HistoryError` (an
 unknown verdict, never a guess); a heal of an unknown fault id is ignored.
+
+The same stream graph gives each stream its **promise** (:func:`stream_promise`): the
+recovery its path's high-availability modes promise (operators/taxonomy.py
+``promised_recovery``, Table 2), the weakest over the node producing it and every node
+upstream of it, transitively through their inputs (a source's stream is precise). A gap
+anywhere upstream reaches every stream below it: a node fed a stream with a hole computes
+from that hole, whatever its own mode.
 """
 
 from __future__ import annotations
@@ -53,12 +60,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from node.config.model import ClusterConfig, NodeConfig
+from operators.network import network_class
+from operators.taxonomy import RecoveryType, promised_recovery
 from ops_scripts.errors import HistoryError
 
 __all__ = [
     "Conditions",
     "FaultSpan",
     "Outage",
+    "Promise",
     "Span",
     "client_outages",
     "conditions_at",
@@ -66,7 +76,10 @@ __all__ = [
     "down_spans",
     "fault_spans",
     "live_processes",
+    "node_promise",
+    "own_promise",
     "served",
+    "stream_promise",
     "why_not_served",
 ]
 
@@ -317,3 +330,58 @@ def client_outages(config: ClusterConfig,
         for c in out:
             out[c] = [Outage(c, first, None, "the cluster was stopped before it was ready")]
     return out
+
+
+# ---------------------------------------------------------------- promises
+@dataclass(frozen=True, slots=True)
+class Promise:
+    """The recovery a stream's path promises, and who sets it: ``by`` holds ``(node, ha)``
+    of every node on the path whose own promise is ``type``, in config order (empty for a
+    source's stream)."""
+
+    type: RecoveryType
+    by: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(n for n, _ in self.by)
+
+    def who(self) -> str:
+        """The modes that set it, as evidence says it: "amnesia at node n1"."""
+        return " and ".join(f"{ha} at node {n}" for n, ha in self.by)
+
+
+def own_promise(node: NodeConfig) -> RecoveryType:
+    """What ``node``'s own mode promises its query network (Table 2), its inputs aside."""
+    return promised_recovery(node.settings.ha, network_class(node.network).cls)
+
+
+def _upstream_nodes(config: ClusterConfig, name: str) -> list[NodeConfig]:
+    """Node ``name`` and every node upstream of it, through node inputs, in config order."""
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        todo += [p.name for s in config.nodes[n].inputs
+                 if isinstance(p := config.producer_of(s), NodeConfig)]
+    return [node for node in config.nodes.values() if node.name in seen]
+
+
+def node_promise(config: ClusterConfig, name: str) -> Promise:
+    """The promise of node ``name``'s outputs: the weakest (largest) of its own and every
+    upstream node's (module docstring)."""
+    own = [(n, own_promise(n)) for n in _upstream_nodes(config, name)]
+    weakest = max(t for _, t in own)
+    return Promise(weakest, tuple((n.name, n.settings.ha) for n, t in own if t is weakest))
+
+
+def stream_promise(config: ClusterConfig, stream: str) -> Promise:
+    """The promise of ``stream``: its producing node's (:func:`node_promise`), or precise
+    for a source's."""
+    producer = config.producer_of(stream)
+    if isinstance(producer, NodeConfig):
+        return node_promise(config, producer.name)
+    return Promise(RecoveryType.PRECISE)

@@ -9,7 +9,9 @@ id or the operator. One property each (DESIGN.md section 6):
 2. :func:`check_no_duplicates`: no STABLE tuple reaches a client twice;
 3. :func:`check_stream` (via :func:`check_client`): eventual consistency with a reference;
    for replicas :func:`check_replica` / :func:`check_recovered_replica` (their streams)
-   and :func:`check_digests` (their state at the end);
+   and :func:`check_digests` (their state at the end); a stream whose path promises only
+   *gap* recovery (``ops_scripts/check/paths.py`` ``stream_promise``: an amnesia node on
+   it) is judged by that promise instead of equality (:func:`check_stream`);
 4. :func:`check_stable_never_undone`: every UNDO takes back tentative tuples only.
 
 Invariants: no I/O, no clock; a checker that raises is turned into ``unknown`` by
@@ -27,8 +29,8 @@ from typing import Any
 
 from node.config.model import ClientConfig
 from ops_scripts.check.availability import ClientDelays, NewResult
-from ops_scripts.check.paths import Outage
-from ops_scripts.check.recovery import classify
+from ops_scripts.check.paths import Outage, Promise
+from ops_scripts.check.recovery import RecoveryType, classify, content
 from ops_scripts.errors import CheckError
 from protocol.tuples import Kind, Tuple
 from protocol.undo_rule import undo_cut
@@ -260,18 +262,69 @@ def _difference(who: str, got: list[tuple[int, Tuple]], ref: Sequence[Tuple]) ->
 CLASSIFY_UP_TO = 100_000
 
 
-def _as_recovery(kept: list[tuple[int, Tuple]], reference: Sequence[Tuple]) -> str:
+def _as_recovery(got: Sequence[Tuple], reference: Sequence[Tuple]) -> str:
     """The recovery type the stream shows (ops_scripts/check/recovery.py), for evidence."""
-    if max(len(kept), len(reference)) > CLASSIFY_UP_TO:
+    if max(len(got), len(reference)) > CLASSIFY_UP_TO:
         return f"; not aligned with the reference as a recovery (over {CLASSIFY_UP_TO:,} tuples)"
-    return f"; as a recovery: {classify([t for _, t in kept], reference)}"
+    return f"; as a recovery: {classify(got, reference)}"
+
+
+def _gap_counts(got: Sequence[Tuple], reference: Sequence[Tuple]) -> str:
+    """What a gap recovery cost the stream, for evidence: lost and different tuples."""
+    if max(len(got), len(reference)) > CLASSIFY_UP_TO:
+        return f"not aligned with the reference (over {CLASSIFY_UP_TO:,} tuples)"
+    r = classify(got, reference)
+    counts = f"{r.lost} lost, {r.different} different"
+    counts += f", {r.repeated} repeated" if r.repeated else ""
+    return counts + (f" (first lost: {fmt_tuple(r.first_lost)})" if r.first_lost else "")
+
+
+def _unrecovered(got: Sequence[Tuple], reference: Sequence[Tuple]) -> str | None:
+    """Why ``got`` did not end recovered (None: it did): its last data tuple must be the
+    reference's last in content (ids differ after a takeover); an empty reference wants an
+    empty stream."""
+    if not reference:
+        return None if not got else f"{len(got)} tuple(s) where the reference has none"
+    if not got:
+        return f"no tuple; the reference ends with {fmt_tuple(reference[-1])}"
+    if content(got[-1]) != content(reference[-1]):
+        return (f"it ends with {fmt_tuple(got[-1])}, the reference with "
+                f"{fmt_tuple(reference[-1])}")
+    return None
+
+
+def _judge_gap(name: str, subject: str, got: Sequence[Tuple], reference: Sequence[Tuple],
+               promise: Promise, judge_end: bool) -> Verdict:
+    """A stream whose path promises gap recovery (``got``: its data tuples in force, all
+    stable): losses and different tuples are what the promise allows; with ``judge_end``
+    the stream must have ended recovered (:func:`_unrecovered`)."""
+    verb = "promises" if len(promise.by) == 1 else "promise"
+    promised = f"gap recovery, as {promise.who()} {verb}"
+    problem = _unrecovered(got, reference) if judge_end else None
+    if problem is not None:
+        why = (f"not recovered by its end: {problem}; {promised}, the output is the "
+               "failure-free one again after a loss" + _as_recovery(got, reference))
+        return Verdict(name, Status.INVALID, why, subject)
+    why = f"{promised}: {_gap_counts(got, reference)}"
+    why += ("; recovered by its end (its last tuple is the reference's)" if judge_end else
+            "; its end not judged (a pair's replica: a secondary emits nothing, a primary "
+            "killed stops mid-stream)")
+    return Verdict(name, Status.VALID, why, subject)
 
 
 def check_stream(
-    name: str, subject: str, received: Sequence[Tuple], reference: Sequence[Tuple], who: str
+    name: str, subject: str, received: Sequence[Tuple], reference: Sequence[Tuple], who: str,
+    promise: Promise | None = None, *, judge_end: bool = True,
+    before: Sequence[Tuple] = (),
 ) -> Verdict:
     """The final stable stream of ``received`` (UNDOs applied, checked) against ``reference``
-    (its data tuples, all STABLE). ``who`` names the logger in evidence ("client")."""
+    (its data tuples, all STABLE). ``who`` names the logger in evidence ("client").
+
+    Under a *gap* ``promise`` (an amnesia node on the stream's path) the UNDO and tentative
+    rules are the same, and the stream need not equal the reference: it is classified
+    against it (``before``: what earlier incarnations held, counted with it) and, with
+    ``judge_end``, must end recovered, its last tuple the reference's in content. Any
+    other promise, or none, is judged by equality."""
     kept, violation = apply_undos_checked(received)
     if violation is not None:
         return Verdict(name, Status.INVALID, violation, subject)
@@ -281,9 +334,13 @@ def check_stream(
         why = f"{len(tentative)} tentative tuple(s) still in force after applying UNDOs"
         why += f" (first: {fmt_tuple(first)}, line {line}): never corrected"
         return Verdict(name, Status.INVALID, why, subject)
+    if promise is not None and promise.type is RecoveryType.GAP:
+        got = [*before, *(t for _, t in kept)]
+        return _judge_gap(name, subject, got, reference, promise, judge_end)
     difference = _difference(who, kept, reference)
     if difference is not None:
-        return Verdict(name, Status.INVALID, difference + _as_recovery(kept, reference), subject)
+        why = difference + _as_recovery([t for _, t in kept], reference)
+        return Verdict(name, Status.INVALID, why, subject)
     n_tent = sum(1 for t in received if t.kind is Kind.TENTATIVE)
     n_undo = sum(1 for t in received if t.kind is Kind.UNDO)
     why = f"{len(kept)} stable tuples equal the reference; no tentative tuple remains"
@@ -292,42 +349,71 @@ def check_stream(
 
 
 def check_client(
-    client: ClientConfig, received: Sequence[Tuple], reference: Mapping[str, Sequence[Tuple]]
+    client: ClientConfig, received: Sequence[Tuple], reference: Mapping[str, Sequence[Tuple]],
+    promise: Promise | None = None,
 ) -> Verdict:
-    """Eventual consistency of one client's log against the reference of its stream."""
+    """Eventual consistency of one client's log against the reference of its stream, by
+    its ``promise`` (:func:`check_stream`: a gap stream must end recovered)."""
     subject = client_subject(client)
     if client.stream not in reference:
         raise CheckError(f"no reference for stream {client.stream!r}")
     return check_stream(
-        "eventual-consistency", subject, received, reference[client.stream], "client"
+        "eventual-consistency", subject, received, reference[client.stream], "client", promise
     )
 
 
 def check_replica(
-    replica: str, stream: str, emitted: Sequence[Tuple], reference: Mapping[str, Sequence[Tuple]]
+    replica: str, stream: str, emitted: Sequence[Tuple], reference: Mapping[str, Sequence[Tuple]],
+    promise: Promise | None = None, *, judge_end: bool = True,
 ) -> Verdict:
-    """Convergence of what one replica emitted on ``stream`` to the reference."""
+    """Convergence of what one replica emitted on ``stream`` to the reference, by the
+    stream's ``promise``; ``judge_end`` False for a replica of a process pair whose own
+    mode promises the gap (its secondary emits nothing: :func:`check_stream`)."""
     if stream not in reference:
         raise CheckError(f"no reference for stream {stream!r}")
     subject = replica_subject(replica, stream)
-    return check_stream("replica-convergence", subject, emitted, reference[stream], "replica")
+    return check_stream("replica-convergence", subject, emitted, reference[stream], "replica",
+                        promise, judge_end=judge_end)
+
+
+def _recovered_gap(subject: str, emitted: Sequence[Tuple], earlier: Sequence[Sequence[Tuple]],
+                   ref: Sequence[Tuple], promise: Promise, judge_end: bool) -> Verdict:
+    """A recovered replica of a gap stream: its ids are not the reference's (a takeover
+    upstream renumbered them), so no incarnation is a prefix by id. Each earlier
+    incarnation obeys the UNDO rules (a tentative tail is the next one's business), and
+    their stable tuples, then the current log, are judged as one gap stream."""
+    before: list[Tuple] = []
+    for k, log in enumerate(earlier, start=1):
+        kept, violation = apply_undos_checked(log)
+        if violation is not None:
+            return Verdict("replica-convergence", Status.INVALID,
+                           f"incarnation {k} (before a crash): {violation}", subject)
+        before += [t for _, t in kept if t.kind is Kind.STABLE]
+    v = check_stream("replica-convergence", subject, emitted, ref, "replica", promise,
+                     judge_end=judge_end, before=before)
+    note = f"recovered; {len(earlier)} earlier incarnation(s) counted with it; "
+    return dataclasses.replace(v, evidence=note + v.evidence)
 
 
 def check_recovered_replica(
     replica: str, stream: str, emitted: Sequence[Tuple], restored_after: int,
     earlier: Sequence[Sequence[Tuple]], reference: Mapping[str, Sequence[Tuple]],
-    earlier_after: Sequence[int] = (),
+    earlier_after: Sequence[int] = (), promise: Promise | None = None, *,
+    judge_end: bool = True,
 ) -> Verdict:
     """A replica that recovered from a partner's state after output id ``restored_after``:
     every earlier incarnation's log is a correct prefix, and the current log continues the
     reference after ``restored_after`` (judged as the reference's tuples through that id
     followed by the log, so that an UNDO reaching into the restored prefix is caught).
     ``earlier_after[k-1]``: the id after which incarnation k's log begins (0: the start;
-    an incarnation after an earlier recovery begins after that recovery's id)."""
+    an incarnation after an earlier recovery begins after that recovery's id). Under a
+    gap ``promise``, ids are not the reference's: :func:`_recovered_gap`."""
     if stream not in reference:
         raise CheckError(f"no reference for stream {stream!r}")
     ref = reference[stream]
     subject = replica_subject(replica, stream)
+    if promise is not None and promise.type is RecoveryType.GAP:
+        return _recovered_gap(subject, emitted, earlier, ref, promise, judge_end)
     for k, log in enumerate(earlier, start=1):
         after = earlier_after[k - 1] if k <= len(earlier_after) else 0
         kept, violation = apply_undos_checked([*(t for t in ref if t.id <= after), *log])

@@ -31,13 +31,15 @@ from typing import TextIO
 from node.config.model import ClusterConfig
 from node.procs.rundir import RunDir
 from operators.network import network_class
+from operators.taxonomy import RecoveryType
+from ops_scripts.check.paths import node_promise
 from ops_scripts.cluster.launch import Launched, log_tail, progress, restart_process, stop_cluster
 from ops_scripts.cluster.processes import PidProcess, alive, runs_node
 from ops_scripts.errors import ProcessError
 from ops_scripts.harness.history import HistoryWriter, merge_states, next_fault_id, open_faults
 from ops_scripts.harness.runner import FIRST_RESULTS_TIMEOUT, now_us, start_recorded
 
-__all__ = ["RESTART_AFTER", "Supervisor", "launch"]
+__all__ = ["RESTART_AFTER", "Supervisor", "launch", "promised"]
 
 #: Seconds a crashed process stays down before ``dpc launch`` restarts it: time for a user
 #: who restarts it by hand (``dpc node ... --run-dir``) to be adopted instead.
@@ -110,6 +112,17 @@ class Supervisor:
         print(f"  {text}", file=self.out, flush=True)
 
 
+def promised(config: ClusterConfig, node: str) -> str:
+    """The recovery ``node``'s outputs are promised (what ``dpc check`` judges them by:
+    ops_scripts/check/paths.py), naming the modes upstream that weaken it: "gap", or
+    "gap (amnesia at node n1)" below n1."""
+    p = node_promise(config, node)
+    upstream = [n for n in p.nodes if n != node]
+    if upstream and p.type is not RecoveryType.PRECISE:
+        return f"{p.type.label} ({p.who()})"
+    return p.type.label
+
+
 def launch(config_path: Path, duration: float | None, run_dir: Path | None,
            out: TextIO = sys.stdout) -> int:
     """``dpc launch``: 0 if the cluster ran and stopped cleanly, 1 otherwise."""
@@ -127,7 +140,8 @@ def launch(config_path: Path, duration: float | None, run_dir: Path | None,
     print(f"dpc launch: cluster {config.name!r}, {n} processes, run dir {rd.path}", file=out)
     for node in config.nodes.values():  # what a crash may do to its output (taxonomy.py)
         print(f"  node {node.name}: {len(node.replicas)} replica(s), ha {node.settings.ha}, "
-              f"query network {network_class(node.network)}", file=out)
+              f"query network {network_class(node.network)}, "
+              f"recovery {promised(config, node.name)}", file=out)
     procs: list[Launched] = []
     with HistoryWriter(rd.history, now_us) as history:
         try:

@@ -58,7 +58,12 @@ EXPECTED_LOG = {"throttled-client": [("c1", "input n1.out: switching from n1a to
                 "active-standby-kill": [
                     ("n1b", "n1b: now the primary (n1a failed: taking over)"),
                     ("n1a", "n1a: secondary of a process pair (ha = 'active_standby') with n1b"),
-                    ("n1a", "n1a: now the primary (n1b failed: taking over)")]}
+                    ("n1a", "n1a: now the primary (n1b failed: taking over)")],
+                # amnesia: each takeover restarts the query empty at its inputs' live end
+                "amnesia-kill": [
+                    ("n1b", "n1b: amnesia: the query restarts empty, its inputs at their live end"),
+                    ("n1a", "n1a: secondary of a process pair (ha = 'amnesia') with n1b"),
+                    ("n1a", "n1a: amnesia: the query restarts empty, its inputs at their live end")]}
 #: Whether the replicas take {"cut", "direction", "kind"} and {"shape", ...} (node/faults/rules.py).
 
 

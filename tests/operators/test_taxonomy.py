@@ -13,7 +13,12 @@ import pytest
 
 from operators import OPERATORS, NetworkSpec, QueryNetwork
 from operators.network import network_class
-from operators.taxonomy import RecoveryClass
+from operators.taxonomy import (
+    RecoveryClass,
+    RecoveryType,
+    promised_recovery,
+    replicas_share_state,
+)
 from protocol.tuples import Kind, Tuple, boundary, make_tuple
 
 BUCKET = 100
@@ -122,3 +127,42 @@ def test_the_declared_class_holds_on_a_restart(case: str, seed: int) -> None:
         assert not new and _is_subsequence(restarted, whole)
     else:  # the window the restart cut into comes out different
         assert new and all(x[0] < 8 * BUCKET for x in new)
+
+
+# ---------------------------------------------------------------- Table 2: what a mode promises
+P, D, G = RecoveryType.PRECISE, RecoveryType.DIVERGENT, RecoveryType.GAP
+#: Our Table 2 (operators/taxonomy.py), written out again: ha -> repeatable,
+#: convergent-capable, deterministic, arbitrary.
+TABLE_2 = {
+    "dpc": (P, P, P, P),
+    "active_standby": (P, P, P, D),
+    "passive_standby": (P, P, P, D),
+    "upstream_backup": (P, P, D, D),
+    "amnesia": (G, G, G, G),
+}
+
+
+@pytest.mark.parametrize("ha", sorted(TABLE_2))
+def test_each_mode_promises_its_row_of_table_2(ha: str) -> None:
+    assert tuple(promised_recovery(ha, cls) for cls in RecoveryClass) == TABLE_2[ha]
+
+
+def test_an_unknown_mode_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match=r"unknown high-availability mode ha = 'hot' "
+                                         r"\(known: 'dpc', "):
+        promised_recovery("hot", RecoveryClass.REPEATABLE)
+    with pytest.raises(ValueError, match=r"ha = 'hot'"):
+        replicas_share_state("hot")
+
+
+def test_the_recovery_types_are_ordered_weakest_last_and_the_checker_sees_the_same() -> None:
+    from ops_scripts.check.recovery import RecoveryType as Reexported
+
+    assert Reexported is RecoveryType
+    assert max(RecoveryType) is RecoveryType.GAP and min(RecoveryType) is RecoveryType.PRECISE
+    assert [t.label for t in RecoveryType] == ["precise", "repeating", "convergent",
+                                               "divergent", "gap"]
+
+
+def test_only_modes_whose_replicas_all_process_share_their_state() -> None:
+    assert {ha for ha in TABLE_2 if replicas_share_state(ha)} == {"dpc", "active_standby"}

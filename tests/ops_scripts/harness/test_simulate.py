@@ -22,13 +22,14 @@ import orjson
 import pytest
 
 from node.config.load import load_config
-from node.procs.rundir import RunDir
+from node.procs.rundir import RunDir, read_jsonl_tuples
 from node.replica.runtime import MUTATION_DUPLICATES
 from node.streams.mutation import Mutation
 from ops_scripts.cli import main
 from ops_scripts.harness.history import HistoryWriter
 from ops_scripts.harness.schedule import parse_faults
 from ops_scripts.harness.simulate import DEFAULT_CLUSTER, SimOptions, simulate_many, simulate_one
+from protocol.tuples import DATA_KINDS
 
 #: Seeds run by the suite: a guard that keeps make test under 15 minutes on 2 cores (the
 #: three-replica n1 and kills of sources made each run dearer; 60 seeds still draw every
@@ -126,6 +127,39 @@ def test_a_cluster_with_a_process_pair_gets_crash_schedules_and_stays_valid(
     assert {f.kind for f in faults} == {"kill"}
     killed = {f.params["process"] for f in faults}
     assert "n1a" in killed and killed <= {"n1a", "n1b", "n2a", "n2b"}
+
+
+def test_an_amnesia_takeover_loses_what_the_primary_held_and_the_checker_counts_it(
+        tmp_path: Path) -> None:
+    """examples/amnesia.toml, its primary killed: the secondary restarts the query empty at
+    its inputs' live end, so the client's stream has a gap (results lost, a window counted
+    from part of its input), judged valid as the gap amnesia promises and counted; the
+    stream judged by equality (precise) is invalid: it lost some."""
+    config = load_config(DEFAULT_CLUSTER.parent / "amnesia.toml")
+    faults = parse_faults([{"at": 1.0, "for": 2.0, "fault": "kill", "process": "n1a"}], config)
+    r = simulate_one(config, 0, tmp_path / "run", SimOptions(duration=3.0, quiet=3.0),
+                     faults=faults)
+    assert r.ok, r.failures
+    verdicts = orjson.loads((tmp_path / "run" / "check.json").read_bytes())["verdicts"]
+    client = next(v for v in verdicts if v["property"] == "eventual-consistency"
+                  and v["subject"].startswith("client c1"))
+    assert "gap recovery, as amnesia at node n1 promises" in client["evidence"], client
+    lost = int(client["evidence"].split("promises: ")[1].split(" lost")[0])
+    assert lost > 0, client["evidence"]
+    # n1b took over: its output ids start in the clock's range (node/replica/runtime.py).
+    rows = read_jsonl_tuples(RunDir(tmp_path / "run").replica_output("n1b", "n1.out"))
+    ids = [t.id for _, t in rows if t.kind in DATA_KINDS]
+    assert ids and min(ids) > 2**40, ids[:3]
+
+
+def test_clusters_mixing_modes_get_crash_schedules_and_stay_valid(tmp_path: Path) -> None:
+    """examples/ha-mix.toml: active standby, then amnesia, then DPC on one path; kills of
+    every node's replicas are drawn and every run is valid by the client's promise (gap:
+    the amnesia node on its path)."""
+    results = simulate_many(DEFAULT_CLUSTER.parent / "ha-mix.toml", 1, 12, tmp_path, jobs=2)
+    assert all(r.ok for r in results), [(r.seed, r.failures[:2]) for r in results if not r.ok]
+    killed = {f.params["process"] for r in results for f in r.faults}
+    assert {"n1a", "n2a", "n3a"} <= killed
 
 
 def test_the_mutation_is_caught_by_the_simulation(tmp_path: Path,
