@@ -46,8 +46,9 @@ __all__ = [
 #: 3: every connection opens with the authentication handshake (Hello, Challenge, Proof);
 #: 4: Subscribe carries the subscriber's ack (``ack_id``: CEC, node/replica/cec.py);
 #: 5: the stream state STANDBY (a process pair's secondary, node/replica/pair.py);
-#: 6: Subscribe's ``live`` and Unsubscribe's ``release`` (amnesia, node/replica/runtime.py).
-VERSION: Final = 6
+#: 6: Subscribe's ``live`` and Unsubscribe's ``release`` (amnesia, node/replica/runtime.py);
+#: 7: StandbyCheckpoint and StandbyAck (passive standby, node/replica/standby.py).
+VERSION: Final = 7
 #: Default limit on a frame's length field (version + type + payload bytes).
 DEFAULT_MAX_FRAME_SIZE: Final = 16 * 1024 * 1024
 #: Bytes before the payload: 4-byte length, version byte, message-type byte.

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from .tuples import Tuple
 
@@ -41,6 +41,8 @@ __all__ = [
     "ReconcileGrant",
     "ReconcileRefuse",
     "ReconcileRequest",
+    "StandbyAck",
+    "StandbyCheckpoint",
     "Subscribe",
     "Unsubscribe",
     "sender_of",
@@ -82,6 +84,8 @@ class MessageType(IntEnum):
     HELLO = 10
     CHALLENGE = 11
     PROOF = 12
+    STANDBY_CHECKPOINT = 13
+    STANDBY_ACK = 14
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +250,35 @@ class Proof:
     proof: str
 
 
+@dataclass(frozen=True, slots=True)
+class StandbyCheckpoint:
+    """A process pair in passive standby (node/replica/standby.py, protocol version 7): the
+    primary ``replica`` sends its secondary checkpoint ``seq``, a delta on checkpoint
+    ``base`` (0: a whole one). ``parts``: the snapshot of each operator that changed since
+    ``base`` (plain data: ``QueryNetwork.snapshot``'s, every operator when whole);
+    ``inputs``: each input stream's resume ids ``(last stable, last tentative)`` at that
+    instant; ``outputs``: each output stream's in-force tuples queued since ``base`` (all
+    it holds when whole). Treat the mappings as read-only."""
+
+    replica: str
+    seq: int
+    base: int
+    parts: Mapping[str, Any]
+    inputs: Mapping[str, tuple[int, int]]
+    outputs: Mapping[str, tuple[Tuple, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class StandbyAck:
+    """The secondary ``replica`` holds checkpoint ``seq`` (its primary may acknowledge its
+    input only up to that checkpoint's); ``whole``: it could not apply a delta (it holds no
+    base, or another one) and wants a whole checkpoint next."""
+
+    replica: str
+    seq: int
+    whole: bool
+
+
 #: Any message of the protocol.
 Message: TypeAlias = (
     Batch
@@ -260,6 +293,8 @@ Message: TypeAlias = (
     | Hello
     | Challenge
     | Proof
+    | StandbyCheckpoint
+    | StandbyAck
 )
 
 #: Message class -> wire code.
@@ -276,6 +311,8 @@ MESSAGE_TYPES: Mapping[type[Message], MessageType] = {
     Hello: MessageType.HELLO,
     Challenge: MessageType.CHALLENGE,
     Proof: MessageType.PROOF,
+    StandbyCheckpoint: MessageType.STANDBY_CHECKPOINT,
+    StandbyAck: MessageType.STANDBY_ACK,
 }
 
 #: Wire code -> message class.
@@ -293,7 +330,8 @@ def sender_of(message: Message) -> str | None:
             return message.subscriber
         case HeartbeatRequest():
             return message.sender
-        case HeartbeatResponse() | ReconcileRequest() | ReconcileGrant() | ReconcileRefuse():
+        case (HeartbeatResponse() | ReconcileRequest() | ReconcileGrant() | ReconcileRefuse()
+              | StandbyCheckpoint() | StandbyAck()):
             return message.replica
         case Hello() | Challenge():
             return message.name

@@ -10,6 +10,9 @@ dicts would halve decode speed):
   version 2: version 1 had no frontiers);
 * a HeartbeatRequest is ``[sender, seq, [[stream, acked id], ...]]`` (protocol version 2:
   version 1 had no acks), each stream at most once, ids >= 0;
+* a StandbyCheckpoint is ``[replica, seq, base, {operator: snapshot}, [[stream, stable id,
+  tentative id], ...], [[stream, [tuple, ...]], ...]]`` (protocol version 7), snapshots
+  any JSON (restored, and so checked, by the secondary that takes over);
 * every other message is its ``str``, ``int`` and ``bool`` fields, in order.
 
 Invariants:
@@ -51,6 +54,8 @@ from .messages import (
     ReconcileGrant,
     ReconcileRefuse,
     ReconcileRequest,
+    StandbyAck,
+    StandbyCheckpoint,
     Subscribe,
     Unsubscribe,
 )
@@ -107,6 +112,19 @@ def _encode_batch(msg: Batch) -> bytes:
         raise LocalProtocolError(
             f"cannot encode Batch: field 'stream' must be a string, got {show(stream)}"
         )
+    rows, has_float = _tuple_rows(stream, tuples)
+    body = _dumps("Batch", [stream, rows])
+    # orjson writes NaN and infinities as null; only then is the exact (slower) scan needed.
+    if has_float and b"null" in body:
+        for t in tuples:
+            if any(type(x) is float and not isfinite(x) for x in t[4]):
+                raise _local_batch_error(stream, tuples)
+    return body
+
+
+def _tuple_rows(stream: str, tuples: Any) -> tuple[list[tuple[Any, ...]], bool]:
+    """The rows of ``tuples`` (a tuple of Tuple) as orjson encodes them, and whether a value
+    is a float (non-finite floats are the caller's to catch: orjson writes them as null)."""
     if type(tuples) is not tuple:
         raise LocalProtocolError(
             f"cannot encode Batch: field 'tuples' must be a tuple of Tuple, got {show(tuples)}"
@@ -131,13 +149,7 @@ def _encode_batch(msg: Batch) -> bytes:
     types = set(map(type, chain.from_iterable(map(_values_of, rows))))
     if not types <= _SCALARS:
         raise _local_batch_error(stream, tuples)
-    body = _dumps("Batch", [stream, rows])
-    # orjson writes NaN and infinities as null; only then is the exact (slower) scan needed.
-    if float in types and b"null" in body:
-        for t in tuples:
-            if any(type(x) is float and not isfinite(x) for x in t[4]):
-                raise _local_batch_error(stream, tuples)
-    return body
+    return rows, float in types
 
 
 def _local_batch_error(stream: str, tuples: tuple[Any, ...]) -> LocalProtocolError:
@@ -206,6 +218,39 @@ def _encode_heartbeat_response(msg: HeartbeatResponse) -> bytes:
     return _dumps("HeartbeatResponse", (msg.replica, msg.seq, msg.state.value, streams))
 
 
+def _encode_standby_checkpoint(msg: StandbyCheckpoint) -> bytes:
+    name = "cannot encode StandbyCheckpoint"
+    _check_local(name, "replica", msg.replica, str)
+    _check_local(name, "seq", msg.seq, int)
+    _check_local(name, "base", msg.base, int)
+    for field in ("parts", "inputs", "outputs"):
+        if not isinstance(getattr(msg, field), Mapping):
+            raise LocalProtocolError(
+                f"{name}: field {field!r} must be a mapping, got {show(getattr(msg, field))}")
+    if not all(type(k) is str for k in msg.parts):
+        raise LocalProtocolError(f"{name}: field 'parts' must map operator names to snapshots")
+    inputs = []
+    for stream, ids in msg.inputs.items():
+        if (type(stream) is not str or type(ids) is not tuple or len(ids) != 2
+                or not all(type(i) is int and i >= 0 for i in ids)):
+            raise LocalProtocolError(
+                f"{name}: field 'inputs' must map stream names to (stable id, tentative id) "
+                f">= 0, got {show(stream)}: {show(ids)}")
+        inputs.append((stream, *ids))
+    outputs = []
+    for stream, tuples in msg.outputs.items():
+        if type(stream) is not str:
+            raise LocalProtocolError(f"{name}: field 'outputs' must map stream names to "
+                                     f"tuples, got key {show(stream)}")
+        rows, has_float = _tuple_rows(stream, tuples)
+        if has_float and any(type(x) is float and not isfinite(x) for t in tuples for x in t[4]):
+            raise _local_batch_error(stream, tuples)
+        outputs.append((stream, rows))
+    # Snapshots are plain data (state/checkpoint.py): what orjson cannot encode is refused.
+    return _dumps("StandbyCheckpoint",
+                  (msg.replica, msg.seq, msg.base, msg.parts, inputs, outputs))
+
+
 def _encode_heartbeat_request(msg: HeartbeatRequest) -> bytes:
     name = "cannot encode HeartbeatRequest"
     _check_local(name, "sender", msg.sender, str)
@@ -243,6 +288,7 @@ _SIMPLE: dict[type[Message], _Spec] = {
         Hello,
         Challenge,
         Proof,
+        StandbyAck,
     )
 }
 
@@ -265,6 +311,7 @@ _ENCODERS: dict[type, tuple[MessageType, Callable[[Any], bytes]]] = {
 _ENCODERS[Batch] = (MessageType.BATCH, _encode_batch)
 _ENCODERS[HeartbeatResponse] = (MessageType.HEARTBEAT_RESPONSE, _encode_heartbeat_response)
 _ENCODERS[HeartbeatRequest] = (MessageType.HEARTBEAT_REQUEST, _encode_heartbeat_request)
+_ENCODERS[StandbyCheckpoint] = (MessageType.STANDBY_CHECKPOINT, _encode_standby_checkpoint)
 
 
 # ---------------------------------------------------------------- decoding (remote side)
@@ -393,6 +440,49 @@ def _decode_heartbeat_request(p: Any, raw: _Raw) -> HeartbeatRequest:
     return HeartbeatRequest(sender, seq, acks)
 
 
+def _decode_standby_checkpoint(p: Any, raw: _Raw) -> StandbyCheckpoint:
+    name = "StandbyCheckpoint"
+    if type(p) is not list or len(p) != 6:
+        raise RemoteProtocolError(
+            f"{name}: payload must be a list of 6 fields [replica, seq, base, parts, inputs, "
+            f"outputs], got {show(p)}")
+    replica, seq, base, parts, entries, outs = p
+    _check_remote(name, "replica", replica, str)
+    _check_remote(name, "seq", seq, int)
+    _check_remote(name, "base", base, int)
+    if type(parts) is not dict:
+        raise RemoteProtocolError(f"{name}: field 'parts' must be an object, got {show(parts)}")
+    try:  # what decodes must encode back: orjson nests less deeply on the way out (fuzz)
+        orjson.dumps(parts)
+    except orjson.JSONEncodeError as exc:
+        raise RemoteProtocolError(f"{name}: field 'parts' does not encode back: {exc}") from None
+    for field, x in (("inputs", entries), ("outputs", outs)):
+        if type(x) is not list:
+            raise RemoteProtocolError(f"{name}: field {field!r} must be a list, got {show(x)}")
+    inputs: dict[str, tuple[int, int]] = {}
+    for n, e in enumerate(entries):
+        if (type(e) is not list or len(e) != 3 or type(e[0]) is not str or e[0] in inputs
+                or not all(type(i) is int and i >= 0 for i in e[1:])):
+            raise RemoteProtocolError(
+                f"{name} input {n}: must be a list [stream name, stable id, tentative id] "
+                f"(ids >= 0, each stream once), got {show(e)}")
+        inputs[e[0]] = (e[1], e[2])
+    outputs: dict[str, tuple[Tuple, ...]] = {}
+    for n, e in enumerate(outs):
+        if type(e) is not list or len(e) != 2 or type(e[0]) is not str or e[0] in outputs \
+                or type(e[1]) is not list:
+            raise RemoteProtocolError(
+                f"{name} output {n}: must be a list [stream name, tuples] (each stream once), "
+                f"got {show(e)}")
+        for k, row in enumerate(e[1]):
+            problem = _remote_tuple_problem(row)
+            if problem is not None:
+                raise RemoteProtocolError(f"{name} output {n} tuple {k}: {problem}")
+        outputs[e[0]] = tuple(_new(Tuple, (_KIND_OF[r[0]], r[1], r[2], r[3], tuple(r[4])))
+                              for r in e[1])
+    return StandbyCheckpoint(replica, seq, base, parts, inputs, outputs)
+
+
 def _remote_state(where: str, what: str, code: Any) -> ConsistencyState:
     if type(code) is int and code in _STATE_OF:
         return _STATE_OF[code]
@@ -429,6 +519,7 @@ for _cls, _spec in _SIMPLE.items():
 _DECODERS[MessageType.BATCH] = _decode_batch
 _DECODERS[MessageType.HEARTBEAT_RESPONSE] = _decode_heartbeat_response
 _DECODERS[MessageType.HEARTBEAT_REQUEST] = _decode_heartbeat_request
+_DECODERS[MessageType.STANDBY_CHECKPOINT] = _decode_standby_checkpoint
 
 
 def decode_payload(code: int, raw: bytes | bytearray) -> Message:

@@ -98,8 +98,10 @@ class NodeSettings:
     #: How the node survives a crash (docs/ha-modes.md): "dpc", its replicas processing
     #: alike under DPC (the default); "active_standby", a process pair of Hwang et al.
     #: (node/replica/pair.py): both replicas process, the primary serves, the secondary
-    #: takes over when the primary fails.
+    #: takes over when the primary fails; "amnesia" and "passive_standby", pairs too.
     ha: str = "dpc"
+    #: A process pair's communication interval M (µs): passive standby's checkpoints.
+    ha_interval: int = 100_000
 
     @property
     def wait(self) -> int:

@@ -17,10 +17,12 @@ the message has no effect):
     another replica of ``me``'s node (a process pair's keep-alive);
   - ``ReconcileRequest``: ``me`` and the peer are two replicas of one node, the node the
     request names;
+  - ``StandbyCheckpoint``: ``me`` and the peer are two replicas of one node (a process
+    pair in passive standby: the primary's checkpoints to its secondary);
   - nothing else (batches, answers, a second handshake);
 
 * on a connection ``me`` opened: answers (``Batch``, ``HeartbeatResponse``,
-  ``ReconcileGrant``, ``ReconcileRefuse``) and no second handshake (what each answer
+  ``ReconcileGrant``, ``ReconcileRefuse``, ``StandbyAck``) and no second handshake (what each answer
   means is its reader's business: a link refuses a stream it did not ask for).
 """
 
@@ -38,6 +40,8 @@ from protocol.messages import (
     ReconcileGrant,
     ReconcileRefuse,
     ReconcileRequest,
+    StandbyAck,
+    StandbyCheckpoint,
     Subscribe,
     Unsubscribe,
     sender_of,
@@ -48,7 +52,7 @@ from .model import ClusterConfig
 __all__ = ["names", "outputs_of", "refusal_from_opener", "refusal_from_server"]
 
 _HANDSHAKE = (Hello, Challenge, Proof)
-_ANSWERS = (Batch, HeartbeatResponse, ReconcileGrant, ReconcileRefuse)
+_ANSWERS = (Batch, HeartbeatResponse, ReconcileGrant, ReconcileRefuse, StandbyAck)
 
 
 def names(config: ClusterConfig) -> frozenset[str]:
@@ -111,6 +115,12 @@ def refusal_from_opener(config: ClusterConfig, me: str, peer: str, msg: Message)
         if peer == me or _node_of(config, peer) != node or msg.node != node:
             return (f"{peer!r} asked to reconcile node {msg.node!r}, but only another replica "
                     f"of node {node!r} asks {me!r} for permission")
+        return None
+    if isinstance(msg, StandbyCheckpoint):
+        node = _node_of(config, me)
+        if node is None or peer == me or _node_of(config, peer) != node:
+            return (f"{peer!r} sent {me!r} a standby checkpoint, but only the other replica of "
+                    f"{me!r}'s node does (passive standby, node/replica/standby.py)")
         return None
     return f"sent an unexpected {name}"
 

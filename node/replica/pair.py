@@ -16,8 +16,12 @@ Rules, one per event (:func:`start`, :func:`heard`, :func:`silent`):
   of the secondary").
 * **Take-over.** A secondary whose partner is declared failed becomes the primary.
 * **Both secondaries** (a primary restarted and rejoined before its partner noticed the
-  crash; neither serves): the lower rank becomes the primary. Both see the same two ranks,
-  so exactly one moves.
+  crash; neither serves): the one that holds state serves at once, one that started
+  without state (``recovered``, until :func:`holds_state`) waits ``patience`` answers for
+  the partner to take over, and then the lower rank serves. A replica cannot see whether
+  its partner holds state, and the restarted one must not win by rank: in passive standby
+  its partner holds the checkpoints (``dpc simulate`` seed 420: a replica restarted
+  within the detection time took over empty, by rank, and lost what its partner held).
 * **Both primaries** (a partition between the two healed; the paper leaves partitions out):
   the higher rank steps down. Downstream moves between them by ids.
 
@@ -30,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import Enum
 
-__all__ = ["Pair", "Role", "StepDown", "TakeOver", "heard", "silent", "start"]
+__all__ = ["Pair", "Role", "StepDown", "TakeOver", "heard", "holds_state", "silent", "start"]
 
 
 class Role(Enum):
@@ -57,30 +61,49 @@ Action = TakeOver | StepDown
 
 @dataclass(frozen=True, slots=True)
 class Pair:
-    """One replica's view of its pair: its role, its rank (0: the config's first replica)
-    and its partner's name."""
+    """One replica's view of its pair: its role, its rank (0: the config's first replica),
+    its partner's name, whether it started without state and holds none yet
+    (``recovered``), and how many answers in a row found the partner a secondary too
+    (``waited``, against ``patience``)."""
 
     me: str
     partner: str
     rank: int
     role: Role
+    recovered: bool = False
+    waited: int = 0
+    patience: int = 4
 
 
-def start(me: str, partner: str, rank: int, *, recovered: bool) -> Pair:
-    """The role a replica starts in (module docstring)."""
+def start(me: str, partner: str, rank: int, *, recovered: bool, patience: int = 4) -> Pair:
+    """The role a replica starts in (module docstring); ``patience``: the keep-alive
+    answers a stateless secondary waits for its partner to take over (misses + 1)."""
     if rank not in (0, 1):
         raise ValueError(f"{me}: a process pair has ranks 0 and 1, not {rank}")
     primary = rank == 0 and not recovered
-    return Pair(me, partner, rank, Role.PRIMARY if primary else Role.SECONDARY)
+    return Pair(me, partner, rank, Role.PRIMARY if primary else Role.SECONDARY,
+                recovered=recovered, patience=patience)
+
+
+def holds_state(p: Pair) -> Pair:
+    """The replica now holds its node's state (a copy of its partner's, a checkpoint)."""
+    return replace(p, recovered=False) if p.recovered else p
 
 
 def heard(p: Pair, partner_role: Role) -> tuple[Pair, list[Action]]:
     """The partner answered a keep-alive, in ``partner_role``."""
     if partner_role is not p.role:
-        return p, []
-    if p.role is Role.SECONDARY and p.rank == 0:
-        return replace(p, role=Role.PRIMARY), [
-            TakeOver(f"{p.partner} is a secondary too: the lower rank serves")]
+        return (replace(p, waited=0) if p.waited else p), []
+    if p.role is Role.SECONDARY:
+        if not p.recovered:
+            return replace(p, role=Role.PRIMARY, waited=0), [
+                TakeOver(f"{p.partner} is a secondary too: this one holds the state, it serves")]
+        waited = p.waited + 1
+        if p.rank == 0 and waited >= p.patience:
+            return replace(p, role=Role.PRIMARY, waited=0), [
+                TakeOver(f"{p.partner} is a secondary too and did not take over: the lower "
+                         "rank serves")]
+        return replace(p, waited=waited), []
     if p.role is Role.PRIMARY and p.rank == 1:
         return replace(p, role=Role.SECONDARY), [
             StepDown(f"{p.partner} is a primary too: the higher rank steps down")]

@@ -58,7 +58,7 @@ from node.replica.cec import CecKeeper
 from node.replica.keepalive import KeepAlive
 from node.replica.manager import Manager, Partner, policy_of
 from node.replica.pair import Action as PairAction
-from node.replica.pair import Pair, Role, TakeOver, heard, silent
+from node.replica.pair import Pair, Role, TakeOver, heard, holds_state, silent
 from node.replica.pair import start as start_pair
 from node.replica.recovery import (
     StateAsk,
@@ -67,6 +67,7 @@ from node.replica.recovery import (
     http_state_ask,
     record_recovery,
 )
+from node.replica.standby import Shipper, Standby, ship
 from node.streams.link import InputLink
 from node.streams.monitor import UpstreamMonitor, upstream_links
 from node.streams.mutation import MUTATION_DUPLICATES, Mutation
@@ -79,6 +80,8 @@ from protocol.messages import (
     HeartbeatResponse,
     Message,
     ReconcileRequest,
+    StandbyAck,
+    StandbyCheckpoint,
 )
 from protocol.tuples import END_OF_STREAM, Kind, Tuple
 from state.buffer import OutputBuffer
@@ -211,7 +214,13 @@ class Replica:
         #: ``ha = "amnesia"``: this replica's secondary holds nothing and restarts the query
         #: empty when it takes over (:meth:`_take_over_empty`); a restart rebuilds nothing.
         self.amnesia = self.node.settings.ha == "amnesia"
-        if recover and not self.amnesia:
+        #: ``ha = "passive_standby"``: the primary ships checkpoints (node/replica/standby.py),
+        #: the secondary holds the last one and restores it when it takes over.
+        self.passive = self.node.settings.ha == "passive_standby"
+        #: A restart that copies a partner's state (DPC, active standby); a pair whose
+        #: secondary does not process restarts as a secondary with nothing to rebuild.
+        self.restarted = recover
+        if recover and not (self.amnesia or self.passive):
             self._set_recovering("waiting for a partner's state")
         self.links = [
             InputLink(transport, stream, name, self._producers(stream), self._on_batch, log=log,
@@ -255,7 +264,8 @@ class Replica:
         if self.node.settings.ha != "dpc":
             rank = [r.name for r in self.node.replicas].index(name)
             other = next(r for r in self.node.replicas if r.name != name)
-            self.pair = start_pair(name, other.name, rank, recovered=recover)
+            self.pair = start_pair(name, other.name, rank, recovered=recover,
+                                   patience=self.node.settings.heartbeat_misses + 1)
             self.keepalive = KeepAlive(
                 name, other.name, (other.host, other.data_port), transport,
                 interval=self.node.settings.heartbeat_interval,
@@ -264,11 +274,14 @@ class Replica:
                 failed=lambda: self._pair_step(*silent(self._the_pair())), log=log)
             log.info("%s: %s of a process pair (ha = %r) with %s", name,
                      self.pair.role.value, self.node.settings.ha, other.name)
-            if self.amnesia and self.pair.role is Role.SECONDARY:
+            if (self.amnesia or self.passive) and self.pair.role is Role.SECONDARY:
                 for link in self.links:
-                    link.park()
+                    link.park(hold=self.passive)
         #: The network as built: what an amnesia takeover restarts from.
         self._empty = self.network.snapshot() if self.amnesia else None
+        #: Passive standby: the primary's side and the secondary's (node/replica/standby.py).
+        self.shipper = Shipper(name)
+        self.standby = Standby(self._append_shipped)
         self.started = now_us()
         self.counters: dict[str, Any] = {
             "tuples_in": dict.fromkeys(self.node.inputs, 0),
@@ -324,6 +337,8 @@ class Replica:
                     tasks.append(tg.create_task(self.monitor.run(), name="ha monitor"))
                     if self.keepalive is not None:
                         tasks.append(tg.create_task(self.keepalive.run(), name="keep-alive"))
+                    if self.passive and self.pair is not None:
+                        tasks.append(tg.create_task(self._ship(), name="checkpoints"))
 
                 tasks.append(tg.create_task(start(), name="start"))
                 if self.loop_lag is not None:
@@ -387,6 +402,8 @@ class Replica:
         now = now_us()
         self.manager.take_checkpoint(now)
         self._set_recovering("catching up with its inputs")
+        if self.pair is not None:  # a copy of its partner's state: it may serve
+            self.pair = holds_state(self.pair)
         self.recovery = {"from": partner, "restored_at_us": now, "outputs": st["outputs"],
                          "inputs": st["inputs"], "rejoined_at_us": None}
         record_recovery(self.run_dir, self.me.name,
@@ -489,9 +506,66 @@ class Replica:
                         a.reason)
             if self.amnesia and isinstance(a, TakeOver):
                 self._take_over_empty()
-            elif self.amnesia:
+            elif self.passive and isinstance(a, TakeOver):
+                self._take_over_from_checkpoint()
+            elif self.amnesia or self.passive:
                 for link in self.links:
-                    link.park()
+                    link.park(hold=self.passive)
+
+    async def _ship(self) -> None:
+        """The primary's checkpoints to its secondary, every ``ha_interval``."""
+        pair = self._the_pair()
+        other = self.config.replica(pair.partner)
+
+        def take(shipper: Shipper) -> StandbyCheckpoint:
+            return shipper.take(
+                now_us(), self.network.snapshot(),
+                {link.stream: (link.last_stable_id, link.last_tentative_id)
+                 for link in self.links},
+                lambda: {s: list(b) for s, b in self.buffers.items()})
+
+        await ship(self.shipper, self.transport, (other.host, other.data_port),
+                   self.node.settings.ha_interval,
+                   serving=lambda: self.pair is not None and self.pair.role is Role.PRIMARY,
+                   take=take, owner=self.me.name,
+                   partner=pair.partner, log=log)
+
+    def _append_shipped(self, stream: str, tuples: Sequence[Tuple]) -> None:
+        """A secondary in passive standby queues its primary's output (output preservation):
+        served to a consumer behind the checkpoint after a takeover."""
+        self.publisher.publish(stream, list(tuples))
+
+    def _take_over_from_checkpoint(self) -> None:
+        """Passive standby's takeover (node/replica/standby.py): restore the last checkpoint
+        and resume the inputs from its ids; upstream replays the rest, and the network
+        reproduces what the primary emitted after it (downstream drops by ids what it
+        holds). Recorded as a recovery (the checker's replica-convergence reads it)."""
+        now = now_us()
+        sb = self.standby
+        if sb.seq:
+            self.network.restore(sb.parts)
+            starts = {link.stream: sb.inputs.get(link.stream, (0, 0)) for link in self.links}
+            how = f"checkpoint {sb.seq}"
+        elif not self.restarted:
+            starts = {link.stream: (0, 0) for link in self.links}  # upstream kept it all
+            how = "the start (no checkpoint yet: the primary's acks were held at 0)"
+        else:
+            starts = {}
+            how = "the live end: no checkpoint came since this restart (a gap)"
+            log.error("%s: passive standby: taking over without a checkpoint; inputs at their "
+                      "live end, what the primary held is lost", self.me.name)
+            self.network.number_after(now * IDS_PER_US)  # as amnesia's takeover
+        for link in self.links:
+            link.unpark(starts.get(link.stream))
+        self.manager.take_checkpoint(now)
+        outputs = {s: self.network.operator(op).last_stable_id  # type: ignore[attr-defined]
+                   for s, op in self.node.outputs.items()}
+        record_recovery(self.run_dir, self.me.name,
+                        {"replica": self.me.name, "incarnation": self.incarnation,
+                         "from": f"passive standby {how}", "restored_at_us": now,
+                         "outputs": outputs, "inputs": {s: list(i) for s, i in starts.items()}})
+        log.warning("%s: passive standby: restored from %s, inputs from %s, outputs after %s",
+                    self.me.name, how, starts, outputs)
 
     def _take_over_empty(self) -> None:
         """Amnesia's takeover (Hwang et al., section 4): the query restarts from an empty
@@ -540,7 +614,17 @@ class Replica:
                 streams = dict.fromkeys(streams, ConsistencyState.STANDBY)  # serves nobody
             return HeartbeatResponse(self.me.name, msg.seq, state, streams,
                                      {s: self.frontiers[s] for s in streams})
-        if not isinstance(msg, ReconcileRequest):  # the publisher passes these two only
+        if isinstance(msg, StandbyCheckpoint):
+            if not (self.passive and self.pair is not None and self.pair.role is Role.SECONDARY):
+                return StandbyAck(self.me.name, msg.seq, True)  # not its secondary (now)
+            ack = self.standby.apply(self.me.name, msg,
+                                     {s: b.last_id for s, b in self.buffers.items()})
+            if not ack.whole:  # upstream may trim what the checkpoint covers (link.py)
+                self.pair = holds_state(self.pair)
+                for link in self.links:
+                    link.hold_at(self.standby.inputs.get(link.stream, (0, 0))[0])
+            return ack
+        if not isinstance(msg, ReconcileRequest):  # the publisher passes these three only
             raise NodeError(f"{self.me.name}: no answer to a {type(msg).__name__}: the data "
                             "port answers heartbeat and permission requests only")
         return self.manager.answer(msg)
@@ -631,6 +715,8 @@ class Replica:
             stream = self.stream_of[op_name]
             self.publisher.publish(stream, tuples)
             self.output_logs[stream].write(tuples, now)
+            if self.passive:
+                self.shipper.queued(stream, tuples)
             # Counted in C (countOf over the kinds), not by a Python loop per tuple.
             kinds = list(map(_KIND, tuples))
             top = max(compress(map(_TMAX, tuples), map(_FRONTIER_KINDS.__contains__, kinds)),

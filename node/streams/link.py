@@ -111,6 +111,16 @@ REC_DONE = Kind.REC_DONE
 _kind_of = itemgetter(0)
 
 
+async def _first(*events: asyncio.Event) -> None:
+    """Wait until one of ``events`` is set."""
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+
+
 class InputLink:
     """The subscription of ``subscriber`` to ``stream``. See the module docstring."""
 
@@ -170,8 +180,12 @@ class InputLink:
         #: At most this is acknowledged (None: no cap): a replica with CEC checkpoints acks
         #: only what its log's recovery would not replay (node/replica/cec.py).
         self.ack_cap: int | None = None
-        #: Parked (:meth:`park`): no subscription, no acks, the producers released.
+        #: Parked (:meth:`park`): no subscription; the producers released, or held at
+        #: ``held`` (a passive standby's checkpoint: :meth:`hold_at`).
         self.parked = False
+        self.holding = False
+        self.held: int | None = None  # the stable id a holding parked link acks
+        self._held_moved = asyncio.Event()
         self._unparked = asyncio.Event()
         self._unparked.set()
         #: Subscribe at the live end (:meth:`unpark`) until a data tuple came.
@@ -189,6 +203,8 @@ class InputLink:
         """What this link acknowledges (level-1): its last stable id processed, at most
         ``ack_cap`` (one less under the overlap mutation, so that every producer still holds
         what it asks again)."""
+        if self.parked:
+            return self.held or 0
         s = self.last_stable_id
         if self.ack_cap is not None and self.ack_cap < s:
             s = self.ack_cap
@@ -240,28 +256,41 @@ class InputLink:
         self._switching = True
         self._wake.set()
 
-    def park(self) -> None:
-        """Hold no subscription and want nothing (a process pair's secondary in amnesia,
-        node/replica/runtime.py): the session in progress ends, every producer is told
-        ``Unsubscribe(release=True)`` so that nothing this subscriber acked earlier pins
-        its buffer, the HA monitor's heartbeats carry no ack of this stream
-        (node/streams/monitor.py), and the link waits for :meth:`unpark`."""
+    def park(self, *, hold: bool = False) -> None:
+        """Hold no subscription (a process pair's secondary that does not process,
+        node/replica/runtime.py): the session in progress ends and the link waits for
+        :meth:`unpark`. Amnesia's secondary wants nothing: every producer is told
+        ``Unsubscribe(release=True)``, so that nothing it acked in an earlier life pins a
+        buffer, and the HA monitor's heartbeats carry no ack of this stream
+        (node/streams/monitor.py). A passive standby's (``hold``) will resume from its
+        last checkpoint: it acks each producer what that checkpoint covers
+        (:meth:`hold_at`; the paper's "the secondary tells upstream which input it now
+        covers"), and nothing until it has one."""
         if self.parked:
             return
         self.parked = True
+        self.holding = hold
+        self.held = None
         self._unparked.clear()
         self.correct_from(None)
         self.switch_to()
 
-    def unpark(self) -> None:
-        """Subscribe again, at the live end: from what the producer holds after its last
-        stable tuple (``Subscribe(live=True)``), with the ids learnt from the first data
-        tuple that comes; what was produced meanwhile is not asked for (amnesia: lost)."""
+    def hold_at(self, stable_id: int) -> None:
+        """A parked, holding link acks its producers ``stable_id`` from now on."""
+        if self.parked and self.holding and stable_id != self.held:
+            self.held = stable_id
+            self._held_moved.set()
+
+    def unpark(self, at: tuple[int, int] | None = None) -> None:
+        """Subscribe again: from the resume ids ``at`` (passive standby: its checkpoint's),
+        or, None, at the live end: from what the producer holds after its last stable
+        tuple (``Subscribe(live=True)``), with the ids learnt from the first data tuple that
+        comes; what was produced meanwhile is not asked for (amnesia: lost)."""
         if not self.parked:
             return
         self.parked = False
-        self.live = True
-        self.last_stable_id = self.last_tentative_id = 0
+        self.live = at is None
+        self.last_stable_id, self.last_tentative_id = (0, 0) if at is None else at
         self.tmax.reset()
         self._unparked.set()
 
@@ -347,31 +376,38 @@ class InputLink:
                     pass
 
     async def _stay_parked(self, name: str) -> None:
-        """Release every producer once (retrying the unreachable ones every
-        ``retry_interval``: a producer that restarts has a fresh buffer, which the grace rule
-        frees from us) until :meth:`unpark`."""
-        self._log.info("%s: parked: releasing %d producer(s)", name, len(self.producers))
-        pending = list(self.producers)
+        """Until :meth:`unpark`: release every producer once, or (holding) ack each what
+        the checkpoint covers whenever that moves; a producer that cannot be reached is
+        tried again every ``retry_interval`` (one that restarts has a fresh buffer)."""
+        how = "holding at its checkpoint" if self.holding else "releasing"
+        self._log.info("%s: parked: %s %d producer(s)", name, how, len(self.producers))
+        told: dict[tuple[str, int], int | None] = {}  # producer -> what it was told
         while self.parked:
-            for host, port in list(pending):
+            self._held_moved.clear()
+            want = self.held if self.holding else -1  # -1: a release
+            for host, port in self.producers:
+                if want is None or told.get((host, port)) == want:
+                    continue
+                msg = (Unsubscribe(self.stream, self.subscriber, release=True) if want < 0
+                       else Ack(self.stream, self.subscriber, want))
                 try:
                     conn = await self._transport.connect(host, port)
                     try:
-                        await conn.send(Unsubscribe(self.stream, self.subscriber, release=True))
+                        await conn.send(msg)
                     finally:
                         await conn.close()
                 except OSError as exc:
-                    self._log.debug("%s: cannot release producer %s:%d yet: %r", name, host,
+                    self._log.debug("%s: cannot reach producer %s:%d yet: %r", name, host,
                                     port, exc)
                     continue
-                pending.remove((host, port))
-            if not pending:
-                await self._unparked.wait()
-                break
+                told[(host, port)] = want
+            done = all(told.get(p) == want for p in self.producers) or want is None
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._retry_interval):
-                    await self._unparked.wait()
-        self._log.info("%s: unparked: subscribing at the live end", name)
+                async with asyncio.timeout(None if done else self._retry_interval):
+                    await _first(self._unparked, self._held_moved)
+        self._log.info("%s: unparked: subscribing %s", name,
+                       "at the live end" if self.live else
+                       f"from stable {self.last_stable_id}, tentative {self.last_tentative_id}")
 
     async def _connect(self, host: str, port: int, name: str) -> Connection | None:
         """A connection to the producer at ``host:port``, or None when ``switch_to`` (or a

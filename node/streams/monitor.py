@@ -351,9 +351,11 @@ class UpstreamMonitor:
     def acks_for(self, replica: str) -> dict[str, int]:
         """The acks a heartbeat to ``replica`` carries: each monitored stream it produces
         -> the link's ack id (0 while the link holds nothing: the consumer is heard from);
-        none for a parked link (node/streams/link.py: it holds nothing, wants nothing)."""
+        for a parked link (node/streams/link.py) only what it holds at, if anything (an
+        amnesia secondary wants nothing)."""
         links = self.links
-        return {s: links[s].ack_id for s in self._acked_at.get(replica, ()) if not links[s].parked}
+        return {s: links[s].ack_id for s in self._acked_at.get(replica, ())
+                if not links[s].parked or links[s].held is not None}
 
     async def run(self) -> None:
         if self.tracker is None:

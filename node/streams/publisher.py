@@ -60,9 +60,9 @@ Invariants:
 * While ``refusing`` is set (a replica recovering, node/replica/recovery.py) every Subscribe is
   refused with that reason and the connection closed; the responder may then return None
   to a heartbeat (no answer: the replica counts as down).
-* Requests (``HeartbeatRequest``, ``ReconcileRequest``) go to the owner's ``responder``,
-  whose answer is sent on the same connection ahead of any pending batch (a replica under
-  load still answers its heartbeats promptly). A publisher without a responder (a source)
+* Requests (``HeartbeatRequest``, ``ReconcileRequest``, ``StandbyCheckpoint``) go to the
+  owner's ``responder``, whose answer is sent on the same connection ahead of any pending
+  batch (a replica under load still answers its heartbeats promptly). A publisher without a responder (a source)
   treats them as unexpected messages.
 """
 
@@ -84,6 +84,7 @@ from protocol.messages import (
     HeartbeatRequest,
     Message,
     ReconcileRequest,
+    StandbyCheckpoint,
     Subscribe,
     Unsubscribe,
 )
@@ -374,7 +375,8 @@ class Publisher:
             if sub is not None:
                 self._unlink(sub)
             return self._release(msg) if msg.release else None
-        if self._responder is not None and isinstance(msg, HeartbeatRequest | ReconcileRequest):
+        if self._responder is not None and isinstance(
+                msg, HeartbeatRequest | ReconcileRequest | StandbyCheckpoint):
             if isinstance(msg, HeartbeatRequest) and msg.acks:
                 problem = self._heartbeat_acks(msg)
                 if problem is not None:

@@ -79,6 +79,7 @@ from ops_scripts.check.properties import (
     check_availability,
     check_client,
     check_digests,
+    check_idle_replica,
     check_no_duplicates,
     check_recovered_replica,
     check_replica,
@@ -175,6 +176,15 @@ def _promised(checker: Callable[..., Verdict], config: ClusterConfig, stream: st
     return run
 
 
+def _idle(node: NodeConfig, got: Sequence[Tuple] | None) -> bool:
+    """A replica of a pair whose secondary does not process, without a restore in its
+    current incarnation and with no data tuple in its log: judged as a secondary
+    (``check_idle_replica``); amnesia's pair is the gap promise's business instead."""
+    return (got is not None and not replicas_share_state(node.settings.ha)
+            and node.settings.ha != "amnesia"
+            and not any(t.kind in DATA_KINDS for t in got))
+
+
 def _log_verdicts(config: ClusterConfig, h: History, reference: dict[str, list[Tuple]] | None,
                   why: str) -> list[Verdict]:
     """The verdicts of the logs alone, in property order: each client's no-duplicates and
@@ -212,6 +222,11 @@ def _log_verdicts(config: ClusterConfig, h: History, reference: dict[str, list[T
                         check_recovered_replica, earlier_after=h.earlier_after.get((r.name, s), []))
                     judge("replica-convergence", subject, _promised(recovered, config, s, node),
                           r.name, s, got, h.restored_after[(r.name, s)],
+                          h.earlier.get((r.name, s), []))
+                elif _idle(node, got):
+                    idle = functools.partial(
+                        check_idle_replica, earlier_after=h.earlier_after.get((r.name, s), []))
+                    judge("replica-convergence", subject, idle, r.name, s, got,
                           h.earlier.get((r.name, s), []))
                 else:
                     judge("replica-convergence", subject,
@@ -264,7 +279,8 @@ def _node_digests(node: NodeConfig, events: Sequence[Event]) -> Verdict:
     table would hide that its state went unjudged."""
     if not replicas_share_state(node.settings.ha):
         why = (f"not compared: ha {node.settings.ha}'s secondary does not hold its primary's "
-               "state (an amnesia secondary holds an empty query network), by design")
+               "state by design (amnesia's holds an empty query network, passive standby's "
+               "the primary's last checkpoint, unrestored)")
         return Verdict("replica-convergence", Status.VALID, why, node_subject(node.name))
     return check_digests(node.name, [r.name for r in node.replicas], final_digests(events),
                          down_at_end(events))

@@ -42,6 +42,7 @@ __all__ = [
     "check_availability",
     "check_client",
     "check_digests",
+    "check_idle_replica",
     "check_no_duplicates",
     "check_recovered_replica",
     "check_replica",
@@ -414,15 +415,9 @@ def check_recovered_replica(
     subject = replica_subject(replica, stream)
     if promise is not None and promise.type is RecoveryType.GAP:
         return _recovered_gap(subject, emitted, earlier, ref, promise, judge_end)
-    for k, log in enumerate(earlier, start=1):
-        after = earlier_after[k - 1] if k <= len(earlier_after) else 0
-        kept, violation = apply_undos_checked([*(t for t in ref if t.id <= after), *log])
-        stable = [(line, t) for line, t in kept if t.kind is Kind.STABLE]
-        if violation is None:
-            violation = _difference(f"incarnation {k}", stable, ref[: len(stable)])
-        if violation is not None:
-            return Verdict("replica-convergence", Status.INVALID,
-                           f"incarnation {k} (before a crash): {violation}", subject)
+    problem = _earlier_problem(earlier, earlier_after, ref)
+    if problem is not None:
+        return Verdict("replica-convergence", Status.INVALID, problem, subject)
     prefix = [t for t in ref if t.id <= restored_after]
     if restored_after and (not prefix or prefix[-1].id != restored_after):
         why = f"recovered after id {restored_after}, which is not a tuple of the reference"
@@ -431,6 +426,45 @@ def check_recovered_replica(
     note = (f"recovered after id {restored_after}; {len(earlier)} earlier incarnation(s) "
             "a correct prefix; ")
     return dataclasses.replace(v, evidence=note + v.evidence)
+
+
+def _earlier_problem(earlier: Sequence[Sequence[Tuple]], earlier_after: Sequence[int],
+                     ref: Sequence[Tuple]) -> str | None:
+    """Why an earlier incarnation's log is not a correct prefix of the reference (None:
+    each is). ``earlier_after[k-1]``: the id after which incarnation k's log begins."""
+    for k, log in enumerate(earlier, start=1):
+        after = earlier_after[k - 1] if k <= len(earlier_after) else 0
+        kept, violation = apply_undos_checked([*(t for t in ref if t.id <= after), *log])
+        stable = [(line, t) for line, t in kept if t.kind is Kind.STABLE]
+        if violation is None:
+            violation = _difference(f"incarnation {k}", stable, ref[: len(stable)])
+        if violation is not None:
+            return f"incarnation {k} (before a crash): {violation}"
+    return None
+
+
+def check_idle_replica(
+    replica: str, stream: str, emitted: Sequence[Tuple], earlier: Sequence[Sequence[Tuple]],
+    reference: Mapping[str, Sequence[Tuple]], earlier_after: Sequence[int] = (),
+) -> Verdict:
+    """A replica of a process pair whose secondary does not process (passive standby) and
+    whose current incarnation restored nothing: a secondary all along, it emitted no data
+    tuple since it started, and every earlier incarnation's log is a correct prefix."""
+    if stream not in reference:
+        raise CheckError(f"no reference for stream {stream!r}")
+    subject = replica_subject(replica, stream)
+    data = [t for t in emitted if t.kind in (Kind.STABLE, Kind.TENTATIVE)]
+    if data:
+        why = (f"emitted {len(data)} data tuple(s) in this incarnation (first: "
+               f"{fmt_tuple(data[0])}) without restoring a checkpoint: its secondary should "
+               "emit nothing")
+        return Verdict("replica-convergence", Status.INVALID, why, subject)
+    problem = _earlier_problem(earlier, earlier_after, reference[stream])
+    if problem is not None:
+        return Verdict("replica-convergence", Status.INVALID, problem, subject)
+    why = (f"a secondary in this incarnation: emitted nothing; {len(earlier)} earlier "
+           "incarnation(s) a correct prefix")
+    return Verdict("replica-convergence", Status.VALID, why, subject)
 
 
 # ---------------------------------------------------------------- property 3: state

@@ -163,16 +163,19 @@ def _read_states(h: History, rd: RunDir, replica: str) -> None:
 
 
 def _read_recoveries(h: History, rd: RunDir, replica: str, stream: str, subject: str) -> None:
+    """A replica's recoveries (``recoveries.jsonl``) and the logs of its earlier
+    incarnations (``replica_output_before``), for replica-convergence."""
     path = rd.replica_recoveries(replica)
-    if not path.exists():
-        return
+    records: list[dict[str, Any]] = []
+    began: dict[int, int] = {}
     try:
-        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        h.restored_after[(replica, stream)] = int(records[-1]["outputs"][stream])
-        # Incarnation k began after the id its own recovery restored (a record per restore;
-        # an incarnation killed before restoring emitted nothing, and has none).
-        began = {int(r["incarnation"]): int(r["outputs"][stream]) for r in records
-                 if "incarnation" in r}
+        if path.exists():
+            records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            restored = int(records[-1]["outputs"][stream])
+            # Incarnation k began after the id its own recovery restored (a record per
+            # restore; an incarnation killed before restoring emitted nothing, and has none).
+            began = {int(r["incarnation"]): int(r["outputs"][stream]) for r in records
+                     if "incarnation" in r}
     except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
         h.problems[subject] = f"unreadable recovery log {path}: {e!r}"
         return
@@ -184,8 +187,15 @@ def _read_recoveries(h: History, rd: RunDir, replica: str, stream: str, subject:
             h.problems[subject] = f"unreadable log {p}: {e}"
             return
         k += 1
+    if not records and not logs:
+        return
     h.earlier[(replica, stream)] = logs
     h.earlier_after[(replica, stream)] = [began.get(j, 0) for j in range(1, len(logs) + 1)]
+    # The current log begins after the last restore if the current incarnation made it: a
+    # process pair's secondary that does not process (passive standby) restores only when
+    # it takes over, so a later incarnation may have restored nothing (yet).
+    if records and int(records[-1].get("incarnation", len(logs) + 1)) == len(logs) + 1:
+        h.restored_after[(replica, stream)] = restored
 
 
 def load_events(rd: RunDir, h: History) -> list[dict[str, Any]] | None:

@@ -46,6 +46,8 @@ from protocol.messages import (
     ReconcileGrant,
     ReconcileRefuse,
     ReconcileRequest,
+    StandbyAck,
+    StandbyCheckpoint,
     Subscribe,
     Unsubscribe,
 )
@@ -89,6 +91,15 @@ SAMPLES: dict[type[Message], tuple[Message, ...]] = {
     Hello: (Hello("c1", "0f" * 16), Hello("", "")),
     Challenge: (Challenge("n1a", "a1" * 16, "5e" * 32), Challenge("é", "", "")),
     Proof: (Proof("77" * 32), Proof("")),
+    StandbyCheckpoint: (
+        StandbyCheckpoint("n1a", 1, 0, {}, {}, {}),
+        StandbyCheckpoint("n1a", 7, 6, {"u": {"buckets": [[1, 2.5, None, "é"]], "n": 3},
+                                        "out": {"last_stable_id": 12}},
+                          {"s1": (12, 12), "s2": (0, 3)},
+                          {"n1.out": (make_tuple(_T.STABLE, 13, 1000, 1000, ("a", 1)),
+                                      boundary(2000))}),
+    ),
+    StandbyAck: (StandbyAck("n1b", 7, False), StandbyAck("", _I64, True)),
 }
 
 

@@ -291,10 +291,20 @@ def parse_faults(raw: Iterable[Mapping[str, Any]], config: ClusterConfig) -> lis
     return faults
 
 
+#: Seconds after a process pair's killed replica is restarted before the schedule may kill
+#: its partner (``_check_live_partner``): the restart comes up (about a second for a real
+#: process), then copies its partner's state (active standby) or gets its first checkpoint
+#: (passive standby, every ha_interval). The pairs' model is one failure at a time (Hwang et
+#: al., section 2): the partner's crash before that is a second failure during the first's
+#: recovery, after which no replica holds the node's state.
+PAIR_RESYNC = 3.0
+
+
 def _check_live_partner(faults: Sequence[Fault], config: ClusterConfig) -> None:
     """Refuse a kill or pause of a process already down, and overlapping kills/pauses of
     every replica of a node: a killed replica recovers from a live partner's state, so one
-    replica of each node must stay up."""
+    replica of each node must stay up (for a process pair, until ``PAIR_RESYNC`` after the
+    restart)."""
     stops = [f for f in faults if f.kind in ("kill", "pause")]
     for i, f in enumerate(stops):
         for g in stops[i + 1:]:
@@ -304,19 +314,28 @@ def _check_live_partner(faults: Sequence[Fault], config: ClusterConfig) -> None:
                     f"{f.kind}ed already when the {g.kind} starts")
     nodes = node_of(config)
     down = [f for f in stops if f.params["process"] in nodes]
+
+    def until(f: Fault) -> float:
+        """When ``f``'s replica counts as back: a pair's restarted replica only once it
+        caught up with its partner (PAIR_RESYNC later: it copied the state, or got a
+        checkpoint); a kill of its partner before then is a double failure."""
+        pair = config.nodes[nodes[f.params["process"]]].settings.ha != "dpc"
+        return f.heal_at + (PAIR_RESYNC if pair and f.kind == "kill" else 0.0)
+
     for f in down:
         node = nodes[f.params["process"]]
         if _alone(config, node):
             continue  # its replicas recover from their own CEC logs
         at_once = {g.params["process"] for g in down if nodes.get(g.params["process"]) == node
-                   and g.at < f.heal_at and f.at < g.heal_at}
+                   and g.at < until(f) and f.at < until(g)}
         if len(at_once) == len(config.nodes[node].replicas) and any(
             g.kind == "kill" for g in down if g.params["process"] in at_once
         ):
             raise ScheduleError(
                 f"faults at {f.at:g} s: every replica of node {node!r} is down at once "
                 f"({', '.join(sorted(at_once))}) and one is killed: it could not recover "
-                "(a restarted replica rebuilds from a live partner)")
+                "(a restarted replica rebuilds from a live partner; a process pair's counts "
+                f"as down until {PAIR_RESYNC:g} s after its restart)")
 
 
 def _alone(config: ClusterConfig, node: str) -> bool:

@@ -63,7 +63,12 @@ EXPECTED_LOG = {"throttled-client": [("c1", "input n1.out: switching from n1a to
                 "amnesia-kill": [
                     ("n1b", "n1b: amnesia: the query restarts empty, its inputs at their live end"),
                     ("n1a", "n1a: secondary of a process pair (ha = 'amnesia') with n1b"),
-                    ("n1a", "n1a: amnesia: the query restarts empty, its inputs at their live end")]}
+                    ("n1a", "n1a: amnesia: the query restarts empty, its inputs at their live end")],
+                # passive standby: each takeover restores the partner's last checkpoint
+                "passive-standby-kill": [
+                    ("n1b", "n1b: passive standby: restored from checkpoint "),
+                    ("n1a", "n1a: secondary of a process pair (ha = 'passive_standby') with n1b"),
+                    ("n1a", "n1a: passive standby: restored from checkpoint ")]}
 #: Whether the replicas take {"cut", "direction", "kind"} and {"shape", ...} (node/faults/rules.py).
 
 

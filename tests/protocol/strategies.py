@@ -24,6 +24,8 @@ from protocol.messages import (
     ReconcileGrant,
     ReconcileRefuse,
     ReconcileRequest,
+    StandbyAck,
+    StandbyCheckpoint,
     Subscribe,
     Unsubscribe,
 )
@@ -95,6 +97,14 @@ MESSAGE_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     Hello: st.builds(Hello, names, names),
     Challenge: st.builds(Challenge, names, names, names),
     Proof: st.builds(Proof, names),
+    StandbyCheckpoint: st.builds(
+        StandbyCheckpoint, names, ints, ints,
+        st.dictionaries(names, st.recursive(
+            values, lambda inner: st.lists(inner, max_size=4)
+            | st.dictionaries(names, inner, max_size=4), max_leaves=12), max_size=4),
+        st.dictionaries(names, st.tuples(ack_ids, ack_ids), max_size=4),
+        st.dictionaries(names, st.lists(tuples, max_size=5).map(tuple), max_size=3)),
+    StandbyAck: st.builds(StandbyAck, names, ints, st.booleans()),
 }
 
 #: Any valid message.

@@ -92,8 +92,8 @@ def test_length_too_short_for_version_and_type(length: int) -> None:
 
 
 def test_unknown_version() -> None:
-    msg = refused(frame(MessageType.ACK, ["s", "c", 1], version=7))
-    assert msg == f"unknown protocol version 7 (this side speaks {VERSION})"
+    msg = refused(frame(MessageType.ACK, ["s", "c", 1], version=99))
+    assert msg == f"unknown protocol version 99 (this side speaks {VERSION})"
 
 
 def test_a_peer_of_the_version_before_the_heartbeat_acks_is_refused_by_version() -> None:
@@ -126,7 +126,7 @@ def test_heartbeat_frontiers_round_trip_beside_each_stream_state() -> None:
     assert decode_frame(encode(empty)) == empty
 
 
-@pytest.mark.parametrize("code", [0, 13, 42, 255])
+@pytest.mark.parametrize("code", [0, 15, 42, 255])
 def test_unknown_message_type(code: int) -> None:
     assert refused(frame(code, [])) == f"unknown message type {code}"
 
@@ -286,6 +286,22 @@ def test_error_messages_stay_short_however_large_the_garbage() -> None:
             ["s", "c", "yes"],
             "Unsubscribe: field 'release' must be a boolean, got 'yes'",
         ),
+        (
+            MessageType.STANDBY_CHECKPOINT,
+            ["n1a", 1, 0, [], [], []],
+            "StandbyCheckpoint: field 'parts' must be an object, got []",
+        ),
+        (
+            MessageType.STANDBY_CHECKPOINT,
+            ["n1a", 1, 0, {}, [["s1", -1, 0]], []],
+            "StandbyCheckpoint input 0: must be a list [stream name, stable id, tentative id]",
+        ),
+        (
+            MessageType.STANDBY_CHECKPOINT,
+            ["n1a", 1, 0, {}, [], [["o", [[0, 1, 2]]]]],
+            "StandbyCheckpoint output 0 tuple 0: must be a list of 5 fields",
+        ),
+        (MessageType.STANDBY_ACK, ["n1b", 1, 1], "StandbyAck: field 'whole' must be a boolean"),
         (
             MessageType.HEARTBEAT_REQUEST,
             [None, 1, []],
@@ -570,10 +586,20 @@ def test_messages_before_a_bad_frame_are_not_lost() -> None:
     from protocol.messages import Unsubscribe
 
     good = [encode(Unsubscribe(f"s{i}", "c")) for i in range(3)]
-    bad = b"\x00\x00\x00\x03\x07\x01{"  # unknown version 7
+    bad = b"\x00\x00\x00\x03\x63\x01{"  # unknown version 99
     decoder = FrameDecoder()
-    with pytest.raises(RemoteProtocolError, match="version 7") as err:
+    with pytest.raises(RemoteProtocolError, match="version 99") as err:
         decoder.feed(b"".join(good) + bad)
     assert err.value.messages == [Unsubscribe(f"s{i}", "c") for i in range(3)]
     with pytest.raises(RemoteProtocolError):  # poisoned: the caller closes the link
         decoder.feed(good[0])
+
+
+def test_a_standby_checkpoint_nested_deeper_than_it_encodes_is_refused() -> None:
+    """Found by ``dpc fuzz`` (seed 20240521, frame 89767): orjson decodes deeper nesting than
+    it encodes, so a checkpoint's snapshots nested 300 deep decoded into a message that could
+    not be sent on; refused at decoding now, saying so."""
+    deep = b"[" * 300 + b"0" + b"]" * 300  # orjson would not even write it
+    body = b'["n1a", 1, 0, {"u": ' + deep + b"}, [], []]"
+    msg = refused(frame(MessageType.STANDBY_CHECKPOINT, body))
+    assert msg.startswith("StandbyCheckpoint: field 'parts' does not encode back")

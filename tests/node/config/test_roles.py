@@ -21,6 +21,8 @@ from protocol.messages import (
     ReconcileGrant,
     ReconcileRefuse,
     ReconcileRequest,
+    StandbyAck,
+    StandbyCheckpoint,
     Subscribe,
     Unsubscribe,
 )
@@ -48,6 +50,7 @@ ACCEPTED: list[tuple[str, str, Message]] = [
     ("n1a", "n2a", HeartbeatRequest("n2a", 3, {"n1.out": 5})),
     ("n1a", "n1b", ReconcileRequest("n1b", "n1", 1, 1)),
     ("n1a", "n1b", HeartbeatRequest("n1b", 4)),  # a process pair's keep-alive
+    ("n1b", "n1a", StandbyCheckpoint("n1a", 1, 0, {}, {}, {})),  # passive standby
     # a stream me does not serve: the publisher refuses it, naming the ones it does
     ("n1a", "n2a", Subscribe("nope", "n2a", 0, 0)),
 ]
@@ -72,6 +75,9 @@ REFUSED: list[tuple[str, str, Message, str]] = [
     ("n1a", "n1b", ReconcileRequest("n1b", "n2", 1, 0), "asked to reconcile node 'n2'"),
     ("s1", "n1a", ReconcileRequest("n1a", "n1", 1, 0), "asked 's1', no node replica"),
     ("n1a", "n1b", ReconcileGrant("n1b", 1), "sent a ReconcileGrant on a connection it opened"),
+    ("n1a", "n2a", StandbyCheckpoint("n2a", 1, 0, {}, {}, {}),
+     "only the other replica of 'n1a''s node does"),
+    ("n1a", "n1b", StandbyAck("n1b", 1, False), "sent a StandbyAck on a connection it opened"),
     ("n1a", "n1b", ReconcileRefuse("n1b", 1, "no"), "on a connection it opened"),
     ("n1a", "n2a", HeartbeatResponse("n2a", 1, ConsistencyState.STABLE, {}, {}),
      "on a connection it opened"),

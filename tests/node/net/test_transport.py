@@ -32,6 +32,8 @@ from protocol.messages import (
     ReconcileGrant,
     ReconcileRefuse,
     ReconcileRequest,
+    StandbyAck,
+    StandbyCheckpoint,
     Subscribe,
     Unsubscribe,
 )
@@ -169,6 +171,9 @@ SAMPLES: list[Message] = [
     Hello("n2a", "0f" * 16),
     Challenge("n1a", "a1" * 16, "5e" * 32),
     Proof("77" * 32),
+    StandbyCheckpoint("n1a", 2, 1, {"agg": {"panes": [[0, "k", 3]]}}, {"s1": (12, 12)},
+                      {"n1.out": (make_tuple(Kind.STABLE, 5, 50, 50, ("k", 3)),)}),
+    StandbyAck("n1b", 2, False),
 ]
 
 

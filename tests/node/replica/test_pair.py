@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from node.replica.keepalive import role_of
-from node.replica.pair import Pair, Role, StepDown, TakeOver, heard, silent, start
+from node.replica.pair import Pair, Role, StepDown, TakeOver, heard, holds_state, silent, start
 from protocol.messages import ConsistencyState, HeartbeatResponse
 
 P, S = Role.PRIMARY, Role.SECONDARY
@@ -30,11 +30,42 @@ def test_a_secondary_takes_over_when_its_primary_fails() -> None:
     assert silent(b) == (b, [])  # a primary whose secondary fails goes on alone
 
 
-def test_two_secondaries_make_the_lower_rank_primary() -> None:
-    a = start("a", "b", 0, recovered=True)  # restarted before b noticed the crash
-    b = start("b", "a", 1, recovered=False)
-    assert heard(b, a.role) == (b, [])
+def test_of_two_secondaries_the_one_that_holds_state_serves_at_once() -> None:
+    """a restarted before b noticed the crash: b, which holds the state (a passive
+    standby's checkpoints), takes over at its first answer; a, stateless, waits."""
+    a = start("a", "b", 0, recovered=True, patience=4)
+    b = Pair("b", "a", 1, S)
+    b, actions = heard(b, a.role)
+    assert b.role is P and isinstance(actions[0], TakeOver)
+    for _ in range(10):
+        a, actions = heard(a, S)  # (had b not answered as a primary yet)
+        if a.role is P:
+            break
+    assert a.waited == 0 and a.role is P  # only after its patience, by rank
+    a = start("a", "b", 0, recovered=True, patience=4)
+    for _ in range(3):
+        a, actions = heard(a, S)
+        assert a.role is S and not actions
+    a, _ = heard(a, P)  # b took over meanwhile
+    assert a.role is S and a.waited == 0
+
+
+def test_two_stateless_secondaries_make_the_lower_rank_primary_after_their_patience() -> None:
+    a = start("a", "b", 0, recovered=True, patience=2)
+    b = start("b", "a", 1, recovered=True, patience=2)
+    for _ in range(5):
+        b, actions = heard(b, a.role)
+        assert b.role is S and not actions  # the higher rank never claims it
     a, actions = heard(a, b.role)
+    assert a.role is S
+    a, actions = heard(a, b.role)
+    assert a.role is P and isinstance(actions[0], TakeOver)
+
+
+def test_a_restarted_replica_holds_state_once_it_has_a_copy() -> None:
+    a = holds_state(start("a", "b", 0, recovered=True))
+    assert not a.recovered
+    a, actions = heard(a, S)
     assert a.role is P and isinstance(actions[0], TakeOver)
 
 
@@ -62,10 +93,12 @@ def test_two_replicas_that_hear_each_other_end_with_one_primary(events: list[str
         elif what == "silent":
             pairs[who], _ = silent(pairs[who])
         else:
-            pairs[who] = start(who, other[who], 0 if who == "a" else 1, recovered=True)
-    # Then one keep-alive answered each way, in either order.
-    for who in ("a", "b") if a_first else ("b", "a"):
-        pairs[who], _ = heard(pairs[who], pairs[other[who]].role)
+            pairs[who] = start(who, other[who], 0 if who == "a" else 1, recovered=True,
+                               patience=3)
+    # Then keep-alives answered each way, in either order, for longer than the patience.
+    for _ in range(4):
+        for who in ("a", "b") if a_first else ("b", "a"):
+            pairs[who], _ = heard(pairs[who], pairs[other[who]].role)
     assert sorted(p.role.value for p in pairs.values()) == ["primary", "secondary"]
 
 

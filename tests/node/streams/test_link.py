@@ -695,3 +695,27 @@ async def test_a_parked_link_releases_its_producers_and_resumes_at_the_live_end(
     assert link.ack_id == 14
     for prod in (a, b):
         await prod.stop()
+
+
+async def test_a_holding_parked_link_acks_its_checkpoint_to_every_producer(net: Net) -> None:
+    """A passive standby's link (node/replica/standby.py): parked, it acks each producer
+    what its last checkpoint covers, so upstream keeps the input after it (the other
+    consumer, the primary, is ahead); unparked at those ids, it gets exactly the rest."""
+    a, b = await Producer(net, "a").start(), await Producer(net, "b").start()
+    for prod in (a, b):
+        prod.buffers["s"].set_consumers(["c1", "c2"])
+        await prod.publish(stable(1, 20))
+        prod.buffers["s"].ack("c2", 20)  # the primary processed everything
+    link, sink = make_link(net, [a.address, b.address])
+    link.park(hold=True)
+    async with running(link.run()):
+        link.hold_at(8)
+        await wait_until(lambda: a.buffers["s"].trimmed_up_to == b.buffers["s"].trimmed_up_to == 8)
+        assert link.ack_id == 8 and not a.subscribers() and not b.subscribers()
+        link.hold_at(12)
+        await wait_until(lambda: a.buffers["s"].trimmed_up_to == b.buffers["s"].trimmed_up_to == 12)
+        link.unpark((12, 12))
+        await wait_until(lambda: link.last_stable_id == 20)
+    assert sink.ids() == list(range(13, 21))
+    for prod in (a, b):
+        await prod.stop()

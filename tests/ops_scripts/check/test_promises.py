@@ -316,3 +316,25 @@ def test_gap_liveness_still_waits_for_what_the_client_holds(world: World) -> Non
     assert v.status is Status.INVALID, v.evidence
     assert f"first STABLE({desc(ref[-1])})" in v.evidence
     assert f"it arrived at line {len(client)}, +33.000 s" in v.evidence
+
+
+# ------------------------------------------------- a pair's secondary that never served
+def test_an_idle_secondary_emitted_nothing_and_its_earlier_lives_are_correct_prefixes() -> None:
+    """Passive standby: a replica restarted as the secondary emits nothing until it takes
+    over; its earlier incarnations (a primary's output from the start, or from the
+    checkpoint it restored) must be correct prefixes; data emitted without a restore is
+    invalid."""
+    from ops_scripts.check.properties import check_idle_replica
+    from protocol.tuples import Kind, boundary, make_tuple
+
+    ref = [make_tuple(Kind.STABLE, i, 10 * i, 10 * i, (i,)) for i in range(1, 7)]
+    reference = {"n1.out": ref}
+    ok = check_idle_replica("n1a", "n1.out", [boundary(70)], [ref[:2], ref[3:5]], reference,
+                            earlier_after=[0, 3])
+    assert ok.status == "valid" and "a secondary in this incarnation" in ok.evidence
+    wrong = [make_tuple(Kind.STABLE, 4, 40, 40, (99,))]
+    bad = check_idle_replica("n1a", "n1.out", [], [ref[:2], wrong], reference,
+                             earlier_after=[0, 3])
+    assert bad.status == "invalid" and "incarnation 2" in bad.evidence
+    noisy = check_idle_replica("n1a", "n1.out", ref[:1], [], reference)
+    assert noisy.status == "invalid" and "without restoring a checkpoint" in noisy.evidence

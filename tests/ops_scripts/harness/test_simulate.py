@@ -152,14 +152,36 @@ def test_an_amnesia_takeover_loses_what_the_primary_held_and_the_checker_counts_
     assert ids and min(ids) > 2**40, ids[:3]
 
 
+def test_a_passive_standby_takeover_restores_the_last_checkpoint_and_is_precise(
+        tmp_path: Path) -> None:
+    """examples/passive-standby.toml, its primary killed: the secondary restores the last
+    checkpoint it got, resumes its inputs from there and recomputes what the primary had
+    emitted since; the client's stream is the failure-free one (precise), and the killed
+    replica, restarted, is a secondary that emits nothing."""
+    config = load_config(DEFAULT_CLUSTER.parent / "passive-standby.toml")
+    faults = parse_faults([{"at": 1.0, "for": 2.0, "fault": "kill", "process": "n1a"}], config)
+    r = simulate_one(config, 0, tmp_path / "run", SimOptions(duration=3.0, quiet=3.0),
+                     faults=faults)
+    assert r.ok, r.failures
+    verdicts = {(v["property"], v["subject"]): v["evidence"] for v in
+                orjson.loads((tmp_path / "run" / "check.json").read_bytes())["verdicts"]}
+    assert "stable tuples equal the reference" in verdicts[
+        ("eventual-consistency", "client c1 (n2.out)")]
+    assert "a secondary in this incarnation: emitted nothing" in verdicts[
+        ("replica-convergence", "replica n1a (n1.out)")]
+    took = orjson.loads(RunDir(tmp_path / "run").replica_recoveries("n1b").read_bytes())
+    assert took["from"].startswith("passive standby checkpoint "), took
+    assert took["outputs"]["n1.out"] > 0  # it restored emitted state, not an empty network
+
+
 def test_clusters_mixing_modes_get_crash_schedules_and_stay_valid(tmp_path: Path) -> None:
-    """examples/ha-mix.toml: active standby, then amnesia, then DPC on one path; kills of
-    every node's replicas are drawn and every run is valid by the client's promise (gap:
-    the amnesia node on its path)."""
+    """examples/ha-mix.toml: passive standby, active standby and DPC on one path (client
+    c2, precise), amnesia on another (c1, gap); kills of every node's replicas are drawn
+    and every run is valid by each client's promise."""
     results = simulate_many(DEFAULT_CLUSTER.parent / "ha-mix.toml", 1, 12, tmp_path, jobs=2)
     assert all(r.ok for r in results), [(r.seed, r.failures[:2]) for r in results if not r.ok]
     killed = {f.params["process"] for r in results for f in r.faults}
-    assert {"n1a", "n2a", "n3a"} <= killed
+    assert {"n1a", "n2a", "n3a", "n4a"} <= killed
 
 
 def test_the_mutation_is_caught_by_the_simulation(tmp_path: Path,

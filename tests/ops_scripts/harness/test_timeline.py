@@ -118,3 +118,27 @@ def test_torture_and_simulate_draw_every_replica_of_a_cec_node_killed_at_once() 
     sim = load_config(EXAMPLES / "sim.toml")
     assert not any(all_at_once(simulation_schedule(sim, random.Random(s), SimOptions()))
                    for s in range(60))
+
+
+def test_a_pairs_partner_is_not_killed_before_the_restarted_replica_caught_up() -> None:
+    """One failure at a time (Hwang et al.): a process pair's restarted replica copies its
+    partner's state or waits for a checkpoint, so killing the partner within PAIR_RESYNC of
+    the restart is a double failure, refused; after it, allowed. A DPC node is not held to
+    it (its replicas each process everything)."""
+    from node.config.load import load_config
+    from ops_scripts.examples import EXAMPLES
+    from ops_scripts.harness.schedule import PAIR_RESYNC, ScheduleError, parse_faults
+
+    pair = load_config(EXAMPLES / "passive-standby.toml")
+    soon = [{"at": 0.0, "for": 1.0, "fault": "kill", "process": "n1a"},
+            {"at": 1.0 + PAIR_RESYNC / 2, "for": 1.0, "fault": "kill", "process": "n1b"}]
+    try:
+        parse_faults(soon, pair)
+        raise AssertionError("a kill of the partner during the resync must be refused")
+    except ScheduleError as e:
+        assert "every replica of node 'n1' is down at once" in str(e)
+    later = [soon[0], {**soon[1], "at": 1.0 + PAIR_RESYNC + 0.1}]
+    assert len(parse_faults(later, pair)) == 2
+    dpc = load_config(EXAMPLES / "sim.toml")
+    assert len(parse_faults([{**f, "process": f["process"].replace("n1", "n2")} for f in soon],
+                            dpc)) == 2

@@ -1,0 +1,198 @@
+"""Passive standby (Hwang et al., ICDE 2005, section 5.1): the primary of a process pair
+sends its secondary a checkpoint every M (``ha_interval``); the secondary processes nothing
+and, when it takes over, restores the last checkpoint and resumes its inputs from there.
+
+Theory of operation.
+
+* **What a checkpoint holds** (:class:`~protocol.messages.StandbyCheckpoint`): the snapshot
+  of every operator whose encoding changed since the checkpoint before (the paper's
+  "changed operator state"; SUnion's snapshot holds its queued input), each input link's
+  resume ids, and each output stream's tuples queued since the checkpoint before (the
+  output queues' new tuples); the first one on a connection, or after the secondary asked
+  for it, is *whole* (every operator, everything each output buffer holds). All of it is
+  taken in one event-loop turn: the state, the input positions and the output queues agree.
+* **Input preservation.** The secondary tells upstream which input it now covers (the
+  paper's words): its parked links ack every producer the input ids of the last
+  checkpoint it applied (node/streams/link.py ``hold_at``), and upstream, which trims by
+  the smallest ack of its consumers, keeps every input tuple after them, which is what the
+  secondary will ask for. (Capping the primary's own acks instead does not survive the
+  primary's crash: its restarted incarnation, a secondary, would no longer hold anything
+  back. ``dpc simulate`` seed 400 found that.) A fresh secondary with no checkpoint yet
+  holds upstream by the grace rule (state/buffer.py); a restarted one by the acks of its
+  earlier life until its first checkpoint.
+* **Output preservation.** The secondary appends the shipped output tuples to its own
+  output buffers (which downstream's acks trim, as on any replica): a consumer behind the
+  checkpoint is served from them after a takeover.
+* **Takeover** (:meth:`Standby.take_over` via the runtime): the network is restored from the
+  merged snapshots, the links resume from the checkpoint's ids (upstream replays the rest),
+  and the network reproduces, ids included (a deterministic network), what the primary
+  emitted after the checkpoint; downstream, which resubscribes by ids, drops what it holds
+  (state/buffer.py ``AheadView``): precise recovery. A secondary that holds no checkpoint
+  yet replays its inputs from the start (a fresh start: upstream kept them).
+
+:class:`Shipper` (the primary's side) and :class:`Standby` (the secondary's) are pure;
+:func:`ship` is the primary's loop. Only what a dead peer raises ends a connection here;
+anything else is a bug and ends the replica, loudly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from node.net.transport import Connection, Transport
+from protocol.errors import RemoteProtocolError
+from protocol.messages import StandbyAck, StandbyCheckpoint
+from protocol.tuples import DATA_KINDS, Tuple
+from state.checkpoint import Checkpoint, CheckpointStore
+
+__all__ = ["Shipper", "Standby", "ship"]
+
+Ids = tuple[int, int]
+
+
+class Shipper:
+    """The primary's side: which checkpoint to send next, and what an ack of one means.
+
+    ``take(parts, inputs, held)`` makes the next checkpoint from the network's snapshot,
+    the links' resume ids and, for a whole one, each output buffer's held tuples; a delta
+    carries the output tuples :meth:`queued` since the one before."""
+
+    def __init__(self, replica: str) -> None:
+        self.replica = replica
+        self._seq = itertools.count(1)
+        self._store: CheckpointStore | None = None  # None: the next one is whole
+        self._base = 0
+        self._queued: dict[str, list[Tuple]] = {}
+        self.sent = 0
+        self.acked_seq = 0  # the newest checkpoint the secondary said it holds
+
+    def reset(self) -> None:
+        """A new connection, or the secondary asked: the next checkpoint is whole."""
+        self._store = None
+        self._base = 0
+        self._queued.clear()
+
+    def queued(self, stream: str, tuples: Sequence[Tuple]) -> None:
+        """Output tuples appended to ``stream``'s buffer (kept only for a delta to come)."""
+        if self._store is not None:
+            self._queued.setdefault(stream, []).extend(tuples)
+
+    def take(self, now: int, parts: Mapping[str, Any], inputs: Mapping[str, Ids],
+             held: Callable[[], Mapping[str, Iterable[Tuple]]]) -> StandbyCheckpoint:
+        seq = next(self._seq)
+        whole = self._store is None
+        store = self._store if self._store is not None else CheckpointStore()
+        changed = store.put(Checkpoint(seq, now, parts))
+        if whole:
+            outputs = {s: tuple(ts) for s, ts in held().items()}
+        else:
+            outputs = {s: tuple(ts) for s, ts in self._queued.items()}
+        self._queued = {}
+        msg = StandbyCheckpoint(self.replica, seq, self._base,
+                                {name: parts[name] for name in changed}, dict(inputs), outputs)
+        self._store, self._base = store, seq
+        self.sent += 1
+        return msg
+
+    def acked(self, ack: StandbyAck) -> None:
+        """The secondary holds checkpoint ``ack.seq``, or (``whole``) wants a whole one
+        next (``reset`` done here)."""
+        if ack.whole:
+            self.reset()
+        else:
+            self.acked_seq = max(self.acked_seq, ack.seq)
+
+
+@dataclass
+class Standby:
+    """The secondary's side: the last checkpoint it applied (operator snapshots merged,
+    input ids), and the output tuples to append to its buffers (``append``)."""
+
+    append: Callable[[str, Sequence[Tuple]], None]
+    seq: int = 0
+    parts: dict[str, Any] = field(default_factory=dict)
+    inputs: dict[str, Ids] = field(default_factory=dict)
+    received: int = 0
+
+    def apply(self, me: str, msg: StandbyCheckpoint, last_ids: Mapping[str, int]
+              ) -> StandbyAck:
+        """Apply ``msg`` and say so as ``me`` (``last_ids``: each output buffer's last data
+        id, what it already holds); a delta on another base than the one held is refused
+        with a request for a whole checkpoint."""
+        self.received += 1
+        if msg.base != 0 and msg.base != self.seq:
+            return StandbyAck(me, msg.seq, True)
+        if msg.base == 0:
+            self.parts = dict(msg.parts)
+        else:
+            self.parts.update(msg.parts)
+        self.inputs = dict(msg.inputs)
+        self.seq = msg.seq
+        for stream, tuples in msg.outputs.items():
+            new = _after(tuples, last_ids.get(stream, 0))
+            if new:
+                self.append(stream, new)
+        return StandbyAck(me, msg.seq, False)
+
+
+def _after(tuples: Sequence[Tuple], last: int) -> list[Tuple]:
+    """The suffix of ``tuples`` from its first data tuple with id > ``last`` (what a buffer
+    holding data tuple ``last`` lacks; the control tuples before it are dropped: a boundary
+    is idempotent and the next one covers it)."""
+    for k, t in enumerate(tuples):
+        if t.kind in DATA_KINDS and t.id > last:
+            return list(tuples[k:])
+    return []
+
+
+async def ship(shipper: Shipper, transport: Transport, address: tuple[str, int],
+               interval: int, *, serving: Callable[[], bool],
+               take: Callable[[Shipper], StandbyCheckpoint], owner: str, partner: str,
+               log: logging.Logger) -> None:
+    """Forever: while ``serving()`` (this replica is the primary), keep a connection to the
+    partner at ``address`` and send it ``take(shipper)`` every ``interval`` µs, reading its
+    acks (``Shipper.acked``). A lost connection is a whole checkpoint on the next one."""
+    while True:
+        if not serving():
+            await asyncio.sleep(interval / 1e6)
+            continue
+        try:
+            conn = await transport.connect(*address)
+        except OSError:  # the partner is down or restarting: try again later
+            await asyncio.sleep(interval / 1e6)
+            continue
+        shipper.reset()
+        try:
+            async with asyncio.TaskGroup() as tg:
+                reader = tg.create_task(_read_acks(conn, shipper, owner, partner, log))
+                while serving() and not reader.done():
+                    await conn.send(take(shipper))
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(interval / 1e6):
+                            await asyncio.shield(reader)
+                reader.cancel()
+        except* OSError as group:  # the partner died or reset the connection
+            log.info("%s: checkpoint connection to %s ended: %r", owner, partner,
+                     group.exceptions[0])
+        finally:
+            await conn.close()
+
+
+async def _read_acks(conn: Connection, shipper: Shipper, owner: str, partner: str,
+                     log: logging.Logger) -> None:
+    try:
+        while (msg := await conn.receive()) is not None:
+            if not isinstance(msg, StandbyAck):
+                log.error("%s: partner %s answered a checkpoint with a %s; closing", owner,
+                          partner, type(msg).__name__)
+                return
+            shipper.acked(msg)
+    except RemoteProtocolError as exc:
+        log.error("%s: partner %s sent bad data on the checkpoint connection: %s; closing",
+                  owner, partner, exc)
