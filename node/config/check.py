@@ -34,6 +34,7 @@ from node.config.read import config_error
 from operators.cec import cec_problems
 from operators.errors import OperatorError, SpecError
 from operators.network import QueryNetwork
+from operators.restart import restart_problems
 from operators.spec import NetworkSpec, OperatorSpec
 from protocol.tuples import END_OF_STREAM, Schema
 
@@ -219,7 +220,7 @@ def build_node(
     if s.checkpointing == "cec":
         _check_cec(file, draft, net)
     if s.ha != "dpc":
-        _check_pair(file, draft)
+        _check_pair(file, draft, net)
     node = NodeConfig(
         name=draft.name,
         inputs=draft.inputs,
@@ -231,11 +232,18 @@ def build_node(
     return node, {f"{draft.name}.{o}": net.schemas[o] for o in outs}
 
 
-def _check_pair(file: Path, draft: NodeDraft) -> None:
+def _check_pair(file: Path, draft: NodeDraft, net: QueryNetwork) -> None:
     """A process-pair mode needs exactly two replicas, and nothing of DPC's own recovery
-    (its continuous eventual checkpoints rebuild a replica a pair's partner rebuilds)."""
+    (its continuous eventual checkpoints rebuild a replica a pair's partner rebuilds);
+    upstream backup, a network with restart points (operators/restart.py)."""
     s, key = draft.settings, f"nodes.{draft.name}"
     why = []
+    if s.ha == "upstream_backup":
+        if s.reconciliation == "undo":
+            why.append('it restarts on checkpoint/redo networks (reconciliation = "checkpoint")')
+        else:
+            why += [f"its query network has no restart point: {p}"
+                    for p in restart_problems(QueryNetwork(net.spec, undo_logs=False))]
     if len(draft.replicas) != 2:
         why.append(f"it needs exactly two replicas (a primary and a secondary), not "
                    f"{len(draft.replicas)}")

@@ -47,11 +47,11 @@ The format (``examples/README.md`` has the long version)::
     vectorized_from = 1000000  # from this many input tuples to replay, Spark from
     spark_from = 30000000      # this many (both optional, default: what dpc bench replay
                                # measured on this machine; a replica may set its own engine)
-    ha = "dpc"                 # "dpc" | "active_standby" | "amnesia" | "passive_standby":
-                               # a process pair (exactly two replicas; the first starts
-                               # primary; docs/ha-modes.md)
+    ha = "dpc"                 # "dpc" | "active_standby" | "amnesia" | "passive_standby" |
+                               # "upstream_backup": a process pair (exactly two replicas;
+                               # the first starts primary; docs/ha-modes.md)
     ha_interval = 0.1          # seconds (> 0): a pair's communication interval M (passive
-                               # standby: the primary's checkpoints to its secondary)
+                               # standby's checkpoints, upstream backup's restart points)
 
     [sources.s1]
     schema = ["key", "value"]  # non-empty, distinct names
@@ -161,7 +161,7 @@ DEFAULT_SETTINGS = NodeSettings(
 _MAX_HEARTBEAT = 100_000  # the paper's 100 ms
 REPLAY_ENGINES = (*ENGINES, "auto")
 #: How a node survives a crash (NodeSettings.ha).
-HA_MODES = ("dpc", "active_standby", "amnesia", "passive_standby")
+HA_MODES = ("dpc", "active_standby", "amnesia", "passive_standby", "upstream_backup")
 
 
 def load_config(path: str | Path) -> ClusterConfig:

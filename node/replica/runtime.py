@@ -73,6 +73,7 @@ from node.streams.monitor import UpstreamMonitor, upstream_links
 from node.streams.mutation import MUTATION_DUPLICATES, Mutation
 from node.streams.publisher import Publisher
 from operators import NetworkOutput, QueryNetwork, tuple_from_plain, tuple_to_plain
+from operators.restart import at_rest, restart, restart_point
 from operators.spec import OperatorSpec
 from protocol.messages import (
     ConsistencyState,
@@ -98,6 +99,9 @@ log = logging.getLogger("dpc.replica")
 #: An amnesia takeover's first output id is the clock (µs) times this (``_take_over_empty``):
 #: unique while a primary numbers fewer outputs a microsecond, and below 2**63 until 2255.
 IDS_PER_US = 1024
+#: Upstream backup: restart points a primary keeps while its consumers have not acknowledged
+#: their output (two per ha_interval: 12.8 s at the default 100 ms).
+_MAX_POINTS = 256
 _KIND = itemgetter(0)
 _TMAX = itemgetter(3)
 #: The kinds whose tuple time moves a stream's frontier (a boundary's tmax is its time; no
@@ -217,10 +221,15 @@ class Replica:
         #: ``ha = "passive_standby"``: the primary ships checkpoints (node/replica/standby.py),
         #: the secondary holds the last one and restores it when it takes over.
         self.passive = self.node.settings.ha == "passive_standby"
+        #: ``ha = "upstream_backup"``: the primary ships restart points (operators/restart.py),
+        #: the secondary restarts the network from the last one on upstream's replay.
+        self.upstream = self.node.settings.ha == "upstream_backup"
+        #: The secondary ships or holds what node/replica/standby.py moves (not amnesia).
+        self.shipping = self.passive or self.upstream
         #: A restart that copies a partner's state (DPC, active standby); a pair whose
         #: secondary does not process restarts as a secondary with nothing to rebuild.
         self.restarted = recover
-        if recover and not (self.amnesia or self.passive):
+        if recover and not (self.amnesia or self.shipping):
             self._set_recovering("waiting for a partner's state")
         self.links = [
             InputLink(transport, stream, name, self._producers(stream), self._on_batch, log=log,
@@ -274,11 +283,14 @@ class Replica:
                 failed=lambda: self._pair_step(*silent(self._the_pair())), log=log)
             log.info("%s: %s of a process pair (ha = %r) with %s", name,
                      self.pair.role.value, self.node.settings.ha, other.name)
-            if (self.amnesia or self.passive) and self.pair.role is Role.SECONDARY:
+            if (self.amnesia or self.shipping) and self.pair.role is Role.SECONDARY:
                 for link in self.links:
-                    link.park(hold=self.passive)
+                    link.park(hold=self.shipping)
         #: The network as built: what an amnesia takeover restarts from.
-        self._empty = self.network.snapshot() if self.amnesia else None
+        self._empty = self.network.snapshot() if self.amnesia or self.upstream else None
+        #: Upstream backup: the primary's restart points not yet superseded, with when.
+        self._points: list[dict[str, Any]] = []
+        self._last_point = 0
         #: Passive standby: the primary's side and the secondary's (node/replica/standby.py).
         self.shipper = Shipper(name)
         self.standby = Standby(self._append_shipped)
@@ -337,7 +349,7 @@ class Replica:
                     tasks.append(tg.create_task(self.monitor.run(), name="ha monitor"))
                     if self.keepalive is not None:
                         tasks.append(tg.create_task(self.keepalive.run(), name="keep-alive"))
-                    if self.passive and self.pair is not None:
+                    if self.shipping and self.pair is not None:
                         tasks.append(tg.create_task(self._ship(), name="checkpoints"))
 
                 tasks.append(tg.create_task(start(), name="start"))
@@ -506,18 +518,24 @@ class Replica:
                         a.reason)
             if self.amnesia and isinstance(a, TakeOver):
                 self._take_over_empty()
-            elif self.passive and isinstance(a, TakeOver):
+            elif self.shipping and isinstance(a, TakeOver):
                 self._take_over_from_checkpoint()
-            elif self.amnesia or self.passive:
+            elif self.amnesia or self.shipping:
                 for link in self.links:
-                    link.park(hold=self.passive)
+                    link.park(hold=self.shipping)
 
     async def _ship(self) -> None:
         """The primary's checkpoints to its secondary, every ``ha_interval``."""
         pair = self._the_pair()
         other = self.config.replica(pair.partner)
 
-        def take(shipper: Shipper) -> StandbyCheckpoint:
+        def take(shipper: Shipper) -> StandbyCheckpoint | None:
+            if self.upstream:
+                point = self._shippable_point()
+                if point is None:
+                    return None
+                return shipper.take(now_us(), point["h"],
+                                    {s: (i, i) for s, i in point["resume"].items()}, dict)
             return shipper.take(
                 now_us(), self.network.snapshot(),
                 {link.stream: (link.last_stable_id, link.last_tentative_id)
@@ -529,6 +547,32 @@ class Replica:
                    serving=lambda: self.pair is not None and self.pair.role is Role.PRIMARY,
                    take=take, owner=self.me.name,
                    partner=pair.partner, log=log)
+
+    def _note_restart_point(self, now: int) -> None:
+        """Upstream backup: after a network call that left the network at rest, a restart
+        point (operators/restart.py), at most two per ``ha_interval``."""
+        if now - self._last_point < self.node.settings.ha_interval // 2:
+            return
+        if not at_rest(self.network):
+            return
+        self._last_point = now
+        self._points.append(restart_point(self.network))
+        if len(self._points) > _MAX_POINTS:  # consumers lag: the oldest can wait no more
+            del self._points[: len(self._points) - _MAX_POINTS]
+
+    def _shippable_point(self) -> dict[str, Any] | None:
+        """The newest restart point whose output every consumer acknowledged (each output
+        buffer trimmed past it: the paper's level-0 acks of all downstream neighbours); the
+        older ones are forgotten. None: none yet."""
+        trimmed = {self.node.outputs[s]: b.trimmed_up_to for s, b in self.buffers.items()}
+        best = None
+        for k, point in enumerate(self._points):
+            if all(last <= trimmed[op] for op, last in point["out"].items()):
+                best = k
+        if best is None:
+            return None
+        del self._points[:best]
+        return self._points[0]
 
     def _append_shipped(self, stream: str, tuples: Sequence[Tuple]) -> None:
         """A secondary in passive standby queues its primary's output (output preservation):
@@ -542,7 +586,15 @@ class Replica:
         holds). Recorded as a recovery (the checker's replica-convergence reads it)."""
         now = now_us()
         sb = self.standby
-        if sb.seq:
+        mode = "upstream backup" if self.upstream else "passive standby"
+        if self._empty is not None:  # upstream backup restarts from an empty state
+            self.network.restore(self._empty)
+        if sb.seq and self.upstream:
+            rec = restart(self.network, sb.parts, now)
+            self._emit(rec.output, now)
+            starts = {s: (i, i) for s, i in rec.resume.items()}
+            how = f"restart point {sb.seq}"
+        elif sb.seq:
             self.network.restore(sb.parts)
             starts = {link.stream: sb.inputs.get(link.stream, (0, 0)) for link in self.links}
             how = f"checkpoint {sb.seq}"
@@ -552,20 +604,23 @@ class Replica:
         else:
             starts = {}
             how = "the live end: no checkpoint came since this restart (a gap)"
-            log.error("%s: passive standby: taking over without a checkpoint; inputs at their "
-                      "live end, what the primary held is lost", self.me.name)
+            log.error("%s: %s: taking over without a checkpoint; inputs at their live end, "
+                      "what the primary held is lost", self.me.name, mode)
             self.network.number_after(now * IDS_PER_US)  # as amnesia's takeover
         for link in self.links:
             link.unpark(starts.get(link.stream))
         self.manager.take_checkpoint(now)
         outputs = {s: self.network.operator(op).last_stable_id  # type: ignore[attr-defined]
                    for s, op in self.node.outputs.items()}
+        for s, buf in self.buffers.items():
+            if self.upstream and not len(buf) and not buf.last_id:
+                buf.start_after(outputs[s])  # its consumers hold that much (level-0 acks)
         record_recovery(self.run_dir, self.me.name,
                         {"replica": self.me.name, "incarnation": self.incarnation,
-                         "from": f"passive standby {how}", "restored_at_us": now,
+                         "from": f"{mode} {how}", "restored_at_us": now,
                          "outputs": outputs, "inputs": {s: list(i) for s, i in starts.items()}})
-        log.warning("%s: passive standby: restored from %s, inputs from %s, outputs after %s",
-                    self.me.name, how, starts, outputs)
+        log.warning("%s: %s: restored from %s, inputs from %s, outputs after %s",
+                    self.me.name, mode, how, starts, outputs)
 
     def _take_over_empty(self) -> None:
         """Amnesia's takeover (Hwang et al., section 4): the query restarts from an empty
@@ -615,7 +670,7 @@ class Replica:
             return HeartbeatResponse(self.me.name, msg.seq, state, streams,
                                      {s: self.frontiers[s] for s in streams})
         if isinstance(msg, StandbyCheckpoint):
-            if not (self.passive and self.pair is not None and self.pair.role is Role.SECONDARY):
+            if not (self.shipping and self.pair is not None and self.pair.role is Role.SECONDARY):
                 return StandbyAck(self.me.name, msg.seq, True)  # not its secondary (now)
             ack = self.standby.apply(self.me.name, msg,
                                      {s: b.last_id for s, b in self.buffers.items()})
@@ -726,6 +781,8 @@ class Replica:
             self.counters["tuples_out"][stream] += countOf(kinds, Kind.STABLE)
             self.counters["tentative_out"][stream] += countOf(kinds, Kind.TENTATIVE)
             self.counters["undo_out"][stream] += countOf(kinds, Kind.UNDO)
+        if self.upstream and self.pair is not None and self.pair.role is Role.PRIMARY:
+            self._note_restart_point(now)
         if result.signals:
             for op, signal in result.signals:
                 log.warning("%s: %s signalled %s", self.me.name, op, signal.kind.name)

@@ -153,7 +153,7 @@ def _after(tuples: Sequence[Tuple], last: int) -> list[Tuple]:
 
 async def ship(shipper: Shipper, transport: Transport, address: tuple[str, int],
                interval: int, *, serving: Callable[[], bool],
-               take: Callable[[Shipper], StandbyCheckpoint], owner: str, partner: str,
+               take: Callable[[Shipper], StandbyCheckpoint | None], owner: str, partner: str,
                log: logging.Logger) -> None:
     """Forever: while ``serving()`` (this replica is the primary), keep a connection to the
     partner at ``address`` and send it ``take(shipper)`` every ``interval`` µs, reading its
@@ -172,7 +172,8 @@ async def ship(shipper: Shipper, transport: Transport, address: tuple[str, int],
             async with asyncio.TaskGroup() as tg:
                 reader = tg.create_task(_read_acks(conn, shipper, owner, partner, log))
                 while serving() and not reader.done():
-                    await conn.send(take(shipper))
+                    if (msg := take(shipper)) is not None:  # (nothing new to send)
+                        await conn.send(msg)
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(interval / 1e6):
                             await asyncio.shield(reader)

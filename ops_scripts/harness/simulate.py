@@ -411,7 +411,8 @@ def simulate_one(config: ClusterConfig, seed: int, run_dir: Path, opts: SimOptio
     result.ok = not result.failures
     h = hashlib.sha256()
     for c in sorted(config.clients):
-        h.update(rd.client_log(c).read_bytes())
+        if rd.client_log(c).exists():  # (not if the simulated cluster crashed before)
+            h.update(rd.client_log(c).read_bytes())
     h.update(rd.history.read_bytes())
     result.digest = h.hexdigest()[:16]
     result.real_seconds = time.perf_counter() - started
@@ -433,6 +434,8 @@ def _coverage(config: ClusterConfig, rd: RunDir, faults: Sequence[Fault],
         elif e["event"] == "fault" and "STABILIZATION" in states.values():
             cov["during_stabilization"] += 1
     for c in config.clients:
+        if not rd.client_log(c).exists():  # the simulated cluster crashed before it wrote
+            continue
         for line in rd.client_log(c).read_text().splitlines():
             if '"TENTATIVE"' in line:
                 cov["tentative"] += 1

@@ -68,7 +68,12 @@ EXPECTED_LOG = {"throttled-client": [("c1", "input n1.out: switching from n1a to
                 "passive-standby-kill": [
                     ("n1b", "n1b: passive standby: restored from checkpoint "),
                     ("n1a", "n1a: secondary of a process pair (ha = 'passive_standby') with n1b"),
-                    ("n1a", "n1a: passive standby: restored from checkpoint ")]}
+                    ("n1a", "n1a: passive standby: restored from checkpoint ")],
+                # upstream backup: each takeover restarts from the last restart point
+                "upstream-backup-kill": [
+                    ("n1b", "n1b: upstream backup: restored from restart point "),
+                    ("n1a", "n1a: secondary of a process pair (ha = 'upstream_backup') with n1b"),
+                    ("n1a", "n1a: upstream backup: restored from restart point ")]}
 #: Whether the replicas take {"cut", "direction", "kind"} and {"shape", ...} (node/faults/rules.py).
 
 

@@ -810,3 +810,19 @@ def test_spark_section_refuses_what_spark_would_not_read(tmp_path: Path, section
     path = write(tmp_path, BASE + f"\n[spark]\n{section}\n")
     with pytest.raises(ConfigError, match=re.escape(fragment)):
         load_config(path)
+
+
+def test_upstream_backup_needs_a_network_with_restart_points() -> None:
+    """operators/restart.py: a point where every window is closed; a sliding window (or a
+    join's band) never gets there, and the loader says so, naming the operator."""
+    import tomllib
+
+    raw = tomllib.loads((EXAMPLES / "upstream-backup.toml").read_text())
+    assert parse_config(raw, Path("upstream-backup.toml")).nodes["n1"].settings.ha == (
+        "upstream_backup")
+    agg = next(o for o in raw["nodes"]["n1"]["operators"] if o["type"] == "aggregate")
+    agg["slide"] = agg["window"] // 5
+    with pytest.raises(ConfigError, match=r"nodes\.n1: ha = 'upstream_backup': its query "
+                                          r"network has no restart point: operator 'per_key' "
+                                          r"\(aggregate\) has sliding windows"):
+        parse_config(raw, Path("upstream-backup.toml"))

@@ -174,14 +174,34 @@ def test_a_passive_standby_takeover_restores_the_last_checkpoint_and_is_precise(
     assert took["outputs"]["n1.out"] > 0  # it restored emitted state, not an empty network
 
 
+def test_an_upstream_backup_takeover_restarts_from_a_restart_point_and_is_precise(
+        tmp_path: Path) -> None:
+    """examples/upstream-backup.toml, its primary killed: the secondary, which held nothing
+    but the newest restart point its primary sent (headers where every window was closed,
+    operators/restart.py), restarts the query empty from there on the sources' replay; the
+    client's stream is the failure-free one (precise)."""
+    config = load_config(DEFAULT_CLUSTER.parent / "upstream-backup.toml")
+    faults = parse_faults([{"at": 1.7, "for": 2.0, "fault": "kill", "process": "n1a"}], config)
+    r = simulate_one(config, 0, tmp_path / "run", SimOptions(duration=3.0, quiet=3.0),
+                     faults=faults)
+    assert r.ok, r.failures
+    verdicts = {(v["property"], v["subject"]): v["evidence"] for v in
+                orjson.loads((tmp_path / "run" / "check.json").read_bytes())["verdicts"]}
+    assert "stable tuples equal the reference" in verdicts[
+        ("eventual-consistency", "client c1 (n2.out)")]
+    took = orjson.loads(RunDir(tmp_path / "run").replica_recoveries("n1b").read_bytes())
+    assert took["from"].startswith("upstream backup restart point "), took
+    assert took["outputs"]["n1.out"] > 0 and min(i for i, _ in took["inputs"].values()) > 0
+
+
 def test_clusters_mixing_modes_get_crash_schedules_and_stay_valid(tmp_path: Path) -> None:
-    """examples/ha-mix.toml: passive standby, active standby and DPC on one path (client
-    c2, precise), amnesia on another (c1, gap); kills of every node's replicas are drawn
-    and every run is valid by each client's promise."""
+    """examples/ha-mix.toml: upstream backup, passive standby and active standby on one
+    path (client c2, precise), amnesia and DPC on another (c1, gap); kills of every node's
+    replicas are drawn and every run is valid by each client's promise."""
     results = simulate_many(DEFAULT_CLUSTER.parent / "ha-mix.toml", 1, 12, tmp_path, jobs=2)
     assert all(r.ok for r in results), [(r.seed, r.failures[:2]) for r in results if not r.ok]
     killed = {f.params["process"] for r in results for f in r.faults}
-    assert {"n1a", "n2a", "n3a", "n4a"} <= killed
+    assert {"n1a", "n2a", "n3a", "n4a", "n5a"} <= killed
 
 
 def test_the_mutation_is_caught_by_the_simulation(tmp_path: Path,
