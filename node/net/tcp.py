@@ -35,6 +35,7 @@ from typing import Any, NoReturn
 
 from node.config.model import TlsFiles
 from node.net.tls import client_context, server_context
+from node.net.traffic import TRAFFIC
 from node.net.transport import Handler, HandlerRunner
 from protocol.codec import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode
 from protocol.errors import RemoteProtocolError
@@ -84,6 +85,7 @@ class TcpConnection:
         frame = encode(message, max_frame_size=self._limit)
         if self._closed or self._writer.is_closing():
             raise ConnectionResetError(f"connection to {self._peer} is closed")
+        TRAFFIC.sent[type(message).__name__] += len(frame)
         self._writer.write(frame)
         await self._writer.drain()
 
@@ -96,6 +98,7 @@ class TcpConnection:
             if self._closed:
                 return None
             data = await self._reader.read(_READ_CHUNK)
+            TRAFFIC.received += len(data)
             try:
                 if not data:
                     self._decoder.eof()  # raises if the peer stopped mid-frame

@@ -65,6 +65,7 @@ import pyarrow.compute as pc
 from node.clock import now_us
 from node.config.model import ClusterConfig
 from node.errors import NodeError
+from node.net.traffic import TRAFFIC
 from node.net.transport import Transport
 from node.procs.generators import arrow_types, make_rows
 from node.procs.pacing import EndReason, EventClock, RatePace, Schedule, next_multiple
@@ -276,6 +277,7 @@ class Source:
         return {
             "name": self.src.name,
             "kind": "source",
+            "traffic": TRAFFIC.status(),  # bytes on the wire (node/net/traffic.py)
             "produced": self.produced,
             "ended": self.ended,
             "outputs": self.publisher.stats(),

@@ -49,6 +49,7 @@ from node.errors import ActionError, NodeError
 from node.faults.ops import Cut, Heal, Shape, Stall, Unstall, from_body
 from node.faults.rules import Faults, FaultyTransport
 from node.net.tls import server_context
+from node.net.traffic import TRAFFIC
 from node.net.transport import Transport
 from node.procs.control import ControlPlane
 from node.procs.looplag import LoopLag
@@ -849,7 +850,13 @@ class Replica:
                 "ha": self.node.settings.ha, "role": self.pair.role.value,
                 "partner": self.pair.partner,
                 "partner_alive": None if self.keepalive is None
-                else self.keepalive.tracker.alive(self.pair.partner)},
+                else self.keepalive.tracker.alive(self.pair.partner),
+                # What node/replica/standby.py moved: sent (primary), applied (secondary).
+                "checkpoints_sent": self.shipper.sent,
+                "checkpoints_acked": self.shipper.acked_seq,
+                "checkpoint_held": self.standby.seq},
+            # Bytes on the wire (node/net/traffic.py): dpc bench ha's bandwidth.
+            "traffic": TRAFFIC.status(),
             "cec": None if self.cec is None else self.cec.status(),
             "faults": {**self.faults.status(), "replay_stalled": not self.manager.replay_gate.is_set()},
             "inputs": {

@@ -201,6 +201,28 @@ async def test_round_trip_of_every_message_type(net: Net) -> None:
         await server.close()
 
 
+async def test_tcp_counts_the_bytes_each_message_type_puts_on_the_wire() -> None:
+    """node/net/traffic.py: the frames' lengths, sent per type, and every byte read (here
+    both ends are this process: an echo reads what was sent, and sends it back)."""
+    from node.net.traffic import TRAFFIC
+    from protocol.codec import encode
+
+    net = make_net("tcp")
+    server = await serve(net, echo)
+    conn = await net.transport("client").connect(net.host, server.port)
+    sent, received = TRAFFIC.sent["Ack"], TRAFFIC.received
+    try:
+        msg = Ack("s1", "n2a", 12)
+        await conn.send(msg)
+        async with asyncio.timeout(GUARD):
+            assert await conn.receive() == msg
+    finally:
+        await conn.close()
+        await server.close()
+    assert TRAFFIC.sent["Ack"] - sent == 2 * len(encode(msg))  # there and back
+    assert TRAFFIC.received - received == 2 * len(encode(msg))
+
+
 async def test_many_messages_arrive_whole_and_in_order(net: Net) -> None:
     got: list[Message] = []
     done = asyncio.Event()
