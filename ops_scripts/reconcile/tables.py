@@ -243,7 +243,8 @@ def replica_logs(rd: RunDir, replica: str, stream: str) -> list[tuple[int, int |
     """``(incarnation, after, path)`` of each output log of a replica on ``stream``, the
     current one last. A replica without ``recoveries.jsonl`` never recovered: its current
     log alone, incarnation 1, ``after`` None. Else, as ``dpc check`` reads them, the earlier
-    incarnations' logs too; ``after`` is the id after which each log begins (0: the start)."""
+    incarnations' logs too; ``after`` is the id after which each log begins (0: the start;
+    None for a current incarnation that restored nothing)."""
     current = rd.replica_output(replica, stream)
     path = rd.replica_recoveries(replica)
     if not path.exists():
@@ -258,7 +259,10 @@ def replica_logs(rd: RunDir, replica: str, stream: str) -> list[tuple[int, int |
     logs: list[tuple[int, int | None, Path]] = []
     while (p := rd.replica_output_before(replica, stream, len(logs) + 1)).exists():
         logs.append((len(logs) + 1, began.get(len(logs) + 1, 0), p))
-    logs.append((len(logs) + 1, restored, current))
+    # The current log begins after the last restore if the current incarnation made it (a
+    # process pair's secondary restores only when it takes over; dpc check's reading).
+    mine = int(records[-1].get("incarnation", len(logs) + 1)) == len(logs) + 1
+    logs.append((len(logs) + 1, restored if mine else None, current))
     return logs
 
 

@@ -101,9 +101,15 @@ def test_every_checked_run_of_the_session_gets_dpc_checks_verdicts(
                       reference_problems=reference_problems(tables))
     disagree = []
     for label, d in labels.items():
-        theirs = {(v["property"], v["subject"]): v["status"]
-                  for v in json.loads((d / "check.json").read_text())["verdicts"]
-                  if v["property"] in JUDGED and v["subject"].split()[0] in ("client", "replica")}
+        checked = [v for v in json.loads((d / "check.json").read_text())["verdicts"]
+                   if v["property"] in JUDGED and v["subject"].split()[0] in ("client", "replica")]
+        # A stream whose path promises only a gap (amnesia) is dpc check's alone to judge:
+        # dpc reconcile says unknown, naming the promise (compare.py).
+        gap = {(v["property"], v["subject"]) for v in checked
+               if v["evidence"].startswith(("gap recovery", "not recovered by its end"))
+               or "gap recovery, as" in v["evidence"]}
+        theirs = {(v["property"], v["subject"]): v["status"] for v in checked}
+        theirs = {k: ("unknown" if k in gap else st) for k, st in theirs.items()}
         mine = {(v.property, v.subject): v.status for v in ours if v.run == label}
         if mine != theirs:
             disagree.append(f"{d}: dpc check {theirs} vs dpc reconcile {mine}")
