@@ -152,24 +152,29 @@ def test_an_amnesia_takeover_loses_what_the_primary_held_and_the_checker_counts_
     assert ids and min(ids) > 2**40, ids[:3]
 
 
+def _primary_killed(cluster: str, at: float, run: Path) -> tuple[dict[Any, str], Any]:
+    """A simulated run of ``cluster`` with n1a (the pair's primary) killed at ``at`` for
+    2 s: its verdicts' evidence by (property, subject), and n1b's takeover record."""
+    config = load_config(DEFAULT_CLUSTER.parent / cluster)
+    faults = parse_faults([{"at": at, "for": 2.0, "fault": "kill", "process": "n1a"}], config)
+    r = simulate_one(config, 0, run, SimOptions(duration=3.0, quiet=3.0), faults=faults)
+    assert r.ok, r.failures
+    verdicts = {(v["property"], v["subject"]): v["evidence"]
+                for v in orjson.loads((run / "check.json").read_bytes())["verdicts"]}
+    assert "stable tuples equal the reference" in verdicts[
+        ("eventual-consistency", "client c1 (n2.out)")]  # precise
+    return verdicts, orjson.loads(RunDir(run).replica_recoveries("n1b").read_bytes())
+
+
 def test_a_passive_standby_takeover_restores_the_last_checkpoint_and_is_precise(
         tmp_path: Path) -> None:
     """examples/passive-standby.toml, its primary killed: the secondary restores the last
     checkpoint it got, resumes its inputs from there and recomputes what the primary had
     emitted since; the client's stream is the failure-free one (precise), and the killed
     replica, restarted, is a secondary that emits nothing."""
-    config = load_config(DEFAULT_CLUSTER.parent / "passive-standby.toml")
-    faults = parse_faults([{"at": 1.0, "for": 2.0, "fault": "kill", "process": "n1a"}], config)
-    r = simulate_one(config, 0, tmp_path / "run", SimOptions(duration=3.0, quiet=3.0),
-                     faults=faults)
-    assert r.ok, r.failures
-    verdicts = {(v["property"], v["subject"]): v["evidence"] for v in
-                orjson.loads((tmp_path / "run" / "check.json").read_bytes())["verdicts"]}
-    assert "stable tuples equal the reference" in verdicts[
-        ("eventual-consistency", "client c1 (n2.out)")]
+    verdicts, took = _primary_killed("passive-standby.toml", 1.0, tmp_path / "run")
     assert "a secondary in this incarnation: emitted nothing" in verdicts[
         ("replica-convergence", "replica n1a (n1.out)")]
-    took = orjson.loads(RunDir(tmp_path / "run").replica_recoveries("n1b").read_bytes())
     assert took["from"].startswith("passive standby checkpoint "), took
     assert took["outputs"]["n1.out"] > 0  # it restored emitted state, not an empty network
 
@@ -180,16 +185,7 @@ def test_an_upstream_backup_takeover_restarts_from_a_restart_point_and_is_precis
     but the newest restart point its primary sent (headers where every window was closed,
     operators/restart.py), restarts the query empty from there on the sources' replay; the
     client's stream is the failure-free one (precise)."""
-    config = load_config(DEFAULT_CLUSTER.parent / "upstream-backup.toml")
-    faults = parse_faults([{"at": 1.7, "for": 2.0, "fault": "kill", "process": "n1a"}], config)
-    r = simulate_one(config, 0, tmp_path / "run", SimOptions(duration=3.0, quiet=3.0),
-                     faults=faults)
-    assert r.ok, r.failures
-    verdicts = {(v["property"], v["subject"]): v["evidence"] for v in
-                orjson.loads((tmp_path / "run" / "check.json").read_bytes())["verdicts"]}
-    assert "stable tuples equal the reference" in verdicts[
-        ("eventual-consistency", "client c1 (n2.out)")]
-    took = orjson.loads(RunDir(tmp_path / "run").replica_recoveries("n1b").read_bytes())
+    _, took = _primary_killed("upstream-backup.toml", 1.7, tmp_path / "run")
     assert took["from"].startswith("upstream backup restart point "), took
     assert took["outputs"]["n1.out"] > 0 and min(i for i, _ in took["inputs"].values()) > 0
 
