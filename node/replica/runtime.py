@@ -524,6 +524,21 @@ class Replica:
             elif self.amnesia or self.shipping:
                 for link in self.links:
                     link.park(hold=self.shipping)
+                if self.shipping:
+                    self._next_output_logs()
+
+    def _next_output_logs(self) -> None:
+        """A pair's replica that stepped down (passive standby, upstream backup) ends its
+        output logs as a restart does (node/replica/recovery.py ``archive_output_logs``):
+        what it emitted while it served is one incarnation's log, judged as a correct
+        prefix, and a secondary emits nothing after it (ops_scripts/check ``check_idle_
+        replica``; torture seed 901: a spurious takeover under load, then a step-down)."""
+        for w in self.output_logs.values():
+            w.close()
+        self.incarnation = archive_output_logs(
+            self.run_dir, self.me.name, list(self.node.outputs)) + 1
+        self.output_logs = {s: JsonlTupleWriter(self.run_dir.replica_output(self.me.name, s))
+                            for s in self.node.outputs}
 
     async def _ship(self) -> None:
         """The primary's checkpoints to its secondary, every ``ha_interval``."""
