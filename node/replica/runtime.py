@@ -280,7 +280,7 @@ class Replica:
                 name, other.name, (other.host, other.data_port), transport,
                 interval=self.node.settings.heartbeat_interval,
                 misses=self.node.settings.heartbeat_misses,
-                answered=lambda role: self._pair_step(*heard(self._the_pair(), role)),
+                answered=self._partner_answered,
                 failed=lambda: self._pair_step(*silent(self._the_pair())), log=log)
             log.info("%s: %s of a process pair (ha = %r) with %s", name,
                      self.pair.role.value, self.node.settings.ha, other.name)
@@ -289,6 +289,7 @@ class Replica:
                     link.park(hold=self.shipping)
         #: The network as built: what an amnesia takeover restarts from.
         self._empty = self.network.snapshot() if self.amnesia or self.upstream else None
+        self._renumbered = False  # (amnesia: _partner_answered)
         #: Upstream backup: the primary's restart points not yet superseded, with when.
         self._points: list[dict[str, Any]] = []
         self._last_point = 0
@@ -637,6 +638,23 @@ class Replica:
                          "outputs": outputs, "inputs": {s: list(i) for s, i in starts.items()}})
         log.warning("%s: %s: restored from %s, inputs from %s, outputs after %s",
                     self.me.name, mode, how, starts, outputs)
+
+    def _partner_answered(self, role: Role) -> None:
+        """A keep-alive answer: the pair's roles move (node/replica/pair.py). Two amnesia
+        primaries (the partner took over while this one stalled): this one, staying (rank
+        0), numbers its output in a new range too, above the partner's, from which the
+        consumers that moved there resume; its older ids would be dropped as duplicates."""
+        pair = self._the_pair()
+        if self.amnesia and pair.role is role is Role.PRIMARY and pair.rank == 0:
+            if not self._renumbered:
+                self._renumbered = True
+                base = now_us() * IDS_PER_US
+                self.network.number_after(base)
+                log.warning("%s: amnesia: %s serves too; this one stays and numbers its output "
+                            "after %d", self.me.name, pair.partner, base)
+        elif role is Role.SECONDARY:
+            self._renumbered = False
+        self._pair_step(*heard(pair, role))
 
     def _take_over_empty(self) -> None:
         """Amnesia's takeover (Hwang et al., section 4): the query restarts from an empty
