@@ -22,8 +22,12 @@ Rules, one per event (:func:`start`, :func:`heard`, :func:`silent`):
   its partner holds state, and the restarted one must not win by rank: in passive standby
   its partner holds the checkpoints (``dpc simulate`` seed 420: a replica restarted
   within the detection time took over empty, by rank, and lost what its partner held).
-* **Both primaries** (a partition between the two healed; the paper leaves partitions out):
-  the higher rank steps down. Downstream moves between them by ids.
+* **Both primaries** (a partition between the two healed, or a stalled primary resumed;
+  the paper leaves partitions out): one that serves without state steps down at once,
+  else the higher rank after ``patience`` answers. Downstream moves between them by ids.
+* **Silence** makes a secondary take over, unless it holds no state in a mode that needs
+  it (passive standby, upstream backup): then it is the one cut off, one failure at a
+  time, and it waits.
 
 A takeover or a step-down is an action for the runtime (:class:`TakeOver`, :class:`StepDown`);
 what the new role does (replay, flush a log, resubscribe upstream) is the mode's.
@@ -73,16 +77,21 @@ class Pair:
     recovered: bool = False
     waited: int = 0
     patience: int = 4
+    #: Passive standby, upstream backup: serving needs state from the partner (a
+    #: checkpoint), so a stateless secondary does not take over on silence alone.
+    needs_state: bool = False
 
 
-def start(me: str, partner: str, rank: int, *, recovered: bool, patience: int = 4) -> Pair:
+def start(me: str, partner: str, rank: int, *, recovered: bool, patience: int = 4,
+          needs_state: bool = False) -> Pair:
     """The role a replica starts in (module docstring); ``patience``: the keep-alive
-    answers a stateless secondary waits for its partner to take over (misses + 1)."""
+    answers a stateless replica waits for its partner to settle a conflict (misses + 1);
+    ``needs_state``: the mode serves from its partner's checkpoints."""
     if rank not in (0, 1):
         raise ValueError(f"{me}: a process pair has ranks 0 and 1, not {rank}")
     primary = rank == 0 and not recovered
     return Pair(me, partner, rank, Role.PRIMARY if primary else Role.SECONDARY,
-                recovered=recovered, patience=patience)
+                recovered=recovered, patience=patience, needs_state=needs_state)
 
 
 def holds_state(p: Pair) -> Pair:
@@ -104,14 +113,21 @@ def heard(p: Pair, partner_role: Role) -> tuple[Pair, list[Action]]:
                 TakeOver(f"{p.partner} is a secondary too and did not take over: the lower "
                          "rank serves")]
         return replace(p, waited=waited), []
-    if p.role is Role.PRIMARY and p.rank == 1:
-        return replace(p, role=Role.SECONDARY), [
+    if p.recovered:  # it serves without state (it took over when it could not do better)
+        return replace(p, role=Role.SECONDARY, waited=0), [
+            StepDown(f"{p.partner} is a primary too and this one holds no state")]
+    waited = p.waited + 1
+    if p.rank == 1 and waited >= p.patience:
+        return replace(p, role=Role.SECONDARY, waited=0), [
             StepDown(f"{p.partner} is a primary too: the higher rank steps down")]
-    return p, []
+    return replace(p, waited=waited), []
 
 
 def silent(p: Pair) -> tuple[Pair, list[Action]]:
-    """The partner missed more keep-alives than allowed: declared failed."""
-    if p.role is Role.PRIMARY:
+    """The partner missed more keep-alives than allowed: declared failed. A stateless
+    secondary of a mode that needs state does not take over: under one failure at a time
+    its partner is alive and it is the one cut off (``dpc simulate``: a restarted replica
+    isolated before its first checkpoint took over empty and served a gap)."""
+    if p.role is Role.PRIMARY or (p.recovered and p.needs_state):
         return p, []
     return replace(p, role=Role.PRIMARY), [TakeOver(f"{p.partner} failed: taking over")]

@@ -275,7 +275,9 @@ class Replica:
             rank = [r.name for r in self.node.replicas].index(name)
             other = next(r for r in self.node.replicas if r.name != name)
             self.pair = start_pair(name, other.name, rank, recovered=recover,
-                                   patience=self.node.settings.heartbeat_misses + 1)
+                                   patience=self.node.settings.heartbeat_misses + 1,
+                                   needs_state=self.node.settings.ha in (
+                                       "passive_standby", "upstream_backup"))
             self.keepalive = KeepAlive(
                 name, other.name, (other.host, other.data_port), transport,
                 interval=self.node.settings.heartbeat_interval,
@@ -287,6 +289,8 @@ class Replica:
             if (self.amnesia or self.shipping) and self.pair.role is Role.SECONDARY:
                 for link in self.links:
                     link.park(hold=self.shipping)
+            if self.shipping:
+                self._cap_inputs({})  # nothing covered by a secondary's checkpoint yet
         #: The network as built: what an amnesia takeover restarts from.
         self._empty = self.network.snapshot() if self.amnesia or self.upstream else None
         self._renumbered = False  # (amnesia: _partner_answered)
@@ -562,8 +566,15 @@ class Replica:
         await ship(self.shipper, self.transport, (other.host, other.data_port),
                    self.node.settings.ha_interval,
                    serving=lambda: self.pair is not None and self.pair.role is Role.PRIMARY,
-                   take=take, owner=self.me.name,
+                   take=take, covered=self._cap_inputs, owner=self.me.name,
                    partner=pair.partner, log=log)
+
+    def _cap_inputs(self, covered: Mapping[str, tuple[int, int]]) -> None:
+        """Passive standby and upstream backup: this replica acks its input only up to what
+        its secondary's last checkpoint (or restart point) covers (node/replica/standby.py);
+        ``{}``: nothing yet."""
+        for link in self.links:
+            link.ack_cap = covered.get(link.stream, (0, 0))[0]
 
     def _note_restart_point(self, now: int) -> None:
         """Upstream backup: after a network call that left the network at rest, a restart
@@ -626,6 +637,10 @@ class Replica:
             self.network.number_after(now * IDS_PER_US)  # as amnesia's takeover
         for link in self.links:
             link.unpark(starts.get(link.stream))
+        # Upstream keeps the input after the restored point until a new secondary holds a
+        # newer one (node/replica/standby.py).
+        self._cap_inputs(starts if starts else
+                         {link.stream: (link.last_stable_id, 0) for link in self.links})
         self.manager.take_checkpoint(now)
         outputs = {s: self.network.operator(op).last_stable_id  # type: ignore[attr-defined]
                    for s, op in self.node.outputs.items()}
@@ -641,20 +656,22 @@ class Replica:
 
     def _partner_answered(self, role: Role) -> None:
         """A keep-alive answer: the pair's roles move (node/replica/pair.py). Two amnesia
-        primaries (the partner took over while this one stalled): this one, staying (rank
-        0), numbers its output in a new range too, above the partner's, from which the
-        consumers that moved there resume; its older ids would be dropped as duplicates."""
+        primaries (the partner took over while this one stalled): while this one still
+        serves it numbers its output in a new range too, above the partner's, from which
+        the consumers that moved there resume; its older ids would be dropped as
+        duplicates."""
         pair = self._the_pair()
-        if self.amnesia and pair.role is role is Role.PRIMARY and pair.rank == 0:
-            if not self._renumbered:
+        after, actions = heard(pair, role)
+        if self.amnesia and pair.role is role is after.role is Role.PRIMARY:
+            if not self._renumbered:  # (once per conflict; the one that yields, harmlessly)
                 self._renumbered = True
                 base = now_us() * IDS_PER_US
                 self.network.number_after(base)
-                log.warning("%s: amnesia: %s serves too; this one stays and numbers its output "
-                            "after %d", self.me.name, pair.partner, base)
+                log.warning("%s: amnesia: %s serves too; this one numbers its output after %d",
+                            self.me.name, pair.partner, base)
         elif role is Role.SECONDARY:
             self._renumbered = False
-        self._pair_step(*heard(pair, role))
+        self._pair_step(after, actions)
 
     def _take_over_empty(self) -> None:
         """Amnesia's takeover (Hwang et al., section 4): the query restarts from an empty

@@ -11,15 +11,18 @@ Theory of operation.
   output queues' new tuples); the first one on a connection, or after the secondary asked
   for it, is *whole* (every operator, everything each output buffer holds). All of it is
   taken in one event-loop turn: the state, the input positions and the output queues agree.
-* **Input preservation.** The secondary tells upstream which input it now covers (the
-  paper's words): its parked links ack every producer the input ids of the last
-  checkpoint it applied (node/streams/link.py ``hold_at``), and upstream, which trims by
-  the smallest ack of its consumers, keeps every input tuple after them, which is what the
-  secondary will ask for. (Capping the primary's own acks instead does not survive the
-  primary's crash: its restarted incarnation, a secondary, would no longer hold anything
-  back. ``dpc simulate`` seed 400 found that.) A fresh secondary with no checkpoint yet
-  holds upstream by the grace rule (state/buffer.py); a restarted one by the acks of its
-  earlier life until its first checkpoint.
+* **Input preservation**, from both sides. The secondary tells upstream which input it
+  now covers (the paper's words): its parked links ack every producer the input ids of
+  the last checkpoint it applied (node/streams/link.py ``hold_at``). And the primary acks
+  its input only up to the same ids (each link's ``ack_cap``, as CEC does,
+  node/replica/cec.py), 0 until its secondary acknowledged a checkpoint, the restored
+  checkpoint's after a takeover: upstream, which trims by the smallest ack of its
+  consumers and never takes an ack back, then keeps every input tuple after the
+  checkpoint whichever replica serves or restarts. (Either side alone loses input: the
+  primary's cap alone, when it crashes and its restarted incarnation holds nothing,
+  ``dpc simulate`` seed 400; the secondary's hold alone, when a primary that acked what it
+  processed steps down and its partner, which took over from an older checkpoint, fails
+  in turn, seed 1008 of the isolation schedules.)
 * **Output preservation.** The secondary appends the shipped output tuples to its own
   output buffers (which downstream's acks trim, as on any replica): a consumer behind the
   checkpoint is served from them after a takeover.
@@ -71,12 +74,14 @@ class Shipper:
         self._queued: dict[str, list[Tuple]] = {}
         self.sent = 0
         self.acked_seq = 0  # the newest checkpoint the secondary said it holds
+        self._inflight: dict[int, dict[str, Ids]] = {}  # seq -> its input ids
 
     def reset(self) -> None:
         """A new connection, or the secondary asked: the next checkpoint is whole."""
         self._store = None
         self._base = 0
         self._queued.clear()
+        self._inflight.clear()
 
     def queued(self, stream: str, tuples: Sequence[Tuple]) -> None:
         """Output tuples appended to ``stream``'s buffer (kept only for a delta to come)."""
@@ -97,16 +102,23 @@ class Shipper:
         msg = StandbyCheckpoint(self.replica, seq, self._base,
                                 {name: parts[name] for name in changed}, dict(inputs), outputs)
         self._store, self._base = store, seq
+        self._inflight[seq] = dict(inputs)
         self.sent += 1
         return msg
 
-    def acked(self, ack: StandbyAck) -> None:
-        """The secondary holds checkpoint ``ack.seq``, or (``whole``) wants a whole one
-        next (``reset`` done here)."""
+    def acked(self, ack: StandbyAck) -> dict[str, Ids] | None:
+        """The secondary holds checkpoint ``ack.seq``: the input ids it covers (older ones
+        in flight are forgotten), or None: a whole one is wanted next (``reset`` done here)
+        or the ack is of nothing in flight."""
         if ack.whole:
             self.reset()
-        else:
+            return None
+        inputs = self._inflight.pop(ack.seq, None)
+        for seq in [q for q in self._inflight if q < ack.seq]:
+            del self._inflight[seq]
+        if inputs is not None:
             self.acked_seq = max(self.acked_seq, ack.seq)
+        return inputs
 
 
 @dataclass
@@ -153,11 +165,13 @@ def _after(tuples: Sequence[Tuple], last: int) -> list[Tuple]:
 
 async def ship(shipper: Shipper, transport: Transport, address: tuple[str, int],
                interval: int, *, serving: Callable[[], bool],
-               take: Callable[[Shipper], StandbyCheckpoint | None], owner: str, partner: str,
+               take: Callable[[Shipper], StandbyCheckpoint | None],
+               covered: Callable[[dict[str, Ids]], None], owner: str, partner: str,
                log: logging.Logger) -> None:
     """Forever: while ``serving()`` (this replica is the primary), keep a connection to the
-    partner at ``address`` and send it ``take(shipper)`` every ``interval`` µs, reading its
-    acks (``Shipper.acked``). A lost connection is a whole checkpoint on the next one."""
+    partner at ``address`` and send it ``take(shipper)`` every ``interval`` µs; hand the
+    input ids of each checkpoint the partner acknowledges to ``covered``. A lost
+    connection is a whole checkpoint on the next one."""
     while True:
         if not serving():
             await asyncio.sleep(interval / 1e6)
@@ -170,7 +184,7 @@ async def ship(shipper: Shipper, transport: Transport, address: tuple[str, int],
         shipper.reset()
         try:
             async with asyncio.TaskGroup() as tg:
-                reader = tg.create_task(_read_acks(conn, shipper, owner, partner, log))
+                reader = tg.create_task(_read_acks(conn, shipper, covered, owner, partner, log))
                 while serving() and not reader.done():
                     if (msg := take(shipper)) is not None:  # (nothing new to send)
                         await conn.send(msg)
@@ -185,7 +199,8 @@ async def ship(shipper: Shipper, transport: Transport, address: tuple[str, int],
             await conn.close()
 
 
-async def _read_acks(conn: Connection, shipper: Shipper, owner: str, partner: str,
+async def _read_acks(conn: Connection, shipper: Shipper,
+                     covered: Callable[[dict[str, Ids]], None], owner: str, partner: str,
                      log: logging.Logger) -> None:
     try:
         while (msg := await conn.receive()) is not None:
@@ -193,7 +208,8 @@ async def _read_acks(conn: Connection, shipper: Shipper, owner: str, partner: st
                 log.error("%s: partner %s answered a checkpoint with a %s; closing", owner,
                           partner, type(msg).__name__)
                 return
-            shipper.acked(msg)
+            if (inputs := shipper.acked(msg)) is not None:
+                covered(inputs)
     except RemoteProtocolError as exc:
         log.error("%s: partner %s sent bad data on the checkpoint connection: %s; closing",
                   owner, partner, exc)

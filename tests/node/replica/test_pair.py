@@ -69,12 +69,31 @@ def test_a_restarted_replica_holds_state_once_it_has_a_copy() -> None:
     assert a.role is P and isinstance(actions[0], TakeOver)
 
 
-def test_two_primaries_make_the_higher_rank_step_down() -> None:
-    a = start("a", "b", 0, recovered=False)
-    b = Pair("b", "a", 1, P)  # it took over across a partition that healed
-    assert heard(a, b.role) == (a, [])
+def test_two_primaries_make_the_higher_rank_step_down_after_its_patience() -> None:
+    a = start("a", "b", 0, recovered=False, patience=3)
+    b = Pair("b", "a", 1, P, patience=3)  # it took over across a partition that healed
+    for _ in range(5):
+        a, actions = heard(a, P)
+        assert a.role is P and not actions  # the lower rank never yields by rank
+    for _ in range(2):
+        b, actions = heard(b, a.role)
+        assert b.role is P and not actions
     b, actions = heard(b, a.role)
     assert b.role is S and isinstance(actions[0], StepDown)
+
+
+def test_a_primary_without_state_yields_at_once_and_a_secondary_needing_state_waits() -> None:
+    """A restarted replica of a mode that serves from checkpoints, cut off before its first
+    one: silence does not make it take over (its partner is alive: one failure at a
+    time); one that took over without state (amnesia) yields at once to a second primary."""
+    c = start("c", "d", 0, recovered=True, needs_state=True)
+    assert silent(c) == (c, [])
+    assert silent(holds_state(c))[0].role is P
+    e = start("e", "f", 1, recovered=True)  # amnesia: needs no state
+    e, _ = silent(e)
+    assert e.role is P and e.recovered
+    e, actions = heard(e, P)
+    assert e.role is S and isinstance(actions[0], StepDown)
 
 
 EVENTS = st.lists(st.sampled_from(["a_hears", "b_hears", "a_silent", "b_silent",
