@@ -56,11 +56,9 @@ from node.procs.looplag import LoopLag
 from node.procs.rundir import JsonlTupleWriter, RunDir
 from node.replica import consistency as cm
 from node.replica.cec import CecKeeper
-from node.replica.keepalive import KeepAlive
 from node.replica.manager import Manager, Partner, policy_of
-from node.replica.pair import Action as PairAction
-from node.replica.pair import Pair, Role, TakeOver, heard, holds_state, silent
-from node.replica.pair import start as start_pair
+from node.replica.pair import Role, holds_state
+from node.replica.pair_modes import PairModes
 from node.replica.recovery import (
     StateAsk,
     archive_output_logs,
@@ -68,13 +66,11 @@ from node.replica.recovery import (
     http_state_ask,
     record_recovery,
 )
-from node.replica.standby import Shipper, Standby, ship
 from node.streams.link import InputLink
 from node.streams.monitor import UpstreamMonitor, upstream_links
 from node.streams.mutation import MUTATION_DUPLICATES, Mutation
 from node.streams.publisher import Publisher
 from operators import NetworkOutput, QueryNetwork, tuple_from_plain, tuple_to_plain
-from operators.restart import at_rest, restart, restart_point
 from operators.spec import OperatorSpec
 from protocol.messages import (
     ConsistencyState,
@@ -82,7 +78,6 @@ from protocol.messages import (
     HeartbeatResponse,
     Message,
     ReconcileRequest,
-    StandbyAck,
     StandbyCheckpoint,
 )
 from protocol.tuples import END_OF_STREAM, Kind, Tuple
@@ -96,13 +91,6 @@ if TYPE_CHECKING:
 __all__ = ["MUTATION_DUPLICATES", "Replica", "spark_replayer"]
 
 log = logging.getLogger("dpc.replica")
-
-#: An amnesia takeover's first output id is the clock (µs) times this (``_take_over_empty``):
-#: unique while a primary numbers fewer outputs a microsecond, and below 2**63 until 2255.
-IDS_PER_US = 1024
-#: Upstream backup: restart points a primary keeps while its consumers have not acknowledged
-#: their output (two per ha_interval: 12.8 s at the default 100 ms).
-_MAX_POINTS = 256
 _KIND = itemgetter(0)
 _TMAX = itemgetter(3)
 #: The kinds whose tuple time moves a stream's frontier (a boundary's tmax is its time; no
@@ -145,7 +133,7 @@ def _outputs_fed_by(operators: Sequence[OperatorSpec],
     return fed
 
 
-class Replica:
+class Replica(PairModes):
     """A node replica process's state and tasks. ``run(stop)`` until ``stop`` is set."""
 
     def __init__(self, config: ClusterConfig, name: str, run_dir: RunDir, transport: Transport,
@@ -267,39 +255,7 @@ class Replica:
             spark=self.spark, warm_after=3 * self.node.settings.x,
             on_state=lambda state, at: self._record_state(state.value, at), mutation=mutation,
         )
-        #: A process-pair mode (``ha``, node/replica/pair.py): this replica's role and its
-        #: keep-alives to its partner; None under DPC.
-        self.pair: Pair | None = None
-        self.keepalive: KeepAlive | None = None
-        if self.node.settings.ha != "dpc":
-            rank = [r.name for r in self.node.replicas].index(name)
-            other = next(r for r in self.node.replicas if r.name != name)
-            self.pair = start_pair(name, other.name, rank, recovered=recover,
-                                   patience=self.node.settings.heartbeat_misses + 1,
-                                   needs_state=self.node.settings.ha in (
-                                       "passive_standby", "upstream_backup"))
-            self.keepalive = KeepAlive(
-                name, other.name, (other.host, other.data_port), transport,
-                interval=self.node.settings.heartbeat_interval,
-                misses=self.node.settings.heartbeat_misses,
-                answered=self._partner_answered,
-                failed=lambda: self._pair_step(*silent(self._the_pair())), log=log)
-            log.info("%s: %s of a process pair (ha = %r) with %s", name,
-                     self.pair.role.value, self.node.settings.ha, other.name)
-            if (self.amnesia or self.shipping) and self.pair.role is Role.SECONDARY:
-                for link in self.links:
-                    link.park(hold=self.shipping)
-            if self.shipping:
-                self._cap_inputs({})  # nothing covered by a secondary's checkpoint yet
-        #: The network as built: what an amnesia takeover restarts from.
-        self._empty = self.network.snapshot() if self.amnesia or self.upstream else None
-        self._renumbered = False  # (amnesia: _partner_answered)
-        #: Upstream backup: the primary's restart points not yet superseded, with when.
-        self._points: list[dict[str, Any]] = []
-        self._last_point = 0
-        #: Passive standby: the primary's side and the secondary's (node/replica/standby.py).
-        self.shipper = Shipper(name)
-        self.standby = Standby(self._append_shipped)
+        self._init_pair(name, recover, transport)
         self.started = now_us()
         self.counters: dict[str, Any] = {
             "tuples_in": dict.fromkeys(self.node.inputs, 0),
@@ -508,191 +464,6 @@ class Replica:
             "trimmed": {s: b.trimmed_up_to for s, b in self.buffers.items()},
         }
 
-    def _the_pair(self) -> Pair:
-        if self.pair is None:
-            raise NodeError(f"{self.me.name}: a keep-alive without a process pair")
-        return self.pair
-
-    def _pair_step(self, pair: Pair, actions: Sequence[PairAction]) -> None:
-        """The pair's roles moved (node/replica/pair.py): a secondary answers downstream's
-        heartbeats with STANDBY, so that takes effect at the next answer; the links move by
-        ids, which a deterministic network makes the same on both replicas."""
-        self.pair = pair
-        for a in actions:
-            log.warning("%s: %s (%s)", self.me.name,
-                        "now the primary" if isinstance(a, TakeOver) else "now the secondary",
-                        a.reason)
-            if self.amnesia and isinstance(a, TakeOver):
-                self._take_over_empty()
-            elif self.shipping and isinstance(a, TakeOver):
-                self._take_over_from_checkpoint()
-            elif self.amnesia or self.shipping:
-                for link in self.links:
-                    link.park(hold=self.shipping)
-                if self.shipping:
-                    self._next_output_logs()
-
-    def _next_output_logs(self) -> None:
-        """A pair's replica that stepped down (passive standby, upstream backup) ends its
-        output logs as a restart does (node/replica/recovery.py ``archive_output_logs``):
-        what it emitted while it served is one incarnation's log, judged as a correct
-        prefix, and a secondary emits nothing after it (ops_scripts/check ``check_idle_
-        replica``; torture seed 901: a spurious takeover under load, then a step-down)."""
-        for w in self.output_logs.values():
-            w.close()
-        self.incarnation = archive_output_logs(
-            self.run_dir, self.me.name, list(self.node.outputs)) + 1
-        self.output_logs = {s: JsonlTupleWriter(self.run_dir.replica_output(self.me.name, s))
-                            for s in self.node.outputs}
-
-    async def _ship(self) -> None:
-        """The primary's checkpoints to its secondary, every ``ha_interval``."""
-        pair = self._the_pair()
-        other = self.config.replica(pair.partner)
-
-        def take(shipper: Shipper) -> StandbyCheckpoint | None:
-            if self.upstream:
-                point = self._shippable_point()
-                if point is None:
-                    return None
-                return shipper.take(now_us(), point["h"],
-                                    {s: (i, i) for s, i in point["resume"].items()}, dict)
-            return shipper.take(
-                now_us(), self.network.snapshot(),
-                {link.stream: (link.last_stable_id, link.last_tentative_id)
-                 for link in self.links},
-                lambda: {s: list(b) for s, b in self.buffers.items()})
-
-        await ship(self.shipper, self.transport, (other.host, other.data_port),
-                   self.node.settings.ha_interval,
-                   serving=lambda: self.pair is not None and self.pair.role is Role.PRIMARY,
-                   take=take, covered=self._cap_inputs, owner=self.me.name,
-                   partner=pair.partner, log=log)
-
-    def _cap_inputs(self, covered: Mapping[str, tuple[int, int]]) -> None:
-        """Passive standby and upstream backup: this replica acks its input only up to what
-        its secondary's last checkpoint (or restart point) covers (node/replica/standby.py);
-        ``{}``: nothing yet."""
-        for link in self.links:
-            link.ack_cap = covered.get(link.stream, (0, 0))[0]
-
-    def _note_restart_point(self, now: int) -> None:
-        """Upstream backup: after a network call that left the network at rest, a restart
-        point (operators/restart.py), at most two per ``ha_interval``."""
-        if now - self._last_point < self.node.settings.ha_interval // 2:
-            return
-        if not at_rest(self.network):
-            return
-        self._last_point = now
-        self._points.append(restart_point(self.network))
-        if len(self._points) > _MAX_POINTS:  # consumers lag: the oldest can wait no more
-            del self._points[: len(self._points) - _MAX_POINTS]
-
-    def _shippable_point(self) -> dict[str, Any] | None:
-        """The newest restart point whose output every consumer acknowledged (each output
-        buffer trimmed past it: the paper's level-0 acks of all downstream neighbours); the
-        older ones are forgotten. None: none yet."""
-        trimmed = {self.node.outputs[s]: b.trimmed_up_to for s, b in self.buffers.items()}
-        best = None
-        for k, point in enumerate(self._points):
-            if all(last <= trimmed[op] for op, last in point["out"].items()):
-                best = k
-        if best is None:
-            return None
-        del self._points[:best]
-        return self._points[0]
-
-    def _append_shipped(self, stream: str, tuples: Sequence[Tuple]) -> None:
-        """A secondary in passive standby queues its primary's output (output preservation):
-        served to a consumer behind the checkpoint after a takeover."""
-        self.publisher.publish(stream, list(tuples))
-
-    def _take_over_from_checkpoint(self) -> None:
-        """Passive standby's takeover (node/replica/standby.py): restore the last checkpoint
-        and resume the inputs from its ids; upstream replays the rest, and the network
-        reproduces what the primary emitted after it (downstream drops by ids what it
-        holds). Recorded as a recovery (the checker's replica-convergence reads it)."""
-        now = now_us()
-        sb = self.standby
-        mode = "upstream backup" if self.upstream else "passive standby"
-        if self._empty is not None:  # upstream backup restarts from an empty state
-            self.network.restore(self._empty)
-        if sb.seq and self.upstream:
-            rec = restart(self.network, sb.parts, now)
-            self._emit(rec.output, now)
-            starts = {s: (i, i) for s, i in rec.resume.items()}
-            how = f"restart point {sb.seq}"
-        elif sb.seq:
-            self.network.restore(sb.parts)
-            starts = {link.stream: sb.inputs.get(link.stream, (0, 0)) for link in self.links}
-            how = f"checkpoint {sb.seq}"
-        elif not self.restarted:
-            starts = {link.stream: (0, 0) for link in self.links}  # upstream kept it all
-            how = "the start (no checkpoint yet: the primary's acks were held at 0)"
-        else:
-            starts = {}
-            how = "the live end: no checkpoint came since this restart (a gap)"
-            log.error("%s: %s: taking over without a checkpoint; inputs at their live end, "
-                      "what the primary held is lost", self.me.name, mode)
-            self.network.number_after(now * IDS_PER_US)  # as amnesia's takeover
-        for link in self.links:
-            link.unpark(starts.get(link.stream))
-        # Upstream keeps the input after the restored point until a new secondary holds a
-        # newer one (node/replica/standby.py).
-        self._cap_inputs(starts if starts else
-                         {link.stream: (link.last_stable_id, 0) for link in self.links})
-        self.manager.take_checkpoint(now)
-        outputs = {s: self.network.operator(op).last_stable_id  # type: ignore[attr-defined]
-                   for s, op in self.node.outputs.items()}
-        for s, buf in self.buffers.items():
-            if self.upstream and not len(buf) and not buf.last_id:
-                buf.start_after(outputs[s])  # its consumers hold that much (level-0 acks)
-        record_recovery(self.run_dir, self.me.name,
-                        {"replica": self.me.name, "incarnation": self.incarnation,
-                         "from": f"{mode} {how}", "restored_at_us": now,
-                         "outputs": outputs, "inputs": {s: list(i) for s, i in starts.items()}})
-        log.warning("%s: %s: restored from %s, inputs from %s, outputs after %s",
-                    self.me.name, mode, how, starts, outputs)
-
-    def _partner_answered(self, role: Role) -> None:
-        """A keep-alive answer: the pair's roles move (node/replica/pair.py). Two amnesia
-        primaries (the partner took over while this one stalled): while this one still
-        serves it numbers its output in a new range too, above the partner's, from which
-        the consumers that moved there resume; its older ids would be dropped as
-        duplicates."""
-        pair = self._the_pair()
-        after, actions = heard(pair, role)
-        if self.amnesia and pair.role is role is after.role is Role.PRIMARY:
-            if not self._renumbered:  # (once per conflict; the one that yields, harmlessly)
-                self._renumbered = True
-                base = now_us() * IDS_PER_US
-                self.network.number_after(base)
-                log.warning("%s: amnesia: %s serves too; this one numbers its output after %d",
-                            self.me.name, pair.partner, base)
-        elif role is Role.SECONDARY:
-            self._renumbered = False
-        self._pair_step(after, actions)
-
-    def _take_over_empty(self) -> None:
-        """Amnesia's takeover (Hwang et al., section 4): the query restarts from an empty
-        state and processes input as it arrives (the links subscribe at the live end); what
-        the crashed primary held or had in flight is lost, a gap. Its output ids start
-        above every id the crashed primary sent (``number_after``): downstream resumes by
-        ids, and would drop a restarted numbering as duplicates. The primary's last ids are
-        not known here (it may have sent more after its last keep-alive answer), so the new
-        range is the clock's: ``now_us() * IDS_PER_US``, above any id a primary that took
-        over earlier could have reached at fewer than IDS_PER_US ids a microsecond (and
-        above this replica's own)."""
-        if self._empty is None:
-            raise NodeError(f"{self.me.name}: an amnesia takeover without the empty network")
-        self.network.restore(self._empty)
-        base = max(now_us() * IDS_PER_US, *(b.last_id for b in self.buffers.values()))
-        self.network.number_after(base)
-        for link in self.links:
-            link.unpark()
-        log.warning("%s: amnesia: the query restarts empty, its inputs at their live end, "
-                    "its output ids after %d", self.me.name, base)
-
     def _respond(self, msg: Message) -> Message | None:
         """The data port's answers: heartbeats (each output stream's state: the node's, but
         UP_FAILURE where an input it depends on has no upstream replica alive and STABLE;
@@ -721,15 +492,7 @@ class Replica:
             return HeartbeatResponse(self.me.name, msg.seq, state, streams,
                                      {s: self.frontiers[s] for s in streams})
         if isinstance(msg, StandbyCheckpoint):
-            if not (self.shipping and self.pair is not None and self.pair.role is Role.SECONDARY):
-                return StandbyAck(self.me.name, msg.seq, True)  # not its secondary (now)
-            ack = self.standby.apply(self.me.name, msg,
-                                     {s: b.last_id for s, b in self.buffers.items()})
-            if not ack.whole:  # upstream may trim what the checkpoint covers (link.py)
-                self.pair = holds_state(self.pair)
-                for link in self.links:
-                    link.hold_at(self.standby.inputs.get(link.stream, (0, 0))[0])
-            return ack
+            return self._standby_answer(msg)
         if not isinstance(msg, ReconcileRequest):  # the publisher passes these three only
             raise NodeError(f"{self.me.name}: no answer to a {type(msg).__name__}: the data "
                             "port answers heartbeat and permission requests only")
