@@ -18,7 +18,8 @@ check          verify a run's logs against a reference evaluation               
 reconcile      the same on Spark, for many and large runs: report, differences        reconcile/run.py
 generate-run   a large consistent run directory (no cluster), for benches and tests   reconcile/generate.py
 fuzz           seeded malformed frames against the wire codec (sans-IO)               fuzz.py
-bench          core, throughput, overhead, latency, failover, peers, reconcile, cec   bench/*.py
+bench          core, throughput, overhead, latency, failover, peers, reconcile, cec,  bench/*.py
+               ha (process-pair modes: bandwidth, CPU, recovery)
 =============  =====================================================================  =============
 
 Only commands that work are registered. Exit codes: 0
@@ -317,6 +318,17 @@ def _parser() -> argparse.ArgumentParser:
                       "20,000 groups)")
     bcec.add_argument("--reps", type=int, default=3,
                       help="throughput repetitions per mode, in turn (default 3; the median)")
+    bha = which.add_parser(
+        "ha", help="the process-pair modes on real processes: bandwidth and CPU overhead, "
+        "recovery after a kill, per M and network (Hwang et al.'s Fig. 6, Tables 6-7)")
+    bha.add_argument("--out", type=Path, default=Path("ha-bench"), metavar="DIR",
+                     help="where the CSVs and plots go (default ./ha-bench)")
+    bha.add_argument("--size", choices=("tiny", "full"), default="full",
+                     help="tiny: the aggregate at M = 100 ms, a short window, one kill (about a "
+                     "minute); full (default): every M, three networks, three windows "
+                     "(15-25 minutes)")
+    bha.add_argument("--kills", type=int, default=None,
+                     help="kills of the primary per cluster (default: tiny 1, full 4)")
     brep = which.add_parser(
         "replay", help="a reconciliation's replay per tuple (inproc), vectorized and on Spark, "
         "per size; stores the crossovers replicas read")
@@ -506,6 +518,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ops_scripts.bench.cec import run_cec_bench
 
             return run_cec_bench(args.out, args.size, args.reps)
+        if args.command == "bench" and args.which == "ha":
+            from ops_scripts.bench.ha import run_ha_bench
+
+            return run_ha_bench(args.out, args.size, args.kills)
         if args.command == "bench" and args.which == "replay":
             from ops_scripts.bench.replay import run_replay_bench
             from ops_scripts.examples import EXAMPLES
