@@ -79,8 +79,8 @@ class PairModes:
     shipping: bool
     restarted: bool
 
-    def _emit(self, result: NetworkOutput, now: int) -> None:
-        raise NotImplementedError  # the replica's (node/replica/runtime.py)
+    if TYPE_CHECKING:  # the replica's (node/replica/runtime.py)
+        def _emit(self, result: NetworkOutput, now: int) -> None: ...
 
     def _init_pair(self, name: str, recover: bool, transport: Transport) -> None:
         """The pair's role and keep-alives, and each mode's state (the replica's
