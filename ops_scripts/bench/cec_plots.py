@@ -3,25 +3,12 @@ experiment, laid out like the CEC paper's figures 5-9 (matplotlib, Agg, no displ
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 from typing import Any
 
+from ops_scripts.bench.plotting import figure, read_rows
+
 __all__ = ["plot_all"]
-
-
-def _rows(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def _figure(width: float, height: float) -> Any:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=100)
-    FigureCanvasAgg(fig)
-    return fig
 
 
 def plot_all(out: Path) -> list[Path]:
@@ -30,7 +17,7 @@ def plot_all(out: Path) -> list[Path]:
     for name, draw in (("throughput", _throughput), ("targets", _targets), ("periods", _periods)):
         csv_path = out / f"{name}.csv"
         if csv_path.exists():
-            fig = draw(_rows(csv_path))
+            fig = draw(read_rows(csv_path))
             png = out / f"{name}.png"
             fig.savefig(png)
             done.append(png)
@@ -38,7 +25,7 @@ def plot_all(out: Path) -> list[Path]:
 
 
 def _throughput(rows: list[dict[str, str]]) -> Any:
-    fig = _figure(9, 3.6)
+    fig = figure(9, 3.6)
     loads = sorted({r["workload"] for r in rows})
     modes = ["none", "frames", "disk"]
     for i, wl in enumerate(loads):
@@ -56,7 +43,7 @@ def _throughput(rows: list[dict[str, str]]) -> Any:
 
 
 def _targets(rows: list[dict[str, str]]) -> Any:
-    fig = _figure(12, 8)
+    fig = figure(12, 8)
     metrics = [("g_check", "G_checks written"), ("extent_records", "extent (records)"),
                ("ec_load_s", "EC-load time (s)"), ("replay_tuples", "tuples to replay")]
     base = next(r for r in rows if r["experiment"] == "open-only")
@@ -80,7 +67,7 @@ def _targets(rows: list[dict[str, str]]) -> Any:
 
 
 def _periods(rows: list[dict[str, str]]) -> Any:
-    fig = _figure(9, 3.6)
+    fig = figure(9, 3.6)
     cec = sorted((r for r in rows if r["cec"] == "True"), key=lambda r: int(r["cp_ms"]))
     base = next(r for r in rows if r["cec"] == "False")
     xs = [int(r["cp_ms"]) for r in cec]

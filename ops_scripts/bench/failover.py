@@ -30,7 +30,6 @@ import sys
 import tempfile
 import time
 import tomllib
-from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -45,7 +44,7 @@ from ops_scripts.cluster.launch import (
     restart_process,
     start_cluster,
     stop_cluster,
-    wait_until,
+    wait_for,
 )
 from ops_scripts.cluster.status import fetch_status
 from ops_scripts.errors import BenchFailed
@@ -135,12 +134,6 @@ def _settled(config: ClusterConfig) -> bool:
     return True
 
 
-def _until(cond: Callable[[], bool], what: str, procs: list[Launched]) -> None:
-    if not wait_until(cond, WAIT_S, procs):
-        dead = [p.name for p in procs if p.proc.poll() is not None]
-        raise BenchFailed(f"waiting for {what}: " + (f"{', '.join(dead)} died" if dead
-                                                    else f"not within {WAIT_S:g} s"))
-
 
 class _Bench:
     """The running cluster and the trials made on it."""
@@ -163,10 +156,10 @@ class _Bench:
         return self.log.last_id > before
 
     def settle(self) -> None:
-        _until(lambda: _settled(self.config), "every replica STABLE", self.procs)
-        _until(lambda: _serving(self.config, self.client) is not None,
-               f"{self.client} to read from one replica", self.procs)
-        _until(self.receiving, f"{self.client} to receive", self.procs)
+        wait_for(lambda: _settled(self.config), "every replica STABLE", WAIT_S, self.procs)
+        wait_for(lambda: _serving(self.config, self.client) is not None,
+                 f"{self.client} to read from one replica", WAIT_S, self.procs)
+        wait_for(self.receiving, f"{self.client} to receive", WAIT_S, self.procs)
 
     def trial(self, kind: str) -> tuple[str, float]:
         """One fault of ``kind`` at the replica the client reads: (victim, ms to the next
@@ -181,7 +174,7 @@ class _Bench:
             serving[:] = [victim] if victim is not None else []
             return bool(serving)
 
-        _until(one, f"{self.client} to read from one replica", self.procs)
+        wait_for(one, f"{self.client} to read from one replica", WAIT_S, self.procs)
         victim = serving[0]
         self.log.poll()
         at = time.time_ns() // 1000
@@ -192,9 +185,9 @@ class _Bench:
         stream = self.config.clients[self.client].stream
         last = max(self.log.last_id, _last_data_id(self.rd.replica_output(victim, stream)))
         try:
-            _until(lambda: self.log.first_new(last, at) is not None,
-                   f"{self.client}'s next new result after the {kind} of {victim}",
-                   [p for p in self.procs if p.name != victim])
+            wait_for(lambda: self.log.first_new(last, at) is not None,
+                     f"{self.client}'s next new result after the {kind} of {victim}", WAIT_S,
+                     [p for p in self.procs if p.name != victim])
             arrival = self.log.first_new(last, at)
             if arrival is None:  # _until returned, so it was found: the log cannot unsay it
                 raise BenchFailed(f"{self.client}'s log lost the new result it showed")

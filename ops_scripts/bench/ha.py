@@ -51,7 +51,7 @@ import statistics
 import tempfile
 import time
 import tomllib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -68,7 +68,7 @@ from ops_scripts.cluster.launch import (
     restart_process,
     start_cluster,
     stop_cluster,
-    wait_until,
+    wait_for,
 )
 from ops_scripts.cluster.processes import read_cpu_seconds
 from ops_scripts.cluster.status import fetch_status
@@ -267,12 +267,6 @@ def _takeover_s(log: Path, name: str, after_s: float) -> float | None:
     return None
 
 
-def _until(cond: Callable[[], bool], what: str, procs: Sequence[Launched]) -> None:
-    if not wait_until(cond, WAIT_S, procs):
-        dead = [p.name for p in procs if p.proc.poll() is not None]
-        raise BenchFailed(f"waiting for {what}: " + (f"{', '.join(dead)} died" if dead
-                                                    else f"not within {WAIT_S:g} s"))
-
 
 @dataclass(frozen=True)
 class _Sample:
@@ -321,7 +315,7 @@ class _PairRun:
             found[:] = [roles] if roles else []
             return bool(found) and bool(self.client.poll())  # and the client receives
 
-        _until(settled, f"{self.p.label}: the pair to settle", self.procs)
+        wait_for(settled, f"{self.p.label}: the pair to settle", WAIT_S, self.procs)
         return found[0]
 
     def _sample(self) -> _Sample:
@@ -392,7 +386,8 @@ class _PairRun:
             return bool(arrival)
 
         living = [p for p in self.procs if p is not victim]
-        _until(new_result, f"{self.p.label}: a new result after killing {primary}", living)
+        wait_for(new_result, f"{self.p.label}: a new result after killing {primary}", WAIT_S,
+                 living)
         log = self.rd.process_log(secondary)
         taken: list[float] = []
 
@@ -401,7 +396,7 @@ class _PairRun:
             taken[:] = [] if t is None else [t]
             return bool(taken)
 
-        _until(took_over, f"{self.p.label}: {secondary}'s takeover line", living)
+        wait_for(took_over, f"{self.p.label}: {secondary}'s takeover line", WAIT_S, living)
         emitted = _first_above(out_log, start, threshold)
         if emitted is None:
             raise BenchFailed(f"{self.p.label}: the client's new result is not in "

@@ -8,9 +8,10 @@ Rows whose mode does not use M (amnesia, active standby) are drawn flat across M
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 from typing import Any
+
+from ops_scripts.bench.plotting import figure, read_rows
 
 __all__ = ["plot_all"]
 
@@ -20,23 +21,9 @@ COLORS = {"amnesia": "#888888", "passive_standby": "#d08020", "active_standby": 
 DEFAULT_M = "100"  # the per-network bars: the M-modes at our default M
 
 
-def _rows(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def _figure(width: float, height: float) -> Any:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=100)
-    FigureCanvasAgg(fig)
-    return fig
-
-
 def plot_all(out: Path) -> list[Path]:
     """Every plot, from ``out/ha.csv`` and ``out/kills.csv``; returns the PNGs written."""
-    rows = _rows(out / "ha.csv")
+    rows = read_rows(out / "ha.csv")
     done = []
     for name, draw in (("bandwidth", _bandwidth), ("cpu", _cpu), ("recovery", _recovery)):
         png = out / f"{name}.png"
@@ -56,7 +43,7 @@ def _fig6_rows(rows: list[dict[str, str]]) -> list[dict[str, str]]:
 
 
 def _bandwidth(rows: list[dict[str, str]]) -> Any:
-    fig = _figure(11, 4.2)
+    fig = figure(11, 4.2)
     mine = _fig6_rows(rows)
     ms = sorted({int(r["m_ms"]) for r in mine if r["m_ms"]}) or [100]
     left, right = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
@@ -125,7 +112,7 @@ def _bars(ax: Any, table: dict[str, dict[str, dict[str, str]]], value: Any,
 
 
 def _cpu(rows: list[dict[str, str]]) -> Any:
-    fig = _figure(9, 3.8)
+    fig = figure(9, 3.8)
     ax = fig.add_subplot(1, 1, 1)
     table = _default_rows([r for r in rows if r["cpu_overhead"]])
 
@@ -143,7 +130,7 @@ def _cpu(rows: list[dict[str, str]]) -> Any:
 
 
 def _recovery(rows: list[dict[str, str]]) -> Any:
-    fig = _figure(12, 4.2)
+    fig = figure(12, 4.2)
     ax = fig.add_subplot(1, 2, 1)
     table = _default_rows(rows)
     _bars(ax, table, lambda r: float(r["recovery_ms"]),

@@ -34,7 +34,7 @@ from typing import Protocol, TextIO
 from node.config.model import ClusterConfig
 from node.procs.rundir import RunDir
 from ops_scripts.cluster.status import fetch_status
-from ops_scripts.errors import ProcessError
+from ops_scripts.errors import BenchFailed, ProcessError
 
 __all__ = [
     "Launched",
@@ -82,6 +82,16 @@ def _start(config_path: Path, name: str, kind: str, rd: RunDir, *, recover: bool
     out.close()
     rd.write_pid(name, proc.pid)
     return Launched(name, kind, proc)
+
+
+def wait_for(cond: Callable[[], bool], what: str, timeout: float,
+             procs: Sequence[Launched] = ()) -> None:
+    """:func:`wait_until`, or :class:`~ops_scripts.errors.BenchFailed` saying what it waited
+    for and which of ``procs`` died (the benches' wait: an outcome or a clear failure)."""
+    if not wait_until(cond, timeout, procs):
+        dead = [p.name for p in procs if p.proc.poll() is not None]
+        raise BenchFailed(f"waiting for {what}: " + (f"{', '.join(dead)} died" if dead
+                                                    else f"not within {timeout:g} s"))
 
 
 def wait_until(cond: Callable[[], bool], timeout: float, procs: Sequence[Launched] = ()) -> bool:
