@@ -47,8 +47,9 @@ __all__ = [
 #: 4: Subscribe carries the subscriber's ack (``ack_id``: CEC, node/replica/cec.py);
 #: 5: the stream state STANDBY (a process pair's secondary, node/replica/pair.py);
 #: 6: Subscribe's ``live`` and Unsubscribe's ``release`` (amnesia, node/replica/runtime.py);
-#: 7: StandbyCheckpoint and StandbyAck (passive standby, node/replica/standby.py).
-VERSION: Final = 7
+#: 7: StandbyCheckpoint and StandbyAck (passive standby, node/replica/standby.py);
+#: 8: StandbyCheckpoint's ``leaves`` (upstream backup's restart points as leaf deltas).
+VERSION: Final = 8
 #: Default limit on a frame's length field (version + type + payload bytes).
 DEFAULT_MAX_FRAME_SIZE: Final = 16 * 1024 * 1024
 #: Bytes before the payload: 4-byte length, version byte, message-type byte.

@@ -252,13 +252,15 @@ class Proof:
 
 @dataclass(frozen=True, slots=True)
 class StandbyCheckpoint:
-    """A process pair in passive standby (node/replica/standby.py, protocol version 7): the
-    primary ``replica`` sends its secondary checkpoint ``seq``, a delta on checkpoint
-    ``base`` (0: a whole one). ``parts``: the snapshot of each operator that changed since
-    ``base`` (plain data: ``QueryNetwork.snapshot``'s, every operator when whole);
-    ``inputs``: each input stream's resume ids ``(last stable, last tentative)`` at that
-    instant; ``outputs``: each output stream's in-force tuples queued since ``base`` (all
-    it holds when whole). Treat the mappings as read-only."""
+    """A process pair in passive standby or upstream backup (node/replica/standby.py,
+    protocol version 7): the primary ``replica`` sends its secondary checkpoint ``seq``, a
+    delta on checkpoint ``base`` (0: a whole one). ``parts``: the snapshot of each operator
+    that changed since ``base`` (plain data: ``QueryNetwork.snapshot``'s, or a restart
+    point's header; every operator when whole); ``inputs``: each input stream's resume ids
+    ``(last stable, last tentative)`` at that instant; ``outputs``: each output stream's
+    in-force tuples queued since ``base`` (all it holds when whole); ``leaves`` (version 8):
+    of an operator not in ``parts``, the leaves that moved since ``base``
+    (state/leaves.py: ``[[index, leaf], ...]``). Treat the mappings as read-only."""
 
     replica: str
     seq: int
@@ -266,6 +268,7 @@ class StandbyCheckpoint:
     parts: Mapping[str, Any]
     inputs: Mapping[str, tuple[int, int]]
     outputs: Mapping[str, tuple[Tuple, ...]]
+    leaves: Mapping[str, list[list[Any]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,8 +11,9 @@ dicts would halve decode speed):
 * a HeartbeatRequest is ``[sender, seq, [[stream, acked id], ...]]`` (protocol version 2:
   version 1 had no acks), each stream at most once, ids >= 0;
 * a StandbyCheckpoint is ``[replica, seq, base, {operator: snapshot}, [[stream, stable id,
-  tentative id], ...], [[stream, [tuple, ...]], ...]]`` (protocol version 7), snapshots
-  any JSON (restored, and so checked, by the secondary that takes over);
+  tentative id], ...], [[stream, [tuple, ...]], ...], {operator: [[leaf index, leaf],
+  ...]}]`` (protocol version 7; the leaf deltas 8), snapshots and leaves any JSON
+  (restored, and so checked, by the secondary that takes over);
 * every other message is its ``str``, ``int`` and ``bool`` fields, in order.
 
 Invariants:
@@ -223,12 +224,17 @@ def _encode_standby_checkpoint(msg: StandbyCheckpoint) -> bytes:
     _check_local(name, "replica", msg.replica, str)
     _check_local(name, "seq", msg.seq, int)
     _check_local(name, "base", msg.base, int)
-    for field in ("parts", "inputs", "outputs"):
+    for field in ("parts", "inputs", "outputs", "leaves"):
         if not isinstance(getattr(msg, field), Mapping):
             raise LocalProtocolError(
                 f"{name}: field {field!r} must be a mapping, got {show(getattr(msg, field))}")
     if not all(type(k) is str for k in msg.parts):
         raise LocalProtocolError(f"{name}: field 'parts' must map operator names to snapshots")
+    for op, delta in msg.leaves.items():
+        if type(op) is not str or _leaves_problem(delta) is not None:
+            raise LocalProtocolError(f"{name}: field 'leaves' must map operator names to "
+                                     f"[[leaf index >= 0, leaf], ...], got {show(op)}: "
+                                     f"{show(delta)}")
     inputs = []
     for stream, ids in msg.inputs.items():
         if (type(stream) is not str or type(ids) is not tuple or len(ids) != 2
@@ -248,7 +254,17 @@ def _encode_standby_checkpoint(msg: StandbyCheckpoint) -> bytes:
         outputs.append((stream, rows))
     # Snapshots are plain data (state/checkpoint.py): what orjson cannot encode is refused.
     return _dumps("StandbyCheckpoint",
-                  (msg.replica, msg.seq, msg.base, msg.parts, inputs, outputs))
+                  (msg.replica, msg.seq, msg.base, msg.parts, inputs, outputs, msg.leaves))
+
+
+def _leaves_problem(delta: Any) -> str | None:
+    """What is wrong with ``delta`` as a leaf delta (state/leaves.py), if anything."""
+    if type(delta) is not list:
+        return f"must be a list, got {show(delta)}"
+    for e in delta:
+        if type(e) is not list or len(e) != 2 or type(e[0]) is not int or e[0] < 0:
+            return f"each entry must be [leaf index >= 0, leaf], got {show(e)}"
+    return None
 
 
 def _encode_heartbeat_request(msg: HeartbeatRequest) -> bytes:
@@ -442,20 +458,27 @@ def _decode_heartbeat_request(p: Any, raw: _Raw) -> HeartbeatRequest:
 
 def _decode_standby_checkpoint(p: Any, raw: _Raw) -> StandbyCheckpoint:
     name = "StandbyCheckpoint"
-    if type(p) is not list or len(p) != 6:
+    if type(p) is not list or len(p) != 7:
         raise RemoteProtocolError(
-            f"{name}: payload must be a list of 6 fields [replica, seq, base, parts, inputs, "
-            f"outputs], got {show(p)}")
-    replica, seq, base, parts, entries, outs = p
+            f"{name}: payload must be a list of 7 fields [replica, seq, base, parts, inputs, "
+            f"outputs, leaves], got {show(p)}")
+    replica, seq, base, parts, entries, outs, leaves = p
     _check_remote(name, "replica", replica, str)
     _check_remote(name, "seq", seq, int)
     _check_remote(name, "base", base, int)
     if type(parts) is not dict:
         raise RemoteProtocolError(f"{name}: field 'parts' must be an object, got {show(parts)}")
-    try:  # what decodes must encode back: orjson nests less deeply on the way out (fuzz)
-        orjson.dumps(parts)
-    except orjson.JSONEncodeError as exc:
-        raise RemoteProtocolError(f"{name}: field 'parts' does not encode back: {exc}") from None
+    if type(leaves) is not dict:
+        raise RemoteProtocolError(f"{name}: field 'leaves' must be an object, got {show(leaves)}")
+    for op, delta in leaves.items():
+        if (problem := _leaves_problem(delta)) is not None:
+            raise RemoteProtocolError(f"{name}: leaves of operator {show(op)}: {problem}")
+    for field, x in (("parts", parts), ("leaves", leaves)):
+        try:  # what decodes must encode back: orjson nests less deeply on the way out (fuzz)
+            orjson.dumps(x)
+        except orjson.JSONEncodeError as exc:
+            raise RemoteProtocolError(
+                f"{name}: field {field!r} does not encode back: {exc}") from None
     for field, x in (("inputs", entries), ("outputs", outs)):
         if type(x) is not list:
             raise RemoteProtocolError(f"{name}: field {field!r} must be a list, got {show(x)}")
@@ -480,7 +503,7 @@ def _decode_standby_checkpoint(p: Any, raw: _Raw) -> StandbyCheckpoint:
                 raise RemoteProtocolError(f"{name} output {n} tuple {k}: {problem}")
         outputs[e[0]] = tuple(_new(Tuple, (_KIND_OF[r[0]], r[1], r[2], r[3], tuple(r[4])))
                               for r in e[1])
-    return StandbyCheckpoint(replica, seq, base, parts, inputs, outputs)
+    return StandbyCheckpoint(replica, seq, base, parts, inputs, outputs, leaves)
 
 
 def _remote_state(where: str, what: str, code: Any) -> ConsistencyState:

@@ -116,7 +116,7 @@ class PairModes:
         self._points: list[dict[str, Any]] = []
         self._last_point = 0
         #: Passive standby: the primary's side and the secondary's (node/replica/standby.py).
-        self.shipper = Shipper(name)
+        self.shipper = Shipper(name, leaf_deltas=self.upstream)
         self.standby = Standby(self._append_shipped)
 
     def _the_pair(self) -> Pair:
@@ -312,6 +312,9 @@ class PairModes:
             return StandbyAck(self.me.name, msg.seq, True)  # not its secondary (now)
         ack = self.standby.apply(self.me.name, msg,
                                  {s: b.last_id for s, b in self.buffers.items()})
+        if self.standby.refused is not None:
+            log.error("%s: checkpoint %d from %s refused, a whole one asked for: %s",
+                      self.me.name, msg.seq, msg.replica, self.standby.refused)
         if not ack.whole:
             self.pair = holds_state(self.pair)
             for link in self.links:

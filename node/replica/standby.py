@@ -11,6 +11,11 @@ Theory of operation.
   output queues' new tuples); the first one on a connection, or after the secondary asked
   for it, is *whole* (every operator, everything each output buffer holds). All of it is
   taken in one event-loop turn: the state, the input positions and the output queues agree.
+  Nothing new since the checkpoint before: nothing is sent.
+* **Upstream backup** ships restart points (operators/restart.py) on the same channel:
+  operator headers, no state, no output. Of a header it sends only the leaves that moved
+  (state/leaves.py; ``Shipper(leaf_deltas=True)``): a handful of counters and watermarks
+  per point where the header is some 500 bytes of JSON (docs/ha-modes.md, Benchmark).
 * **Input preservation**, from both sides. The secondary tells upstream which input it
   now covers (the paper's words): its parked links ack every producer the input ids of
   the last checkpoint it applied (node/streams/link.py ``hold_at``). And the primary acks
@@ -48,11 +53,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from node.net.transport import Connection, Transport
 from protocol.errors import RemoteProtocolError
 from protocol.messages import StandbyAck, StandbyCheckpoint
 from protocol.tuples import DATA_KINDS, Tuple
 from state.checkpoint import Checkpoint, CheckpointStore
+from state.leaves import apply_leaves, leaf_delta
 
 __all__ = ["Shipper", "Standby", "ship"]
 
@@ -66,8 +74,9 @@ class Shipper:
     the links' resume ids and, for a whole one, each output buffer's held tuples; a delta
     carries the output tuples :meth:`queued` since the one before."""
 
-    def __init__(self, replica: str) -> None:
+    def __init__(self, replica: str, *, leaf_deltas: bool = False) -> None:
         self.replica = replica
+        self.leaf_deltas = leaf_deltas
         self._seq = itertools.count(1)
         self._store: CheckpointStore | None = None  # None: the next one is whole
         self._base = 0
@@ -75,6 +84,8 @@ class Shipper:
         self.sent = 0
         self.acked_seq = 0  # the newest checkpoint the secondary said it holds
         self._inflight: dict[int, dict[str, Ids]] = {}  # seq -> its input ids
+        self._inputs: dict[str, Ids] = {}  # those of the last checkpoint sent
+        self._held: dict[str, Any] = {}  # leaf deltas: the parts as the secondary holds them
 
     def reset(self) -> None:
         """A new connection, or the secondary asked: the next checkpoint is whole."""
@@ -82,6 +93,7 @@ class Shipper:
         self._base = 0
         self._queued.clear()
         self._inflight.clear()
+        self._held = {}
 
     def queued(self, stream: str, tuples: Sequence[Tuple]) -> None:
         """Output tuples appended to ``stream``'s buffer (kept only for a delta to come)."""
@@ -89,22 +101,44 @@ class Shipper:
             self._queued.setdefault(stream, []).extend(tuples)
 
     def take(self, now: int, parts: Mapping[str, Any], inputs: Mapping[str, Ids],
-             held: Callable[[], Mapping[str, Iterable[Tuple]]]) -> StandbyCheckpoint:
-        seq = next(self._seq)
+             held: Callable[[], Mapping[str, Iterable[Tuple]]]) -> StandbyCheckpoint | None:
+        """The next checkpoint, or None: nothing moved since the one before."""
+        seq = next(self._seq)  # (a gap where nothing was sent: the secondary checks bases)
         whole = self._store is None
         store = self._store if self._store is not None else CheckpointStore()
-        changed = store.put(Checkpoint(seq, now, parts))
+        if self.leaf_deltas:
+            send, leaves = self._leaf_deltas(parts, whole)
+        else:
+            send, leaves = {name: parts[name] for name in store.put(Checkpoint(seq, now, parts))}, {}
         if whole:
             outputs = {s: tuple(ts) for s, ts in held().items()}
         else:
             outputs = {s: tuple(ts) for s, ts in self._queued.items()}
         self._queued = {}
-        msg = StandbyCheckpoint(self.replica, seq, self._base,
-                                {name: parts[name] for name in changed}, dict(inputs), outputs)
-        self._store, self._base = store, seq
+        if not (whole or send or leaves or any(outputs.values()) or inputs != self._inputs):
+            return None
+        msg = StandbyCheckpoint(self.replica, seq, self._base, send, dict(inputs), outputs,
+                                leaves)
+        self._store, self._base, self._inputs = store, seq, dict(inputs)
         self._inflight[seq] = dict(inputs)
         self.sent += 1
         return msg
+
+    def _leaf_deltas(self, parts: Mapping[str, Any], whole: bool
+                     ) -> tuple[dict[str, Any], dict[str, list[list[Any]]]]:
+        """The parts to send whole (new ones, or of another shape) and the leaf deltas of
+        the others (state/leaves.py) against what the secondary holds."""
+        now = orjson.loads(orjson.dumps(parts))  # as the secondary decodes them
+        send: dict[str, Any] = {}
+        leaves: dict[str, list[list[Any]]] = {}
+        for name, new in now.items():
+            delta = None if whole or name not in self._held else leaf_delta(self._held[name], new)
+            if delta is None:
+                send[name] = new
+            elif delta:
+                leaves[name] = delta
+        self._held = now
+        return send, leaves
 
     def acked(self, ack: StandbyAck) -> dict[str, Ids] | None:
         """The secondary holds checkpoint ``ack.seq``: the input ids it covers (older ones
@@ -131,6 +165,8 @@ class Standby:
     parts: dict[str, Any] = field(default_factory=dict)
     inputs: dict[str, Ids] = field(default_factory=dict)
     received: int = 0
+    #: Why the last checkpoint was refused when its base was right (logged by the caller).
+    refused: str | None = None
 
     def apply(self, me: str, msg: StandbyCheckpoint, last_ids: Mapping[str, int]
               ) -> StandbyAck:
@@ -138,12 +174,17 @@ class Standby:
         id, what it already holds); a delta on another base than the one held is refused
         with a request for a whole checkpoint."""
         self.received += 1
+        self.refused = None
         if msg.base != 0 and msg.base != self.seq:
             return StandbyAck(me, msg.seq, True)
-        if msg.base == 0:
-            self.parts = dict(msg.parts)
-        else:
-            self.parts.update(msg.parts)
+        parts = dict(msg.parts) if msg.base == 0 else {**self.parts, **msg.parts}
+        for name, delta in msg.leaves.items():
+            try:
+                parts[name] = apply_leaves(parts[name], delta)
+            except (KeyError, ValueError) as exc:  # (nothing applied yet: self.parts holds)
+                self.refused = f"the leaf delta of operator {name!r} does not fit: {exc!r}"
+                return StandbyAck(me, msg.seq, True)
+        self.parts = parts
         self.inputs = dict(msg.inputs)
         self.seq = msg.seq
         for stream, tuples in msg.outputs.items():

@@ -378,36 +378,70 @@ class InputLink:
     async def _stay_parked(self, name: str) -> None:
         """Until :meth:`unpark`: release every producer once, or (holding) ack each what
         the checkpoint covers whenever that moves; a producer that cannot be reached is
-        tried again every ``retry_interval`` (one that restarts has a fresh buffer)."""
+        tried again every ``retry_interval`` (one that restarts has a fresh buffer, and is
+        told again). One standing connection per producer carries the acks: a connection
+        and its handshake per ack cost upstream backup a tenth of its bandwidth
+        (docs/ha-modes.md, Benchmark)."""
         how = "holding at its checkpoint" if self.holding else "releasing"
         self._log.info("%s: parked: %s %d producer(s)", name, how, len(self.producers))
-        told: dict[tuple[str, int], int | None] = {}  # producer -> what it was told
-        while self.parked:
-            self._held_moved.clear()
-            want = self.held if self.holding else -1  # -1: a release
-            for host, port in self.producers:
-                if want is None or told.get((host, port)) == want:
-                    continue
-                msg = (Unsubscribe(self.stream, self.subscriber, release=True) if want < 0
-                       else Ack(self.stream, self.subscriber, want))
-                try:
-                    conn = await self._transport.connect(host, port)
-                    try:
-                        await conn.send(msg)
-                    finally:
-                        await conn.close()
-                except OSError as exc:
-                    self._log.debug("%s: cannot reach producer %s:%d yet: %r", name, host,
-                                    port, exc)
-                    continue
-                told[(host, port)] = want
-            done = all(told.get(p) == want for p in self.producers) or want is None
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(None if done else self._retry_interval):
-                    await _first(self._unparked, self._held_moved)
+        told: dict[Address, int | None] = {}  # producer -> what it was told
+        conns: dict[Address, Connection] = {}
+        try:
+            async with asyncio.TaskGroup() as watchers:
+                while self.parked:
+                    self._held_moved.clear()
+                    want = self.held if self.holding else -1  # -1: a release
+                    for producer in self.producers:
+                        if want is None or told.get(producer) == want:
+                            continue
+                        msg = (Unsubscribe(self.stream, self.subscriber, release=True)
+                               if want < 0 else Ack(self.stream, self.subscriber, want))
+                        try:
+                            conn = conns.get(producer)
+                            if conn is None:
+                                conn = conns[producer] = await self._transport.connect(*producer)
+                                watchers.create_task(self._watch_parked(producer, conn, conns,
+                                                                        told))
+                            await conn.send(msg)
+                        except OSError as exc:
+                            self._log.debug("%s: cannot reach producer %s:%d yet: %r", name,
+                                            *producer, exc)
+                            if (dead := conns.pop(producer, None)) is not None:
+                                await dead.close()  # (its watcher ends)
+                            continue
+                        told[producer] = want
+                    done = all(told.get(p) == want for p in self.producers) or want is None
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(None if done else self._retry_interval):
+                            await _first(self._unparked, self._held_moved)
+                for conn in list(conns.values()):
+                    await conn.close()
+        finally:
+            for conn in list(conns.values()):
+                await conn.close()
         self._log.info("%s: unparked: subscribing %s", name,
                        "at the live end" if self.live else
                        f"from stable {self.last_stable_id}, tentative {self.last_tentative_id}")
+
+    async def _watch_parked(self, producer: Address, conn: Connection,
+                            conns: dict[Address, Connection],
+                            told: dict[Address, int | None]) -> None:
+        """Until the parked link's connection to ``producer`` ends: then forget it and what
+        the producer was told (a restarted producer is told again). The producer sends
+        nothing on it (it answers requests only)."""
+        try:
+            while await conn.receive() is not None:
+                pass
+        except OSError:  # the producer died or reset the connection
+            pass
+        except RemoteProtocolError as exc:
+            self._log.error("%s: producer %s:%d sent bad data to a parked link: %s; closing",
+                            self.stream, *producer, exc)
+        if conns.get(producer) is conn:
+            del conns[producer]
+            told.pop(producer, None)
+            self._held_moved.set()  # (tell it again, or retry later)
+        await conn.close()
 
     async def _connect(self, host: str, port: int, name: str) -> Connection | None:
         """A connection to the producer at ``host:port``, or None when ``switch_to`` (or a

@@ -103,7 +103,9 @@ MESSAGE_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
             values, lambda inner: st.lists(inner, max_size=4)
             | st.dictionaries(names, inner, max_size=4), max_leaves=12), max_size=4),
         st.dictionaries(names, st.tuples(ack_ids, ack_ids), max_size=4),
-        st.dictionaries(names, st.lists(tuples, max_size=5).map(tuple), max_size=3)),
+        st.dictionaries(names, st.lists(tuples, max_size=5).map(tuple), max_size=3),
+        st.dictionaries(names, st.lists(st.lists(st.integers(0, 50), min_size=1, max_size=1)
+                                        .map(lambda i: [i[0], 7]), max_size=3), max_size=3)),
     StandbyAck: st.builds(StandbyAck, names, ints, st.booleans()),
 }
 

@@ -288,18 +288,33 @@ def test_error_messages_stay_short_however_large_the_garbage() -> None:
         ),
         (
             MessageType.STANDBY_CHECKPOINT,
-            ["n1a", 1, 0, [], [], []],
+            ["n1a", 1, 0, [], [], [], {}],
             "StandbyCheckpoint: field 'parts' must be an object, got []",
         ),
         (
             MessageType.STANDBY_CHECKPOINT,
-            ["n1a", 1, 0, {}, [["s1", -1, 0]], []],
+            ["n1a", 1, 0, {}, [["s1", -1, 0]], [], {}],
             "StandbyCheckpoint input 0: must be a list [stream name, stable id, tentative id]",
         ),
         (
             MessageType.STANDBY_CHECKPOINT,
-            ["n1a", 1, 0, {}, [], [["o", [[0, 1, 2]]]]],
+            ["n1a", 1, 0, {}, [], [["o", [[0, 1, 2]]]], {}],
             "StandbyCheckpoint output 0 tuple 0: must be a list of 5 fields",
+        ),
+        (
+            MessageType.STANDBY_CHECKPOINT,
+            ["n1a", 1, 0, {}, [], []],
+            "StandbyCheckpoint: payload must be a list of 7 fields",
+        ),
+        (
+            MessageType.STANDBY_CHECKPOINT,
+            ["n1a", 2, 1, {}, [], [], {"u": [[-1, 5]]}],
+            "StandbyCheckpoint: leaves of operator 'u': each entry must be [leaf index >= 0",
+        ),
+        (
+            MessageType.STANDBY_CHECKPOINT,
+            ["n1a", 2, 1, {}, [], [], {"u": {"0": 5}}],
+            "StandbyCheckpoint: leaves of operator 'u': must be a list",
         ),
         (MessageType.STANDBY_ACK, ["n1b", 1, 1], "StandbyAck: field 'whole' must be a boolean"),
         (
@@ -600,6 +615,6 @@ def test_a_standby_checkpoint_nested_deeper_than_it_encodes_is_refused() -> None
     it encodes, so a checkpoint's snapshots nested 300 deep decoded into a message that could
     not be sent on; refused at decoding now, saying so."""
     deep = b"[" * 300 + b"0" + b"]" * 300  # orjson would not even write it
-    body = b'["n1a", 1, 0, {"u": ' + deep + b"}, [], []]"
+    body = b'["n1a", 1, 0, {"u": ' + deep + b"}, [], [], {}]"
     msg = refused(frame(MessageType.STANDBY_CHECKPOINT, body))
     assert msg.startswith("StandbyCheckpoint: field 'parts' does not encode back")

@@ -172,7 +172,8 @@ SAMPLES: list[Message] = [
     Challenge("n1a", "a1" * 16, "5e" * 32),
     Proof("77" * 32),
     StandbyCheckpoint("n1a", 2, 1, {"agg": {"panes": [[0, "k", 3]]}}, {"s1": (12, 12)},
-                      {"n1.out": (make_tuple(Kind.STABLE, 5, 50, 50, ("k", 3)),)}),
+                      {"n1.out": (make_tuple(Kind.STABLE, 5, 50, 50, ("k", 3)),)},
+                      {"u": [[0, 17], [3, [1, 2]]]}),
     StandbyAck("n1b", 2, False),
 ]
 

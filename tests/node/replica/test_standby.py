@@ -1,6 +1,7 @@
-"""Passive standby's checkpoints (node/replica/standby.py), pure: what the primary sends
-(whole, then deltas of the operators that changed and the output queued since), and what
-the secondary holds after applying them."""
+"""Passive standby's checkpoints and upstream backup's restart points
+(node/replica/standby.py), pure: what the primary sends (whole, then deltas of the
+operators that changed and the output queued since, or of the leaves that moved; nothing
+when nothing did), and what the secondary holds after applying them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from node.replica.standby import Shipper, Standby
-from protocol.messages import StandbyAck
+from protocol.messages import StandbyAck, StandbyCheckpoint
 from protocol.tuples import Kind, Tuple, boundary, make_tuple
 
 
@@ -79,5 +80,48 @@ def test_nothing_is_queued_for_a_delta_before_a_whole_checkpoint_went_out() -> N
     sh.queued("out", [S(1)])  # no connection yet: the whole one will carry the buffer
     whole = sh.take(1, {}, {}, lambda: {"out": [S(1)]})
     assert whole.outputs == {"out": (S(1),)}
-    delta = sh.take(2, {}, {}, lambda: {"out": [S(1)]})
-    assert delta.outputs == {}
+    assert sh.take(2, {}, {}, lambda: {"out": [S(1)]}) is None  # nothing moved: nothing sent
+
+
+def test_nothing_moved_nothing_sent_and_the_next_delta_is_on_the_last_one_sent() -> None:
+    sh, bufs = Shipper("n1a"), Buffers()
+    sb = Standby(bufs.append)
+    first = sh.take(1, {"u": 1}, {"s1": (3, 3)}, lambda: {})
+    sb.apply("n1b", first, {})
+    assert sh.take(2, {"u": 1}, {"s1": (3, 3)}, lambda: {}) is None
+    moved = sh.take(3, {"u": 1}, {"s1": (5, 5)}, lambda: {})  # the input ids alone moved
+    assert moved.base == first.seq and moved.parts == {}
+    assert not sb.apply("n1b", moved, {}).whole and sb.inputs == {"s1": (5, 5)}
+
+
+HEADER = {"v": 1, "base": {"last_id": 5, "watermarks": [10, 10], "log": []},
+          "state": {"next": 2, "closed_below": 10}}
+
+
+def test_upstream_backup_ships_the_moved_leaves_of_a_header() -> None:
+    """Restart points (operators/restart.py) go as leaf deltas (state/leaves.py): the
+    secondary rebuilds every header exactly; an operator of a new shape goes whole."""
+    sh, bufs = Shipper("n1a", leaf_deltas=True), Buffers()
+    sb = Standby(bufs.append)
+    first = sh.take(1, {"agg": HEADER, "f": {"a": 1}}, {"s1": (4, 4)}, lambda: {})
+    assert first.parts == {"agg": HEADER, "f": {"a": 1}} and first.leaves == {}
+    sb.apply("n1b", first, {})
+    header = {"v": 1, "base": {"last_id": 9, "watermarks": [20, 20], "log": []},
+              "state": {"next": 2, "closed_below": 20}}
+    second = sh.take(2, {"agg": header, "f": {"a": 1, "b": 2}}, {"s1": (8, 8)}, lambda: {})
+    assert second.parts == {"f": {"a": 1, "b": 2}}  # another shape: whole
+    assert second.leaves == {"agg": [[0, 9], [2, [20, 20]], [3, 20]]}
+    assert not sb.apply("n1b", second, {}).whole
+    assert sb.parts == {"agg": header, "f": {"a": 1, "b": 2}}
+    assert sh.take(3, {"agg": header, "f": {"a": 1, "b": 2}}, {"s1": (8, 8)}, lambda: {}) is None
+
+
+def test_a_leaf_delta_that_does_not_fit_asks_for_a_whole_one_and_changes_nothing() -> None:
+    sb = Standby(Buffers().append)
+    sb.apply("n1b", StandbyCheckpoint("n1a", 1, 0, {"agg": HEADER}, {"s1": (4, 4)}, {}), {})
+    bad = StandbyCheckpoint("n1a", 2, 1, {}, {"s1": (8, 8)}, {}, {"agg": [[0, 9], [40, 1]]})
+    ack = sb.apply("n1b", bad, {})
+    assert ack.whole and "does not fit" in (sb.refused or "")
+    assert sb.seq == 1 and sb.parts == {"agg": HEADER} and sb.inputs == {"s1": (4, 4)}
+    unknown = StandbyCheckpoint("n1a", 3, 1, {}, {}, {}, {"nope": [[0, 1]]})
+    assert sb.apply("n1b", unknown, {}).whole and sb.parts == {"agg": HEADER}

@@ -719,3 +719,31 @@ async def test_a_holding_parked_link_acks_its_checkpoint_to_every_producer(net: 
     assert sink.ids() == list(range(13, 21))
     for prod in (a, b):
         await prod.stop()
+
+
+async def test_a_holding_parked_link_keeps_one_connection_and_tells_a_restarted_producer(
+        net: Net) -> None:
+    """Upstream backup's secondary acks every M: on one standing connection per producer
+    (a connection and handshake per ack were a tenth of the scheme's bandwidth); when the
+    producer restarts (that connection ends), the new one is told too, unasked."""
+    a = await Producer(net, "a").start()
+    a.buffers["s"].set_consumers(["c1", "c2"])
+    await a.publish(stable(1, 20))
+    a.buffers["s"].ack("c2", 20)
+    link, _ = make_link(net, [a.address])
+    link.park(hold=True)
+    async with running(link.run()):
+        for upto in (4, 8, 12):
+            link.hold_at(upto)
+            await wait_until(lambda upto=upto: a.buffers["s"].trimmed_up_to == upto)
+        assert len(a.conns) == 1
+        await a.stop()  # a crash: its buffer is gone; a fresh one comes at the same port
+        again = Producer(net, "a")
+        again.port = a.port
+        again.buffers["s"].set_consumers(["c1", "c2"])
+        await again.publish(stable(1, 20))
+        again.buffers["s"].ack("c2", 20)
+        await again.start()
+        await wait_until(lambda: again.buffers["s"].trimmed_up_to == 12)
+        assert len(again.conns) == 1
+    await again.stop()
