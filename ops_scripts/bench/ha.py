@@ -17,7 +17,11 @@ where the mode ships them) and a warm-up:
 1. **bandwidth overhead** = HA bytes / data bytes over a steady window, from each process's
    ``/status`` ``traffic`` (node/net/traffic.py): HA bytes are everything the *secondary*
    sent and received (it serves nobody: all of it is the scheme's), data bytes what the
-   *primary* received. The window is cut in slices: the spread is over slices.
+   *primary* received. The window is cut in slices: the spread is over slices. The
+   *scheme's* bandwidth (``bw_scheme``) is that overhead less amnesia's on the same network:
+   amnesia's secondary only answers keep-alives and downstream's heartbeats (2.5 %), which
+   every pair mode pays and which the paper counts as nothing (its amnesia costs 0 %); the
+   paper's claims about bandwidth compare the schemes on that footing.
 2. **CPU** seconds per second of both replicas (``/proc/PID/stat``) in the same window; the
    overhead is against the primary alone in amnesia on the same network, whose secondary
    does nothing (the machine is shared: a spread, not a speed).
@@ -79,7 +83,7 @@ from protocol.errors import DPCError
 
 __all__ = [
     "MODES", "NETWORKS", "SIZES", "Claim", "Point", "cluster_toml", "judge_claims", "measure", "plan",
-    "read_rows", "run_ha_bench", "with_cpu_overhead", "write_config", "write_rows",
+    "read_rows", "run_ha_bench", "with_amnesia_baselines", "write_config", "write_rows",
 ]
 
 MODES = ("amnesia", "passive_standby", "active_standby", "upstream_backup")
@@ -483,7 +487,7 @@ def _row(p: Point, steady: dict[str, Any], kills: Sequence[dict[str, Any]]) -> d
 
     return {"network": p.network, "mode": p.mode,
             "m_ms": "" if p.m_ms is None else p.m_ms,
-            "window_s": "" if p.window_s is None else p.window_s, **steady,
+            "window_s": "" if p.window_s is None else p.window_s, **steady, "bw_scheme": "",
             "cpu_overhead": "", "cpu_overhead_min": "", "cpu_overhead_max": "",
             "kills": len(kills), "recovery_ms": med("recovery_ms"),
             "recovery_min_ms": min(k["recovery_ms"] for k in kills),
@@ -496,18 +500,25 @@ def _row(p: Point, steady: dict[str, Any], kills: Sequence[dict[str, Any]]) -> d
             "reprocess_max_ms": max(k["reprocess_ms"] for k in kills)}
 
 
-def with_cpu_overhead(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``rows`` with the CPU overhead against amnesia's primary on the same network (the
-    same window where amnesia ran with it, else the network's first amnesia row): the
-    pair's CPU / that primary's - 1, and its spread over the slices."""
-    base: dict[tuple[str, Any], float] = {}
+def with_amnesia_baselines(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` with what they cost beyond amnesia on the same network (the same window
+    where amnesia ran with it, else the network's first amnesia row): the scheme's
+    bandwidth (overhead - amnesia's), and the CPU overhead (the pair's CPU / amnesia's
+    primary's - 1) with its spread over the slices."""
+    cpu: dict[tuple[str, Any], float] = {}
+    bw: dict[tuple[str, Any], float] = {}
     for r in rows:
         if r["mode"] == "amnesia":
-            base.setdefault((r["network"], r["window_s"]), float(r["cpu_primary_per_s"]))
-            base.setdefault((r["network"], None), float(r["cpu_primary_per_s"]))
+            for key in ((r["network"], r["window_s"]), (r["network"], None)):
+                cpu.setdefault(key, float(r["cpu_primary_per_s"]))
+                bw.setdefault(key, float(r["bw_overhead"]))
     out = []
     for r in rows:
-        b = base.get((r["network"], r["window_s"])) or base.get((r["network"], None))
+        key = (r["network"], r["window_s"]) if (r["network"], r["window_s"]) in cpu \
+            else (r["network"], None)
+        if key in bw:
+            r = {**r, "bw_scheme": round(float(r["bw_overhead"]) - bw[key], 4)}
+        b = cpu.get(key)
         pair = float(r["cpu_primary_per_s"]) + float(r["cpu_secondary_per_s"])
         if b:
             r = {**r, "cpu_overhead": round(pair / b - 1, 3),
@@ -580,16 +591,17 @@ def judge_claims(out: Path, timing: bool = True) -> list[Claim]:
            and r["window_s"] == "0.5"}
     active = agg.get(("active_standby", ""))
     ubs = sorted((r for (mode, _), r in agg.items() if mode == "upstream_backup"), key=_m)
-    if active and ubs:
+    if active and ubs and all(r.get("bw_scheme") for r in [active, *ubs]):
         def others(r: dict[str, str]) -> float:
             ps = agg.get(("passive_standby", r["m_ms"]))
-            return min(_f(active, "bw_overhead"), _f(ps, "bw_overhead") if ps else math.inf)
+            return min(_f(active, "bw_scheme"), _f(ps, "bw_scheme") if ps else math.inf)
 
         found.append(Claim(
-            "ub_10x", "aggregate: upstream backup's bandwidth overhead at least 10x below "
-            "both standbys' at every M", all(10 * _f(r, "bw_overhead") <= others(r) for r in ubs),
-            ", ".join(f"M={r['m_ms']}: {others(r) / max(_f(r, 'bw_overhead'), 1e-9):.1f}x"
-                      for r in ubs)))
+            "ub_10x", "aggregate: upstream backup's own bandwidth (beyond amnesia's "
+            "keep-alives and heartbeats) at least 10x below both standbys' at every M",
+            all(10 * _f(r, "bw_scheme") <= others(r) for r in ubs),
+            ", ".join(f"M={r['m_ms']}: {others(r) / max(_f(r, 'bw_scheme'), 1e-9):.1f}x "
+                      f"({others(r):.3f} / {_f(r, 'bw_scheme'):.4f})" for r in ubs)))
     actives = [r for r in rows if r["mode"] == "active_standby"]
     if actives:
         found.append(Claim("active_100", "active standby's bandwidth overhead about 100% "
@@ -698,7 +710,7 @@ def run_ha_bench(out: Path, size: str = "full", kills: int | None = None,
         records += [{"network": p.network, "mode": p.mode, "m_ms": rows[-1]["m_ms"],
                      "window_s": rows[-1]["window_s"], "kill": j, **k}
                     for j, k in enumerate(ks, start=1)]
-        write_rows(out / "ha.csv", with_cpu_overhead(rows))
+        write_rows(out / "ha.csv", with_amnesia_baselines(rows))
         write_rows(out / "kills.csv", records)
         print(f"        {_line(rows[-1])}  [{time.monotonic() - t0:.0f} s]", flush=True)
     plot_all(out)

@@ -17,7 +17,7 @@ from ops_scripts.bench.ha import (
     plan,
     read_rows,
     run_ha_bench,
-    with_cpu_overhead,
+    with_amnesia_baselines,
     write_config,
     write_rows,
 )
@@ -57,7 +57,7 @@ def _rows(scale_ub: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     for p in plan("full"):
         m = p.m_ms or 100
         bw = {"amnesia": 0.02, "active_standby": 1.02, "passive_standby": 30 / m,
-              "upstream_backup": scale_ub * 0.5 / m}[p.mode]
+              "upstream_backup": 0.02 + scale_ub * 0.5 / m}[p.mode]
         replay = {"amnesia": 100, "active_standby": 20, "passive_standby": 40,
                   "upstream_backup": 60 + 40 * (p.window_s or 0.5)}[p.mode]
         w = "" if p.window_s is None else p.window_s
@@ -69,7 +69,8 @@ def _rows(scale_ub: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
                      "recovery_max_ms": 460 + replay, "detection_ms": 450, "replay_ms": replay,
                      "replay_min_ms": replay, "replay_max_ms": replay, "reprocess_ms": replay,
                      "reprocess_min_ms": replay, "reprocess_max_ms": replay,
-                     "cpu_overhead": "", "cpu_overhead_min": "", "cpu_overhead_max": ""})
+                     "bw_scheme": "", "cpu_overhead": "", "cpu_overhead_min": "",
+                     "cpu_overhead_max": ""})
         kills += [{"network": p.network, "mode": p.mode, "m_ms": p.m_ms or "", "window_s": w,
                    "kill": k, "recovery_ms": 450 + replay, "detection_ms": 450,
                    "replay_ms": replay, "node_ms": 450 + replay, "reprocess_ms": replay}
@@ -80,7 +81,7 @@ def _rows(scale_ub: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 @pytest.mark.parametrize("scale_ub, fail", [(1.0, set()), (250.0, {"ub_10x", "ub_below_active"})])
 def test_the_claims_read_the_csvs(tmp_path: Path, scale_ub: float, fail: set[str]) -> None:
     rows, kills = _rows(scale_ub)
-    write_rows(tmp_path / "ha.csv", with_cpu_overhead(rows))
+    write_rows(tmp_path / "ha.csv", with_amnesia_baselines(rows))
     write_rows(tmp_path / "kills.csv", kills)
     claims = judge_claims(tmp_path)
     assert {c.key for c in claims} == {"modes", "recoveries", "ub_below_active", "ub_10x",
@@ -93,4 +94,8 @@ def test_the_claims_read_the_csvs(tmp_path: Path, scale_ub: float, fail: set[str
            if r["network"] == "filter"}
     assert cpu == {"amnesia": "0.2", "active_standby": "1.0", "passive_standby": "0.2",
                    "upstream_backup": "0.2"}
+    scheme = {r["mode"]: r["bw_scheme"] for r in read_rows(tmp_path / "ha.csv")
+              if r["network"] == "filter"}  # (beyond amnesia's 0.02)
+    assert scheme == {"amnesia": "0.0", "active_standby": "1.0", "passive_standby": "0.28",
+                      "upstream_backup": str(round(scale_ub * 0.005, 4))}
     assert all(png.read_bytes()[:8] == PNG for png in plot_all(tmp_path))
