@@ -108,7 +108,7 @@ class Size:
     kills: int
 
 
-SIZES = {"tiny": Size(warmup_s=1.0, steady_s=2.0, slices=2, kills=1),
+SIZES = {"tiny": Size(warmup_s=0.5, steady_s=1.5, slices=2, kills=1),
          "full": Size(warmup_s=2.0, steady_s=10.0, slices=5, kills=4)}
 
 
