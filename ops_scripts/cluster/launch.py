@@ -33,6 +33,7 @@ from typing import Protocol, TextIO
 
 from node.config.model import ClusterConfig
 from node.procs.rundir import RunDir
+from ops_scripts.cluster.spawn import spawn_node
 from ops_scripts.cluster.status import fetch_status
 from ops_scripts.errors import BenchFailed, ProcessError
 
@@ -74,12 +75,10 @@ class Launched:
 
 
 def _start(config_path: Path, name: str, kind: str, rd: RunDir, *, recover: bool = False) -> Launched:
-    out = open(rd.path / "logs" / f"{name}.out", "ab")  # noqa: SIM115 (owned by the child)
-    argv = [sys.executable, "-m", "ops_scripts.cli", "node", str(config_path), name, "--run-dir", str(rd.path)]
-    proc = subprocess.Popen(
-        argv + ["--recover"] * recover, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    out.close()
+    """``dpc node CONFIG NAME --run-dir RD``, forked from the warm fork server
+    (ops_scripts/cluster/spawn.py), its output in ``logs/NAME.out``."""
+    argv = ["node", str(config_path), name, "--run-dir", str(rd.path)] + ["--recover"] * recover
+    proc = spawn_node(argv, rd.path / "logs" / f"{name}.out")
     rd.write_pid(name, proc.pid)
     return Launched(name, kind, proc)
 

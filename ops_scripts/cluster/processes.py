@@ -15,7 +15,9 @@ exit code (only a parent can): once gone, its ``returncode`` is 0.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shlex
 import subprocess
 import time
 from pathlib import Path
@@ -73,7 +75,13 @@ def _cmdline(pid: int) -> list[str] | None:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return None
-    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+    args = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+    if len(args) == 1 and " " in args[0]:
+        # A forked node names itself by one string, its command line shell-quoted
+        # (ops_scripts/cluster/spawn.py: setproctitle writes no separators).
+        with contextlib.suppress(ValueError):
+            return shlex.split(args[0])
+    return args
 
 
 def runs_node(pid: int, name: str, rd: RunDir) -> bool:
