@@ -16,9 +16,11 @@ named as that command line (``setproctitle``: ``/proc/PID/cmdline``, which
 ops_scripts/cluster/processes.py reads before it signals a pid). :class:`Forked` is the
 ``Popen``-like handle ``ops_scripts.cluster.launch`` keeps.
 
-A process still running when its launcher's interpreter exits is stopped then (SIGTERM:
-multiprocessing ends the daemonic children it started), where a ``Popen`` child was left
-behind; every launcher stops its cluster before it exits anyway.
+A child outlives its launcher, as a ``Popen`` child does: ``dpc inject restart`` starts a
+replica that the cluster's ``dpc launch`` adopts, and exits. multiprocessing would join (or,
+daemonic, terminate) the children it started when the launcher's interpreter exits; each is
+taken off its list of children once started (``multiprocessing.process._children``: no
+public call does it; tests/integration/test_launch.py restarts through ``dpc inject``).
 """
 
 from __future__ import annotations
@@ -106,6 +108,7 @@ def spawn_node(argv: Sequence[str], out: Path) -> Forked:
     """Start ``dpc`` with ``argv`` (``node CLUSTER.toml NAME ...``), forked, its output
     appended to ``out``."""
     proc = _server().Process(target=_child, args=(list(argv), str(out), os.getcwd(),
-                                                  dict(os.environ)), daemon=True)
+                                                  dict(os.environ)))
     proc.start()
+    multiprocessing.process._children.discard(proc)  # type: ignore[attr-defined]
     return Forked(proc, argv)

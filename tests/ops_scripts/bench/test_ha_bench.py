@@ -99,3 +99,17 @@ def test_the_claims_read_the_csvs(tmp_path: Path, scale_ub: float, fail: set[str
     assert scheme == {"amnesia": "0.0", "active_standby": "1.0", "passive_standby": "0.28",
                       "upstream_backup": str(round(scale_ub * 0.005, 4))}
     assert all(png.read_bytes()[:8] == PNG for png in plot_all(tmp_path))
+
+
+def test_the_cpu_spread_holds_the_windows_figure(tmp_path: Path) -> None:
+    """Found by the tiny bench in make test: two rates rounded apart summed to 0.0001 above
+    the slices' (equal) figures, and the CPU plot refused a negative error bar."""
+    rows, _ = _rows(1.0)
+    for r in rows:
+        r.update(cpu_primary_per_s=0.05005, cpu_secondary_per_s=0.05005,
+                 cpu_pair_min=0.1, cpu_pair_max=0.1)
+    for r in with_amnesia_baselines(rows):
+        assert r["cpu_overhead_min"] <= r["cpu_overhead"] <= r["cpu_overhead_max"], r
+    write_rows(tmp_path / "ha.csv", with_amnesia_baselines(rows))
+    write_rows(tmp_path / "kills.csv", _rows(1.0)[1])
+    assert all(png.read_bytes()[:8] == PNG for png in plot_all(tmp_path))
