@@ -38,7 +38,7 @@ import tomli_w
 from node.config.load import load_config
 from node.config.model import ClusterConfig
 from node.faults.ops import Cut, Heal
-from node.procs.rundir import RunDir
+from node.procs.rundir import RunDir, tail_jsonl_tuples
 from ops_scripts.cluster.launch import (
     Launched,
     restart_process,
@@ -51,6 +51,7 @@ from ops_scripts.errors import BenchFailed
 from ops_scripts.harness.fault import send_fault
 from ops_scripts.harness.scenario import move_to_free_ports
 from protocol.errors import DPCError
+from protocol.tuples import DATA_KINDS
 
 __all__ = ["KINDS", "run_failover_bench"]
 
@@ -59,6 +60,7 @@ KILL_AIM_MS = 100.0
 SILENT_SLACK_MS = 50.0
 WAIT_S = 30.0  # for a new result, or for the cluster to settle after a trial
 _DATA = {"STABLE", "TENTATIVE"}
+TAIL_ROWS = 256  # of a live output log: its newest data tuple is among them
 
 
 class _ClientLog:
@@ -89,17 +91,12 @@ class _ClientLog:
         return next((a for i, a in self.rows if i > after_id and a >= since_us), None)
 
 
-def _last_data_id(path: Path, tail: int = 1 << 16) -> int:
-    """The highest data id among the last lines of a JSONL tuple log (0: none)."""
-    try:
-        with path.open("rb") as f:
-            f.seek(max(f.seek(0, 2) - tail, 0))
-            chunk = f.read()
-    except FileNotFoundError:
+def _last_data_id(path: Path) -> int:
+    """The highest data id among the last rows of a JSONL tuple log (0: none yet)."""
+    if not path.exists():
         return 0
-    lines = chunk.splitlines()[1:-1] if len(chunk) >= tail else chunk.splitlines()[:-1]
-    ids = [row["id"] for row in map(orjson.loads, lines) if row["kind"] in _DATA]
-    return max(ids, default=0)
+    return max((t.id for _, t in tail_jsonl_tuples(path, TAIL_ROWS) if t.kind in DATA_KINDS),
+               default=0)
 
 
 def _config(config_path: Path, rd: RunDir) -> ClusterConfig:

@@ -66,7 +66,7 @@ import tomli_w
 
 from node.config.load import load_config
 from node.config.model import ClusterConfig
-from node.procs.rundir import RunDir
+from node.procs.rundir import RunDir, tail_jsonl_tuples
 from ops_scripts.cluster.launch import (
     Launched,
     restart_process,
@@ -80,6 +80,7 @@ from ops_scripts.errors import BenchFailed
 from ops_scripts.harness.scenario import move_to_free_ports
 from ops_scripts.harness.schedule import PAIR_RESYNC
 from protocol.errors import DPCError
+from protocol.tuples import DATA_KINDS
 
 __all__ = [
     "MODES", "NETWORKS", "SIZES", "Claim", "Point", "cluster_toml", "judge_claims", "measure", "plan",
@@ -97,6 +98,7 @@ USES_M = ("passive_standby", "upstream_backup")
 KILL_LEAD_S = 0.05  # aggregate: the kill comes this long before a window closes
 WAIT_S = 30.0  # for a pair to settle, a new result, a takeover line
 _DATA = {"STABLE", "TENTATIVE"}
+TAIL_ROWS = 256  # of a live output log: its newest data tuple is among them
 _STREAM = "n1.out"
 
 
@@ -225,17 +227,12 @@ class _ClientTail:
         return rows
 
 
-def _max_tmax(path: Path, tail: int = 1 << 16) -> int:
-    """The highest data tmax among the last lines of a JSONL tuple log (0: none)."""
-    try:
-        with path.open("rb") as f:
-            f.seek(max(f.seek(0, 2) - tail, 0))
-            chunk = f.read()
-    except FileNotFoundError:
+def _max_tmax(path: Path) -> int:
+    """The highest data tmax among the last rows of a JSONL tuple log (0: none yet)."""
+    if not path.exists():
         return 0
-    lines = chunk.splitlines()[1:] if len(chunk) >= tail else chunk.splitlines()
-    rows = [orjson.loads(x) for x in lines if x.endswith(b"}")]
-    return max((r["tmax"] for r in rows if r["kind"] in _DATA), default=0)
+    return max((t.tmax for _, t in tail_jsonl_tuples(path, TAIL_ROWS) if t.kind in DATA_KINDS),
+               default=0)
 
 
 def _first_above(path: Path, start: int, threshold: int) -> int | None:
