@@ -111,6 +111,10 @@ REC_DONE = Kind.REC_DONE
 _kind_of = itemgetter(0)
 
 
+#: How often a run of failed connects to one producer is logged again as a warning (µs).
+_REFUSED_REPEAT = 5_000_000
+
+
 async def _first(*events: asyncio.Event) -> None:
     """Wait until one of ``events`` is set."""
     waits = [asyncio.ensure_future(e.wait()) for e in events]
@@ -165,6 +169,8 @@ class InputLink:
         self.batches_in = 0
         self.connects = 0  # connections that carried a Subscribe
         self.failures = 0  # connection attempts that failed
+        #: Per producer refusing a connect now: (first failure, attempts, last warning) µs.
+        self._unreachable: dict[Address, tuple[int, int, int | None]] = {}
         # The producer in use sent its REC_DONE on the corrections connection the link then
         # adopted, and no TENTATIVE tuple since (the module docstring; node/streams/upstream.py).
         self.reconciled = False
@@ -359,8 +365,9 @@ class InputLink:
                     conn = await self._connect(host, port, name)
                 except OSError as exc:
                     self.failures += 1
-                    self._log.warning("%s: cannot connect to producer %s: %r", name, address, exc)
+                    self._refused(here, name, exc)
                 if conn is not None:
+                    self._unreachable.pop(here, None)
                     try:
                         await self._session(conn, address, name)
                     finally:
@@ -374,6 +381,23 @@ class InputLink:
                         await self._wake.wait()
                 except TimeoutError:
                     pass
+
+    def _refused(self, producer: Address, name: str, exc: OSError) -> None:
+        """A connect to ``producer`` failed: a warning on the first of a run of failures and
+        then every :data:`_REFUSED_REPEAT` µs of it, the other attempts at debug level (the
+        link retries every ``retry_interval``: a producer down for a minute was 600 lines)."""
+        now = now_us()
+        first, count, warned = self._unreachable.get(producer, (now, 0, None))
+        count += 1
+        address = f"{producer[0]}:{producer[1]}"
+        if warned is None or now - warned >= _REFUSED_REPEAT:
+            more = "" if count == 1 else f" ({count} attempts in {(now - first) / 1e6:.1f} s)"
+            self._log.warning("%s: cannot connect to producer %s%s: %r", name, address, more,
+                              exc)
+            warned = now
+        else:
+            self._log.debug("%s: cannot connect to producer %s: %r", name, address, exc)
+        self._unreachable[producer] = (first, count, warned)
 
     async def _stay_parked(self, name: str) -> None:
         """Until :meth:`unpark`: release every producer once, or (holding) ack each what

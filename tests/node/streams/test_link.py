@@ -747,3 +747,31 @@ async def test_a_holding_parked_link_keeps_one_connection_and_tells_a_restarted_
         await wait_until(lambda: again.buffers["s"].trimmed_up_to == 12)
         assert len(again.conns) == 1
     await again.stop()
+
+
+async def test_a_producer_that_refuses_is_warned_of_once_per_run_of_failures(
+        net: Net, caplog: pytest.LogCaptureFixture) -> None:
+    """The link retries a refusing producer every retry_interval: one warning for the
+    run (the rest at debug level; a producer down for a minute was 600 warnings), and one
+    again when it is down again after it served."""
+    a = await Producer(net, "a").start()
+    await a.stop()  # its port refuses now
+    link, _ = make_link(net, [a.address])
+
+    def warned() -> int:
+        return sum("cannot connect to producer" in r.getMessage() for r in caplog.records
+                   if r.levelno == logging.WARNING)
+
+    with caplog.at_level(logging.DEBUG):
+        async with running(link.run()):
+            await wait_until(lambda: link.failures >= 8)
+            assert warned() == 1
+            again = Producer(net, "a")
+            again.port = a.port
+            await again.publish(stable(1, 3))
+            await again.start()
+            await wait_until(lambda: link.last_stable_id == 3)
+            await again.stop()
+            before = link.failures
+            await wait_until(lambda: link.failures >= before + 5)
+            assert warned() == 2
