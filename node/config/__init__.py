@@ -8,6 +8,7 @@ everything downstream gets a :class:`ClusterConfig` whose times are integer micr
 * ``model.py``: the data model (frozen dataclasses);
 * ``load.py``: TOML to model, defaults;
 * ``check.py``: cross-checks (names, ports, streams, client subscriptions);
+* ``partitions.py``: partitioned nodes expanded into their partitions (docs/partitions.md);
 * ``roles.py``: who may send what to whom on the data plane (pure), read by node/net/auth.py;
 * ``read.py``: typed readers of TOML tables, with the file and key in every error;
 * ``datafile.py``: a file source's data file (``package:`` files, column types, event

@@ -29,10 +29,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from node.config.model import ClientConfig, NodeConfig, NodeSettings, ReplicaConfig, SourceConfig
+from node.config.model import (
+    ClientConfig,
+    NodeConfig,
+    NodeSettings,
+    PartitionOf,
+    ReplicaConfig,
+    SourceConfig,
+)
 from node.config.read import config_error
 from operators.cec import cec_problems
 from operators.errors import OperatorError, SpecError
+from operators.keyed import partition_problems
 from operators.network import QueryNetwork
 from operators.restart import restart_problems
 from operators.spec import NetworkSpec, OperatorSpec
@@ -60,6 +68,18 @@ class NodeDraft:
     operators: tuple[OperatorSpec, ...]
     replicas: tuple[ReplicaConfig, ...]
     settings: NodeSettings
+    #: ``partitions`` and ``partition_by`` as the file declares them, and each replica's
+    #: ``partition`` (node/config/partitions.py expands such a node into its partitions).
+    partitions: int = 1
+    partition_by: tuple[str, ...] = ()
+    replica_partitions: tuple[int, ...] = ()
+    #: Set on each partition node of the expansion.
+    partition: PartitionOf | None = None
+
+    @property
+    def key(self) -> str:
+        """The node's key path in the file (a partition node's: its declared node's)."""
+        return f"nodes.{self.partition.node if self.partition else self.name}"
 
     @property
     def output_ops(self) -> tuple[str, ...]:
@@ -133,7 +153,7 @@ def order_nodes(
         read = {i for o in d.operators for i in o.inputs}
         ups: list[str] = []
         for i, stream in enumerate(d.inputs):
-            key = f"nodes.{n}.inputs[{i}]"
+            key = f"{d.key}.inputs[{i}]"
             if stream not in sources:
                 p = producers.get(stream)
                 if p is None:
@@ -156,7 +176,7 @@ def order_nodes(
                     file,
                     key,
                     f"expected a stream that some operator of the node reads, found {stream!r}, "
-                    f"which no operator of nodes.{n}.operators lists in its inputs",
+                    f"which no operator of {d.key}.operators lists in its inputs",
                 )
         upstream[n] = ups
 
@@ -171,7 +191,7 @@ def order_nodes(
             cycle.reverse()  # path follows "reads from"; report the direction data flows
             raise config_error(
                 file,
-                f"nodes.{n}.inputs",
+                f"{nodes[n].key}.inputs",
                 "expected the nodes to form a DAG (no node may depend on its own output), "
                 f"found the cycle {' -> '.join(cycle)}",
             )
@@ -221,6 +241,8 @@ def build_node(
         _check_cec(file, draft, net)
     if s.ha != "dpc":
         _check_pair(file, draft, net)
+    if draft.partition_by:
+        _check_partitions(file, draft, net)
     node = NodeConfig(
         name=draft.name,
         inputs=draft.inputs,
@@ -228,6 +250,7 @@ def build_node(
         outputs={f"{draft.name}.{o}": o for o in outs},
         replicas=draft.replicas,
         settings=s,
+        partition=draft.partition,
     )
     return node, {f"{draft.name}.{o}": net.schemas[o] for o in outs}
 
@@ -236,7 +259,7 @@ def _check_pair(file: Path, draft: NodeDraft, net: QueryNetwork) -> None:
     """A process-pair mode needs exactly two replicas, and nothing of DPC's own recovery
     (its continuous eventual checkpoints rebuild a replica a pair's partner rebuilds);
     upstream backup, a network with restart points (operators/restart.py)."""
-    s, key = draft.settings, f"nodes.{draft.name}"
+    s, key = draft.settings, draft.key
     why = []
     if s.ha == "upstream_backup":
         if s.reconciliation == "undo":
@@ -245,7 +268,8 @@ def _check_pair(file: Path, draft: NodeDraft, net: QueryNetwork) -> None:
             why += [f"its query network has no restart point: {p}"
                     for p in restart_problems(QueryNetwork(net.spec, undo_logs=False))]
     if len(draft.replicas) != 2:
-        why.append(f"it needs exactly two replicas (a primary and a secondary), not "
+        of = f" of partition {draft.partition.index}" if draft.partition else ""
+        why.append(f"it needs exactly two replicas{of} (a primary and a secondary), not "
                    f"{len(draft.replicas)}")
     if s.checkpointing == "cec":
         why.append('checkpointing = "cec" is for "dpc" nodes')
@@ -253,10 +277,21 @@ def _check_pair(file: Path, draft: NodeDraft, net: QueryNetwork) -> None:
         raise config_error(file, key, f"ha = {s.ha!r}: " + "; ".join(why))
 
 
+def _check_partitions(file: Path, draft: NodeDraft, net: QueryNetwork) -> None:
+    """``partition_by``: attributes of every input, on which the network can run split
+    (operators/keyed.py): each partition's results are then the whole node's for its keys."""
+    why = partition_problems(net, draft.partition_by)
+    if why:
+        raise config_error(
+            file, f"{draft.key}.partition_by",
+            f"expected a key the node's query network can be split on, found "
+            f"{list(draft.partition_by)}: " + "; ".join(why))
+
+
 def _check_cec(file: Path, draft: NodeDraft, net: QueryNetwork) -> None:
     """``checkpointing = "cec"`` needs checkpoint/redo (an undo log cannot reach back past
     a recovered part), fault tolerance, and a network CEC can checkpoint."""
-    s, key = draft.settings, f"nodes.{draft.name}"
+    s, key = draft.settings, draft.key
     why = []
     if s.reconciliation != "checkpoint":
         why.append(f'it needs reconciliation = "checkpoint", not {s.reconciliation!r} (a '
@@ -270,7 +305,7 @@ def _check_cec(file: Path, draft: NodeDraft, net: QueryNetwork) -> None:
 
 def _operator_key(draft: NodeDraft, message: str) -> str:
     """``nodes.<n>.operators[i]`` when the error names one operator of the node."""
-    key = f"nodes.{draft.name}.operators"
+    key = f"{draft.key}.operators"
     m = _OPERATOR_IN_MESSAGE.search(message)
     if m:
         for i, o in enumerate(draft.operators):

@@ -85,11 +85,14 @@ The format (``examples/README.md`` has the long version)::
     name = "out"
     type = "soutput"
     inputs = ["u"]
-    [[nodes.n1.replicas]]      # at least one
+    # partitions = 2           # optional (default 1): run as nodes n1_p0 and n1_p1, each
+    # partition_by = ["key"]   # fed the tuples whose key hashes to it (docs/partitions.md)
+    [[nodes.n1.replicas]]      # at least one (per partition)
     name = "n1a"
     host = "127.0.0.1"         # optional
     data_port = 7101
     control_port = 8101
+    # partition = 0            # with partitions > 1: the partition it runs (0 .. P-1)
 
     [clients.c1]
     stream = "n1.out"          # a node output stream
@@ -135,6 +138,7 @@ from node.config.model import (
     SourceConfig,
     TlsFiles,
 )
+from node.config.partitions import expand_partitions
 from node.config.read import MISSING, NAME_RE, US, Table, config_error
 from node.errors import ConfigError
 from operators import OPERATORS  # the package import registers every operator type
@@ -211,6 +215,8 @@ def parse_config(raw: Mapping[str, Any], path: Path) -> ClusterConfig:
 
     check_names(path, sources, drafts, clients)
     check_ports(path, sources, drafts)
+    drafts = expand_partitions(path, drafts, clients)
+    check_names(path, sources, drafts, clients)  # a partition's name is a process's too
     streams: dict[str, Schema] = {n: s.schema for n, s in sources.items()}
     outputs: dict[str, Schema] = {}
     nodes: dict[str, NodeConfig] = {}
@@ -486,15 +492,23 @@ def _node(t: Table, name: str, base: NodeSettings) -> NodeDraft:
     if not any(o.type == "soutput" for o in ops):
         kinds = ", ".join(o.type for o in ops)
         raise t.fail_text("operators", "at least one soutput (the node's outputs)", f"only {kinds}")
-    replicas = tuple(_replica(r, name) for r in t.tables("replicas"))
-    if not replicas:
+    partitions = t.integer("partitions", 1, lo=1)
+    by = t.names("partition_by") if t.has("partition_by") or partitions > 1 else ()
+    read = [_replica(r, name, partitions) for r in t.tables("replicas")]
+    if not read:
         raise t.fail_text("replicas", f"at least one [[{t.key('replicas')}]] table", "none")
     settings = _settings(t, base)
     t.finish()
-    return NodeDraft(name, inputs, tuple(ops), replicas, settings)
+    replicas = tuple(r for r, _ in read)
+    return NodeDraft(name, inputs, tuple(ops), replicas, settings, partitions=partitions,
+                     partition_by=by, replica_partitions=tuple(p for _, p in read))
 
 
-def _replica(t: Table, node: str) -> ReplicaConfig:
+def _replica(t: Table, node: str, partitions: int) -> tuple[ReplicaConfig, int]:
+    """One replica, and the partition it runs (0 .. partitions - 1; required where the
+    node has partitions)."""
+    partition = (t.integer("partition", 0 if partitions == 1 else MISSING, lo=0,
+                           hi=partitions - 1))
     name = t.string("name", nonempty=True)
     if not NAME_RE.match(name):
         raise t.fail("name", "a name of letters, digits, '_' or '-'", name)
@@ -508,7 +522,7 @@ def _replica(t: Table, node: str) -> ReplicaConfig:
                        if t.has("replay_engine") else None),
     )
     t.finish()
-    return r
+    return r, partition
 
 
 def _client(t: Table, name: str) -> ClientConfig:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from operators.spec import NetworkSpec
+from protocol.exchange import Split
 from protocol.tuples import Schema
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "ClusterConfig",
     "NodeConfig",
     "NodeSettings",
+    "PartitionOf",
     "ReplicaConfig",
     "SourceConfig",
     "TlsFiles",
@@ -110,6 +112,19 @@ class NodeSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionOf:
+    """What a partition node is a partition of (node/config/partitions.py): node ``node``
+    of the file, declared with ``partitions = count`` and ``partition_by = by``, runs as
+    ``count`` nodes ``<node>_p<index>``, each fed its share of every input
+    (protocol/exchange.py)."""
+
+    node: str
+    index: int
+    count: int
+    by: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class NodeConfig:
     name: str
     inputs: tuple[str, ...]  # global stream names consumed
@@ -117,6 +132,9 @@ class NodeConfig:
     outputs: Mapping[str, str]  # global output stream -> soutput operator name
     replicas: tuple[ReplicaConfig, ...]
     settings: NodeSettings
+    #: A partition of a partitioned node (its share of every input), or None: the node
+    #: reads its inputs whole.
+    partition: PartitionOf | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +240,25 @@ class ClusterConfig:
         for node in self.nodes.values():
             out.update({(r.host, r.data_port): r.name for r in node.replicas})
         return out
+
+    def splits(self, stream: str) -> dict[str, Split]:
+        """Each replica of a partition node that reads ``stream`` -> its share of it (what
+        the stream's producer sends that subscriber, protocol/exchange.py); a consumer not
+        named here reads the stream whole."""
+        out: dict[str, Split] = {}
+        for node in self.nodes.values():
+            split = self.split(node, stream)
+            if split is not None:
+                out.update((r.name, split) for r in node.replicas)
+        return out
+
+    def split(self, node: NodeConfig, stream: str) -> Split | None:
+        """``node``'s share of its input ``stream`` (None: all of it, or not an input)."""
+        part = node.partition
+        if part is None or stream not in node.inputs:
+            return None
+        schema = self.streams[stream]
+        return Split(part.index, part.count, tuple(schema.index(a) for a in part.by))
 
     def consumers_of(self, stream: str) -> tuple[str, ...]:
         """Everyone who subscribes to ``stream``: every replica of every consuming node,

@@ -138,7 +138,7 @@ class Source:
         # A source is the origin of its stream: a consumer that holds ids it never produced
         # is refused (its log was lost), never served boundaries without data.
         self.publisher = Publisher(name, {name: buf}, consumer_grace=config.consumer_grace, log=log,
-                                   serve_ahead=False)
+                                   serve_ahead=False, splits={name: config.splits(name)})
         end = read_source_end(run_dir, name)
         #: Ended in an earlier incarnation: produce nothing, republish the end, serve replays.
         self.ended_before = end is not None

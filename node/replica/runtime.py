@@ -200,7 +200,8 @@ class Replica(PairModes):
         #: Output stream -> its frontier: the largest tuple time published on it (heartbeats).
         self.frontiers = dict.fromkeys(self.node.outputs, 0)
         self.publisher = Publisher(name, buffers, responder=self._respond,
-                                   consumer_grace=config.consumer_grace, log=log)
+                                   consumer_grace=config.consumer_grace, log=log,
+                                   splits={s: config.splits(s) for s in buffers})
         #: While recovering: what it is waiting for (status), else None.
         self.recovering: str | None = None
         self.recovery: dict[str, Any] | None = None  # the last recovery, for status

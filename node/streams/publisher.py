@@ -57,6 +57,10 @@ Invariants:
 * A subscriber ahead of a buffer (it claims stable ids the buffer has not produced) is
   served through an ``AheadView`` (it failed over from a partner replica), unless
   ``serve_ahead`` is off: a source, the origin of its stream, refuses it with an error.
+* A subscriber with a split (``splits``: a replica of a partition node, from
+  ``ClusterConfig.splits``) is sent its share of the stream: the data tuples whose key
+  hashes to its partition, and every control tuple (protocol/exchange.py), in the replay
+  and in the live feed alike; ids are the stream's, with gaps.
 * While ``refusing`` is set (a replica recovering, node/replica/recovery.py) every Subscribe is
   refused with that reason and the connection closed; the responder may then return None
   to a heartbeat (no answer: the replica counts as down).
@@ -78,6 +82,7 @@ from node.config.model import DEFAULT_CONSUMER_GRACE
 from node.errors import NodeError
 from node.net.transport import Connection
 from protocol.errors import RemoteProtocolError
+from protocol.exchange import Split
 from protocol.messages import (
     Ack,
     Batch,
@@ -104,12 +109,13 @@ FRAMES_PER_TURN = 8
 class _Subscription:
     """What one subscriber of one stream still has to receive over one connection."""
 
-    __slots__ = ("ahead", "catchup", "head", "live", "pending", "sent", "session", "stream",
-                 "subscriber")
+    __slots__ = ("ahead", "catchup", "head", "live", "pending", "sent", "session", "split",
+                 "stream", "subscriber")
 
     def __init__(self, stream: str, subscriber: str, session: _Session, catchup: Catchup,
-                 ahead: AheadView | None = None):
+                 ahead: AheadView | None = None, split: Split | None = None):
         self.ahead = ahead  # a subscriber ahead of this replica: its filter, until caught up
+        self.split = split  # a partition's subscriber: its share of the stream
         self.stream = stream
         self.subscriber = subscriber
         self.session = session
@@ -127,10 +133,12 @@ class _Subscription:
 
     def take(self, n: int) -> list[Tuple]:
         """The next batch to send, at most ``n`` tuples (empty: nothing is left)."""
-        if self.catchup is not None:
+        while self.catchup is not None:
             chunk = self.catchup.take(n)
             if not len(self.catchup):
                 self.catchup = None
+            if chunk and self.split is not None:
+                chunk = self.split.select(chunk)
             if chunk:
                 return chunk
         pending, head = self.pending, self.head
@@ -173,6 +181,7 @@ class Publisher:
         responder: Callable[[Message], Message | None] | None = None,
         consumer_grace: int = DEFAULT_CONSUMER_GRACE,
         serve_ahead: bool = True,
+        splits: Mapping[str, Mapping[str, Split]] | None = None,
         log: logging.Logger,
     ) -> None:
         if high_water < 1 or max_batch < 1:
@@ -191,6 +200,8 @@ class Publisher:
         self._hello_timeout = hello_timeout
         self._responder = responder
         self._serve_ahead = serve_ahead
+        #: stream -> subscriber -> its share (a partition's replica, protocol/exchange.py)
+        self._splits = splits or {}
         self._log = log
         #: Why every Subscribe is refused now (a recovering replica), or None.
         self.refusing: str | None = None
@@ -223,11 +234,12 @@ class Publisher:
         if subs:
             for sub in subs.values():
                 if sub.ahead is None:
-                    sub.pending.extend(batch)
+                    sent = batch
                 else:
-                    sub.pending.extend(sub.ahead.view(batch))
+                    sent = sub.ahead.view(batch)
                     if sub.ahead.passing:
                         sub.ahead = None
+                sub.pending.extend(sent if sub.split is None else sub.split.select(sent))
                 sub.session.wakeup.set()
 
     def _grace_tick(self) -> None:
@@ -477,14 +489,16 @@ class Publisher:
         if old is not None:
             old.session.subs.pop((stream, name), None)
             self._unlink(old)
-        sub = _Subscription(stream, name, session, catchup, ahead)
+        split = self._splits.get(stream, {}).get(name)
+        sub = _Subscription(stream, name, session, catchup, ahead, split)
         self._live[stream][name] = sub
         session.subs[(stream, name)] = sub
         session.wakeup.set()
         self._log.info(
             "%s: peer %s subscribed %r to %r from stable %d, tentative %d"
             + (" (the live end)" if msg.live else "") + " (%d tuples to replay"
-            + (", ahead of this replica: filtered until it catches up)" if ahead else ")"),
+            + (", ahead of this replica: filtered until it catches up)" if ahead else ")")
+            + (f" (partition {split.index} of {split.count}: its share only)" if split else ""),
             self.owner,
             session.conn.peer,
             name,

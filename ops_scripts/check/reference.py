@@ -65,7 +65,11 @@ def reference_outputs(
                     f"node {node.name!r}: no tuples for input stream {stream!r} (neither a "
                     "logged source nor the output of an earlier node)"
                 )
-            result = net.push(stream, [*streams[stream], boundary(END_OF_STREAM)], 0)
+            data = streams[stream]
+            split = config.split(node, stream)  # a partition's share, as its producer sends it
+            if split is not None:
+                data = split.select(data)
+            result = net.push(stream, [*data, boundary(END_OF_STREAM)], 0)
             for op, tuples in result.outputs.items():
                 if op in produced:
                     produced[op].extend(tuples)

@@ -20,8 +20,9 @@ from node.errors import NodeError
 from node.net.transport import Connection, Server
 from node.streams.link import InputLink
 from node.streams.publisher import FRAMES_PER_TURN, Publisher
+from protocol.exchange import Split
 from protocol.messages import Ack, Batch, HeartbeatRequest, Message, Subscribe, Unsubscribe
-from protocol.tuples import DATA_KINDS, Kind, Tuple, make_tuple
+from protocol.tuples import DATA_KINDS, Kind, Tuple, boundary, make_tuple
 from protocol.undo_rule import apply_undos
 from state.buffer import OutputBuffer
 from state.spill import SpillStore
@@ -473,4 +474,38 @@ async def test_a_release_stops_a_silent_consumer_pinning_the_buffer(net: Net) ->
         assert await conn.receive() is None  # refused: the connection is closed
     assert buf.trimmed_up_to == 11
     await conn.close()
+    await prod.stop()
+
+
+# ---------------------------------------------------------------------------- partitions
+async def test_a_partition_s_subscriber_gets_its_share_in_replay_live_feed_and_resume(
+        net: Net) -> None:
+    """A replica of a partition node (``splits``) receives the data tuples whose key hashes
+    to its partition and every control tuple, in the replay and in the live feed, and after
+    the producer restarts it resumes after its last id: exactly its share, once
+    (protocol/exchange.py)."""
+    splits = {"s": {f"p{i}": Split(i, 2, (0,)) for i in range(2)}}
+    prod = await Producer(net, splits=splits).start()
+    stream = [*stable(1, 30), boundary(300), *stable(31, 60)]
+    await prod.publish(stream[:20])
+    links = [make_link(net, [prod.address], name=f"p{i}") for i in range(2)]
+    whole = make_link(net, [prod.address], name="all")
+    async with running(*(link.run() for link, _ in [*links, whole])):
+        await wait_until(lambda: all(link.connected for link, _ in [*links, whole]))
+        await prod.publish(stream[20:40])
+        await wait_until(lambda: whole[0].last_stable_id == 39)
+        await prod.stop()  # every link loses its connection, and resumes
+        await prod.start()
+        await prod.publish(stream[40:])
+        await wait_until(lambda: whole[0].last_stable_id == 60)
+        shares = [Split(i, 2, (0,)).select(stream) for i in range(2)]
+        for (link, _), share in zip(links, shares, strict=True):
+            await wait_until(lambda link=link, share=share:
+                             link.last_stable_id == share[-1].id)
+    for (link, sink), share in zip(links, shares, strict=True):
+        assert link.reconnects >= 1
+        assert sink.raw == share  # its share, in order, nothing twice
+        assert boundary(300) in sink.raw
+    assert sorted(t.id for _, sink in links for t in sink.data()) == list(range(1, 61))
+    assert whole[1].raw == stream  # a subscriber without a split: the whole stream
     await prod.stop()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import re
 import signal
 import sys
 from collections import Counter
@@ -223,6 +224,22 @@ def test_clusters_mixing_modes_get_crash_schedules_and_stay_valid(tmp_path: Path
     assert all(r.ok for r in results), [(r.seed, r.failures[:2]) for r in results if not r.ok]
     killed = {f.params["process"] for r in results for f in r.faults}
     assert {"n1a", "n2a", "n3a", "n4a", "n5a"} <= killed
+
+
+def test_a_partitioned_cluster_gets_every_fault_and_stays_valid(tmp_path: Path) -> None:
+    """examples/partitioned.toml: n1 split by key into n1_p0 and n1_p1 (docs/partitions.md);
+    faults of every kind land on the partitions' replicas and every run is valid: each
+    replica's output equals the reference of its partition's share (a replica fed the whole
+    stream would count every key, and be invalid), n2's the merge of both."""
+    results = simulate_many(DEFAULT_CLUSTER.parent / "partitioned.toml", 1, 12, tmp_path,
+                            jobs=2)
+    assert all(r.ok for r in results), [(r.seed, r.failures[:2]) for r in results if not r.ok]
+    touched = {w for r in results for f in r.faults for w in re.findall(r"[\w-]+", f.describe())}
+    assert {"n1p0a", "n1p0b", "n1p1a", "n1p1b"} <= touched
+    cov: Counter[str] = Counter()
+    for r in results:
+        cov.update(r.coverage)
+    assert cov["kill"] > 0 and cov["partition"] > 0 and cov["tentative"] > 0
 
 
 def test_the_mutation_is_caught_by_the_simulation(tmp_path: Path,
