@@ -268,6 +268,12 @@ def _parser() -> argparse.ArgumentParser:
     thr.add_argument("--steps", type=int, default=8, help="at most this many rates are offered")
     thr.add_argument("--keys", choices=("scaled", "example"), default="scaled",
                      help="key domains scaled with the rate (default) or the config's as is")
+    thr.add_argument("--partitions", type=int, default=1, metavar="P",
+                     help="also run the node split by key into P partitions, one replica process "
+                          "each, and report its scaling against one replica (default 1: only that)")
+    thr.add_argument("--partition-by", type=lambda v: tuple(a.strip() for a in v.split(",")),
+                     default=None, metavar="ATTR[,ATTR]",
+                     help="the partition key (default: the node's partition_by, else key)")
     ovh = which.add_parser(
         "overhead",
         help="highest rate one replica sustains with fault tolerance as configured vs off",
@@ -497,7 +503,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ops_scripts.bench.throughput import run_throughput_bench
 
             return run_throughput_bench(args.config, seconds=args.seconds, start_rate=args.start_rate,
-                                        max_rate=args.max_rate, max_steps=args.steps, keys=args.keys)
+                                        max_rate=args.max_rate, max_steps=args.steps, keys=args.keys,
+                                        partitions=args.partitions, partition_by=args.partition_by)
         if args.command == "bench" and args.which == "overhead":
             from ops_scripts.bench.overhead import run_overhead_bench
 

@@ -1,10 +1,15 @@
 """``dpc bench``: measurements as ratios against a baseline taken in the same run.
 
 * ``core.py``: ``dpc bench core``, the in-process operator chain against the codec;
-* ``replica.py``: the harness of the next three: one real replica process, fed and read
-  over loopback by the bench's own sources and client, and what *sustained* means;
+* ``layout.py``: the node the next three drive, whole or split into P partitions, and the
+  config file they run it from (the loader expands the partitions);
+* ``replica.py``: the harness of the next three: real replica processes (one, or one per
+  partition), fed and read over loopback by the bench's own sources and clients, and what
+  *sustained* means;
 * ``throughput.py``: ``dpc bench throughput``, one real replica's sustained rate against
-  the raw codec + loopback limit;
+  the raw codec + loopback limit; with ``--partitions P`` also the node split into P
+  partitions, one replica process each: the total, the rate per partition, each replica's
+  CPU per tuple of its share, and the scaling against one replica measured in the same run;
 * ``overhead.py``: ``dpc bench overhead``, that rate with fault tolerance as configured
   against the same with it off;
 * ``latency.py``: ``dpc bench latency``, result latency per SUnion bucket width;

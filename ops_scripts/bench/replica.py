@@ -1,22 +1,28 @@
-"""The replica under benchmark: one real ``dpc node`` process, fed and read by this process.
+"""The replicas under benchmark: real ``dpc node`` processes, fed and read by this process.
 
-``BenchReplica`` runs ONE replica, the first replica of the first node fed by sources only
-(``n1a`` of ``examples/basic.toml``), from a copy of the config with free loopback ports,
-no other replica and a client ``bench`` (whose acks trim the output buffer); ``settings``
-override the config's [defaults]. This process plays the sources (node-runtime Publishers;
-tuple time = wall-clock us; a boundary every ``boundary_interval``) and the client (an
-InputLink; latency = arrival us - tmax of each output STABLE tuple, after a warm-up of
-min(0.5 s, a quarter of the step)).
+``BenchReplica`` runs the bench node (ops_scripts/bench/layout.py: the first node fed by
+sources only, ``n1`` of ``examples/basic.toml``) from a copy of the config with free
+loopback ports: with ``partitions = 1``, ONE replica process of the whole node (its first
+replica, ``n1a``), no other replica, and a client ``bench`` (whose acks trim the output
+buffer); with ``partitions = P > 1``, the node split into P partitions on ``by``, which the
+loader expands (node/config/partitions.py), ONE replica process per partition (``n1a_p0``
+.. ``n1a_p<P-1>``) and a client ``bench_p<i>`` of each partition's output. ``settings``
+override the config's [defaults]. This process plays the sources (node-runtime Publishers,
+each sending a partition's replica its share, as ``ClusterConfig.splits`` says; tuple time
+= wall-clock us; a boundary every ``boundary_interval``) and the clients (an InputLink per
+replica, all counted together; latency = arrival us - tmax of each output STABLE tuple,
+after a warm-up of min(0.5 s, a quarter of the step)).
 
 A rate R (tuples/s over all sources, split as in the config) offered for ``seconds`` by
-:meth:`BenchReplica.step` is **sustained** when this process's backlog for the replica
-stayed under 1 s of input, the output's boundary passed the step's end within 1 s, >= 95%
+:meth:`BenchReplica.step` is **sustained** when this process's backlog for each replica
+stayed under 1 s of input, every output's boundary passed the step's end within 1 s, >= 95%
 of R was offered, p99 latency <= 1 s, p50 of the last quarter of the outputs is within
-100 ms of the first quarter's (a backlog growing by 5% of R fails a 3 s step), and the
+100 ms of the first quarter's (a backlog growing by 5% of R fails a 3 s step), and every
 replica is STABLE. With ``scale_keys`` each ``key`` domain grows with R (``n x R / the
 config's total rate``) so that the join's output per input tuple stays the example's.
-Each step also takes the replica's CPU time (user + system, ``/proc/PID/stat``) per tuple
-offered after the warm-up (``Step.cpu_us``).
+Each step also takes the replicas' CPU time (user + system, ``/proc/PID/stat``) after the
+warm-up: all of it per tuple offered (``Step.cpu_us``), and each replica's per tuple of its
+own share (``Step.parts``; the share of each pool value is its Split's, counted exactly).
 Used by ``dpc bench throughput``, ``overhead`` and ``latency``.
 """
 
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import itertools
 import json
@@ -32,41 +39,52 @@ import os
 import signal
 import sys
 import urllib.request
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from node.clock import now_us
-from node.config.load import load_config
-from node.config.model import ClusterConfig, NodeConfig, SourceConfig
+from node.config.model import ClusterConfig, SourceConfig
 from node.net.auth import authenticated
-from node.net.ports import free_port
 from node.net.tcp import TcpTransport
 from node.net.tls import control_url, url_context
 from node.procs.generators import make_generator
 from node.procs.pacing import next_multiple
 from node.streams.link import InputLink
 from node.streams.publisher import Publisher
+from ops_scripts.bench.layout import CLIENT, Layout, Ports, bench_config, bench_node
 from ops_scripts.cluster.processes import read_cpu_seconds, read_rss
 from ops_scripts.errors import BenchFailed
+from protocol.exchange import Split
 from protocol.tuples import Kind, boundary, make_tuple
 from state.buffer import OutputBuffer
 
 __all__ = [
     "BOUNDARY", "CLIENT", "LATENCY_BOUND_S", "STABLE", "TIMEOUT", "TREND_US", "BenchReplica",
-    "Step", "bench_node", "log", "run_bench", "runtime_gc",
+    "PartStep", "Step", "bench_node", "log", "run_bench", "runtime_gc",
 ]
 
 T = TypeVar("T")
 log = logging.getLogger("dpc.bench")
 LATENCY_BOUND_S = 1.0  # p99 bound; also: backlog < 1 s of input, output through within 1 s
 TREND_US = 100_000  # how much p50 may grow across a step
-CLIENT = "bench"
 POOL = 1 << 16  # attribute values drawn per source and rate, used cyclically
 TIMEOUT = 30.0  # replica start-up; catching up after an overloaded step
 STABLE, BOUNDARY = Kind.STABLE, Kind.BOUNDARY
+NAN = float("nan")
 
+
+@dataclass
+class PartStep:
+    """One replica's figures in a step: its share of the tuples offered after the warm-up,
+    its CPU time per tuple of that share, its outputs and RSS (MiB)."""
+
+    replica: str
+    share: int = 0
+    cpu_us: float = NAN
+    outputs: int = 0
+    rss_mib: float = NAN
 
 
 @dataclass
@@ -76,31 +94,19 @@ class Step:
     rate: float
     achieved: float = 0.0
     outputs: int = 0
-    p50_ms: float = float("nan")
-    p99_ms: float = float("nan")
+    p50_ms: float = NAN
+    p99_ms: float = NAN
     failure: str = ""
-    #: The replica at the end of the offered period: RSS (MiB) and its /status gauges
-    #: (SUnion buffered tuples, output buffer tuples, live heap blocks).
-    rss_mib: float = float("nan")
+    #: The replicas at the end of the offered period: RSS (MiB, summed) and their /status
+    #: gauges (SUnion buffered tuples, output buffer tuples, live heap blocks; summed).
+    rss_mib: float = NAN
     gauges: dict[str, Any] = field(default_factory=dict)
-    #: The replica's CPU time (user + system) per tuple offered between the warm-up's end
+    #: The replicas' CPU time (user + system) per tuple offered between the warm-up's end
     #: and the offered period's end, in microseconds: what fault tolerance costs shows here
     #: as directly as in the sustained rate, without the rate search's coarse steps.
-    cpu_us: float = float("nan")
-
-
-def _toml(v: Any) -> str:
-    """A TOML value (inline tables): JSON strings, numbers and booleans are TOML ones."""
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{json.dumps(k)} = {_toml(x)}" for k, x in v.items()) + "}"
-    return "[" + ", ".join(map(_toml, v)) + "]" if isinstance(v, list | tuple) else json.dumps(v)
-
-
-def bench_node(config: ClusterConfig) -> NodeConfig:
-    for node in config.nodes.values():
-        if all(s in config.sources for s in node.inputs):
-            return node
-    raise BenchFailed(f"{config.path}: no node reads from sources only: nothing to drive")
+    cpu_us: float = NAN
+    #: Each replica's figures (one per partition; one for the whole node).
+    parts: list[PartStep] = field(default_factory=list)
 
 
 @dataclass
@@ -110,119 +116,150 @@ class _Feed:
     src: SourceConfig
     share: float  # of the rate
     pub: Publisher
+    splits: list[Split]  # each partition's share of the stream (none: P = 1)
     next_id: int = 1
     sent: int = 0
     pool: list[tuple[Any, ...]] = field(default_factory=list)  # values, used cyclically
+    #: Per partition, how many of the pool's first j values are its (j = 0 .. len(pool)).
+    prefix: list[list[int]] = field(default_factory=list)
+
+    def set_pool(self, pool: list[tuple[Any, ...]]) -> None:
+        self.pool, self.prefix = pool, []
+        if not self.splits:
+            return
+        part_of: dict[tuple[Any, ...], int] = {}  # key values -> partition (Split.keeps)
+        positions = self.splits[0].positions
+        marks = [[0] * (len(pool) + 1) for _ in self.splits]
+        for j, v in enumerate(pool):
+            k = tuple(v[p] for p in positions)
+            if (p := part_of.get(k)) is None:
+                t = make_tuple(STABLE, 0, 0, 0, v)
+                p = part_of[k] = next(i for i, s in enumerate(self.splits) if s.keeps(t))
+            marks[p][j + 1] = 1
+        self.prefix = [list(itertools.accumulate(m)) for m in marks]
+
+    def share_of(self, partition: int, a: int, b: int) -> int:
+        """Data tuples of ids ``a`` .. ``b - 1`` in ``partition`` (id i carries pool[i % n])."""
+        cum = self.prefix[partition]
+        n = len(cum) - 1
+
+        def upto(x: int) -> int:
+            return x // n * cum[n] + cum[x % n]
+
+        return upto(b) - upto(a)
 
 
-def _tls_table(config: ClusterConfig) -> dict[str, Any]:
-    """``[cluster.tls]`` with absolute paths (the bench's config lives elsewhere), or none."""
-    tls = config.tls
-    if tls is None:
-        return {}
-    return {"tls": {"cert": str(tls.cert), "key": str(tls.key), "ca": str(tls.ca)}}
+@dataclass
+class _Replica:
+    """One replica process the bench runs (the whole node's, or a partition's), and what the
+    bench's client of its output saw."""
+
+    name: str
+    stream: str
+    client: str
+    data_port: int = 0
+    control_port: int = 0
+    proc: asyncio.subprocess.Process | None = None
+    watermark: int = 0
+    outputs: int = 0
 
 
 class BenchReplica:
-    """The replica process and this process's sources and client (``stop`` ends the replica).
+    """The replica processes and this process's sources and clients (``stop`` ends them).
 
     ``settings`` override the config's [defaults] keys (TOML values: seconds for times);
-    ``boundary_us`` every source's boundary interval (other benches vary both)."""
+    ``boundary_us`` every source's boundary interval (other benches vary both);
+    ``partitions`` and ``by``: the node split by key, one replica per partition
+    (``Layout.of``)."""
 
     def __init__(self, config: ClusterConfig, scale_keys: bool, run_dir: Path,
-                 settings: dict[str, Any] | None = None, boundary_us: int | None = None) -> None:
+                 settings: dict[str, Any] | None = None, boundary_us: int | None = None,
+                 partitions: int = 1, by: Sequence[str] | None = None) -> None:
         self.config, self.scale_keys, self.node = config, scale_keys, bench_node(config)
+        self.layout = Layout.of(config, partitions, by)
         self.settings = settings or {}
-        self.replica, self.output = self.node.replicas[0].name, next(iter(self.node.outputs))
+        self.replicas = [_Replica(r, s, c) for r, s, c in zip(
+            self.layout.replicas, self.layout.streams, self.layout.clients, strict=True)]
         self.dir, self.transport = run_dir, TcpTransport(tls=config.tls)
-        self.base_rate = sum(config.sources[s].rate for s in self.node.inputs)
-        self.feeds: list[_Feed] = []
-        for s in (config.sources[s] for s in self.node.inputs):
-            buf = OutputBuffer(s.name)
-            buf.set_consumers([self.replica])
-            pub = Publisher(f"bench-{s.name}", {s.name: buf}, log=log)
-            self.feeds.append(_Feed(s, s.rate / self.base_rate, pub))
-        self.boundary_us = boundary_us or min(f.src.boundary_interval for f in self.feeds)
-        self.rate, self.t0, self.watermark, self.outputs, self.control_port = 0.0, 0, 0, 0, 0
+        self.sources = [config.sources[s] for s in self.node.inputs]
+        self.base_rate = sum(s.rate for s in self.sources)
+        self.feeds: list[_Feed] = []  # at start: the splits are the written config's
+        self.boundary_us = boundary_us or min(s.boundary_interval for s in self.sources)
+        self.rate, self.t0, self.outputs = 0.0, 0, 0
         self.window = (0, 0)  # outputs with tmax in [lo, hi) count for latency
         self.latencies: list[int] = []
-        self.proc: asyncio.subprocess.Process | None = None
-        self.moved = asyncio.Event()  # set when the output's watermark moves or the replica dies
+        self.moved = asyncio.Event()  # set when an output's watermark moves or a replica dies
         self.halted = ""  # why the search cannot go on
         self.tasks: list[asyncio.Task[None]] = []
 
-    def _write_config(self, ports: dict[str, int], data_port: int) -> Path:
-        raw, node = self.config.raw, self.node
-        replica = dict(raw["nodes"][node.name]["replicas"][0], host="127.0.0.1",
-                       data_port=data_port, control_port=self.control_port)
-        doc: dict[str, dict[str, Any]] = {
-            "cluster": dict(raw["cluster"], control_host="127.0.0.1", **_tls_table(self.config)),
-            "defaults": dict(raw.get("defaults", {}), **self.settings),
-            "sources": {f.src.name: {"schema": list(f.src.schema), "host": "127.0.0.1",
-                                     "port": ports[f.src.name], "rate": f.src.rate,
-                                     "boundary_interval": self.boundary_us / 1e6}
-                        for f in self.feeds},
-            "nodes": {node.name: dict(raw["nodes"][node.name], replicas=[replica])},
-            "clients": {CLIENT: {"stream": self.output}},
-        }
-        path = self.dir / "config.toml"
-        path.write_text("".join(f"[{sec}]\n" + "".join(f"{json.dumps(k)} = {_toml(v)}\n" for k, v in t.items())
-                                for sec, t in doc.items()), encoding="utf-8")
-        return path
-
-    def _check_alive(self, problem: str = "") -> None:
-        """Raise if the replica died (or ``problem``), with the end of its output."""
-        if self.proc is not None and self.proc.returncode is not None:
-            problem = f"died (exit {self.proc.returncode})"
-        if problem:
-            lines = (self.dir / "replica.out").read_text(errors="replace").splitlines()
-            raise BenchFailed(f"replica {self.replica} {problem}; its last lines:\n    "
+    def _check_alive(self, problem: str = "", at: _Replica | None = None) -> None:
+        """Raise if a replica died (or ``problem`` at replica ``at``), with the end of its output."""
+        for r in self.replicas:
+            if r.proc is not None and r.proc.returncode is not None:
+                problem, at = f"died (exit {r.proc.returncode})", r
+        if problem and at is not None:
+            lines = (self.dir / f"{at.name}.out").read_text(errors="replace").splitlines()
+            raise BenchFailed(f"replica {at.name} {problem}; its last lines:\n    "
                               + "\n    ".join(lines[-15:]))
 
     async def start(self) -> None:
         # Every port is picked first (outside the ephemeral range): the config names them,
-        # and each process of it (the sources and the client here, the replica) proves to
+        # and each process of it (the sources and the clients here, the replicas) proves to
         # the others that it is the one the config names there (node/net/auth.py).
-        ports = {f.src.name: free_port() for f in self.feeds}
-        data_port, self.control_port = free_port(), free_port()
-        cfg = await asyncio.to_thread(self._write_config, ports, data_port)
-        config = await asyncio.to_thread(load_config, cfg)
-        for f in self.feeds:
-            as_source = authenticated(self.transport, config, f.src.name, log=log)
-            await as_source.serve("127.0.0.1", ports[f.src.name], f.pub.handle)
-        out = await asyncio.to_thread(open, self.dir / "replica.out", "wb")
-        with out:  # the child writes to its own copy of the descriptor
-            self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "ops_scripts.cli", "node", str(cfg), self.replica,
-                "--run-dir", str(self.dir), stdout=out, stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True)
-        # The link retries until the replica serves; its first boundary out means ready.
-        link = InputLink(authenticated(self.transport, config, CLIENT, log=log), self.output,
-                         CLIENT, [("127.0.0.1", data_port)],
-                         self._on_output, log=log)
-        self.tasks = [asyncio.create_task(self._generate()), asyncio.create_task(link.run()),
-                      asyncio.create_task(self._watch(self.proc))]
+        ports = Ports.pick(self.layout, self.sources)
+        for r, d, c in zip(self.replicas, ports.data, ports.control, strict=True):
+            r.data_port, r.control_port = d, c
+        cfg = self.dir / "config.toml"
+        config = await asyncio.to_thread(bench_config, self.config, self.layout, ports, cfg,
+                                         self.settings, self.boundary_us)
+        for s in self.sources:
+            buf = OutputBuffer(s.name)
+            buf.set_consumers(list(config.consumers_of(s.name)))
+            splits = config.splits(s.name)
+            pub = Publisher(f"bench-{s.name}", {s.name: buf}, splits={s.name: splits}, log=log)
+            self.feeds.append(_Feed(s, s.rate / self.base_rate, pub,
+                                    [splits[r.name] for r in self.replicas if r.name in splits]))
+            as_source = authenticated(self.transport, config, s.name, log=log)
+            await as_source.serve("127.0.0.1", ports.sources[s.name], pub.handle)
+        for r in self.replicas:
+            out = await asyncio.to_thread(open, self.dir / f"{r.name}.out", "wb")
+            with out:  # the child writes to its own copy of the descriptor
+                r.proc = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "ops_scripts.cli", "node", str(cfg), r.name,
+                    "--run-dir", str(self.dir), stdout=out, stderr=asyncio.subprocess.STDOUT,
+                    start_new_session=True)
+        # The links retry until the replicas serve; a boundary out of each means ready.
+        self.tasks = [asyncio.create_task(self._generate())]
+        for r in self.replicas:
+            link = InputLink(authenticated(self.transport, config, r.client, log=log), r.stream,
+                             r.client, [("127.0.0.1", r.data_port)],
+                             functools.partial(self._on_output, r), log=log)
+            self.tasks += [asyncio.create_task(link.run()), asyncio.create_task(self._watch(r))]
         try:
             async with asyncio.timeout(TIMEOUT):
-                await self._caught_up(now_us())
+                await self._caught_up(t := now_us())
         except TimeoutError:
-            self._check_alive(f"sent no boundary within {TIMEOUT:.0f} s")
+            self._check_alive(f"sent no boundary within {TIMEOUT:.0f} s", self._behind(t)[0])
 
-    async def _watch(self, proc: asyncio.subprocess.Process) -> None:
-        """Wake the waits for output when the replica exits: they then raise at once."""
-        await proc.wait()
+    async def _watch(self, r: _Replica) -> None:
+        """Wake the waits for output when a replica exits: they then raise at once."""
+        if r.proc is not None:
+            await r.proc.wait()
         self.moved.set()
 
     async def close(self) -> None:
-        """Cancel this process's sources and client, then stop the replica."""
+        """Cancel this process's sources and clients, then stop the replicas."""
         for t in self.tasks:
             t.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
         await self.stop()
 
     async def stop(self, grace: float = 10.0) -> None:
-        """SIGTERM the replica, SIGKILL after ``grace`` seconds; waits until it exited."""
-        proc = self.proc
+        """SIGTERM the replicas, SIGKILL after ``grace`` seconds; waits until they exited."""
+        await asyncio.gather(*(self._stop(r.proc, grace) for r in self.replicas))
+
+    @staticmethod
+    async def _stop(proc: asyncio.subprocess.Process | None, grace: float) -> None:
         if proc is None or proc.returncode is not None:
             return
         proc.send_signal(signal.SIGTERM)
@@ -239,7 +276,7 @@ class BenchReplica:
             attrs = {a: replace(g, n=max(g.n, round(g.n * scale))) if g.kind == "key" else g
                      for a, g in f.src.attributes.items()}
             if rate > 0:  # fresh values: the key domains depend on the rate
-                f.pool = list(itertools.islice(make_generator(replace(f.src, attributes=attrs)), POOL))
+                f.set_pool(list(itertools.islice(make_generator(replace(f.src, attributes=attrs)), POOL)))
             f.sent = 0
         self.rate, self.t0 = rate, now_us()
 
@@ -260,22 +297,27 @@ class BenchReplica:
                 next_boundary = next_multiple(now, self.boundary_us)
             await asyncio.sleep(0.002)  # like a source's generator loop
 
-    async def _on_output(self, stream: str, tuples: Any) -> None:
+    async def _on_output(self, r: _Replica, stream: str, tuples: Any) -> None:
         arrival, (lo, hi), lat = now_us(), self.window, self.latencies
         for t in tuples:
             k = t[0]
             if k is STABLE:
                 if lo <= t[3] < hi:
                     lat.append(arrival - t[3])
-            elif k is BOUNDARY and t[2] > self.watermark:
-                self.watermark = t[2]
+            elif k is BOUNDARY and t[2] > r.watermark:
+                r.watermark = t[2]
                 self.moved.set()
+        r.outputs += len(tuples)
         self.outputs += len(tuples)
 
+    def _behind(self, t: int) -> list[_Replica]:
+        """The replicas whose output's boundary has not passed tuple time ``t`` yet."""
+        return [r for r in self.replicas if r.watermark < t]
+
     async def _caught_up(self, t: int) -> None:
-        """Return once the output's boundary passed tuple time ``t``; raise if the replica
+        """Return once every output's boundary passed tuple time ``t``; raise if a replica
         dies meanwhile. The caller bounds the wait (``asyncio.timeout``)."""
-        while self.watermark < t:
+        while self._behind(t):
             self._check_alive()
             self.moved.clear()
             await self.moved.wait()
@@ -283,73 +325,109 @@ class BenchReplica:
     def _sent(self) -> int:
         return sum(f.sent for f in self.feeds)
 
-    def _cpu_seconds(self) -> float:
-        """The replica's CPU seconds so far (nan once it has gone: the step then fails)."""
-        cpu = None if self.proc is None else read_cpu_seconds(self.proc.pid)
-        return float("nan") if cpu is None else cpu
+    def _backlogs(self) -> dict[str, int]:
+        """Per replica, the tuples (before its split) this process has yet to send it."""
+        out = {r.name: 0 for r in self.replicas}
+        for f in self.feeds:
+            for st in f.pub.stats().values():
+                for name, sub in st["subscribers"].items():
+                    out[name] = out.get(name, 0) + sub["pending"]
+        return out
 
-    def _status(self) -> dict[str, Any]:
-        url = control_url(self.config, self.control_port, "status")
-        with urllib.request.urlopen(url, timeout=5, context=url_context(self.config)) as r:
-            status: dict[str, Any] = json.load(r)
+    def _cpu_seconds(self) -> list[float]:
+        """Each replica's CPU seconds so far (nan once it has gone: the step then fails)."""
+        cpus = [None if r.proc is None else read_cpu_seconds(r.proc.pid) for r in self.replicas]
+        return [NAN if c is None else c for c in cpus]
+
+    def _status(self, r: _Replica) -> dict[str, Any]:
+        url = control_url(self.config, r.control_port, "status")
+        with urllib.request.urlopen(url, timeout=5, context=url_context(self.config)) as resp:
+            status: dict[str, Any] = json.load(resp)
         return status
 
-    def _state(self) -> str:
-        return str(self._status()["state"])
-
     async def _memory(self, res: Step) -> None:
-        """The replica's RSS and state gauges, now (the end of the offered period)."""
-        if self.proc is None or self.proc.returncode is not None:
-            return
-        rss = read_rss(self.proc.pid)
-        res.rss_mib = float("nan") if rss is None else rss / 2**20
-        g = (await asyncio.to_thread(self._status))["gauges"]
-        res.gauges = {"sunion_buffered": g["sunion_buffered"],
-                      "buffer_tuples": sum(g["buffer_tuples"].values()),
-                      "heap_blocks": g["heap_blocks"]}
+        """Each replica's RSS and state gauges, now (the end of the offered period); summed
+        into ``res``."""
+        for r, part in zip(self.replicas, res.parts, strict=True):
+            if r.proc is None or r.proc.returncode is not None:
+                return
+            rss = read_rss(r.proc.pid)
+            part.rss_mib = NAN if rss is None else rss / 2**20
+            g = (await asyncio.to_thread(self._status, r))["gauges"]
+            for k, v in (("sunion_buffered", g["sunion_buffered"]),
+                         ("buffer_tuples", sum(g["buffer_tuples"].values())),
+                         ("heap_blocks", g["heap_blocks"])):
+                res.gauges[k] = res.gauges.get(k, 0) + v
+        res.rss_mib = sum(p.rss_mib for p in res.parts)
+
+    def _shares(self, ids: list[int]) -> list[int]:
+        """Per replica, the data tuples of its share sent since the feeds' ids were ``ids``."""
+        if len(self.replicas) == 1:
+            return [sum(f.next_id - i for f, i in zip(self.feeds, ids, strict=True))]
+        return [sum(f.share_of(p, i, f.next_id) for f, i in zip(self.feeds, ids, strict=True))
+                for p in range(len(self.replicas))]
+
+    def _who(self, rs: list[_Replica]) -> str:
+        """`` (names)`` of the replicas concerned when there are several, else nothing."""
+        return f" ({', '.join(r.name for r in rs)})" if len(self.replicas) > 1 else ""
 
     async def step(self, rate: float, seconds: float) -> Step:
-        """Offer ``rate`` for ``seconds``, wait until the output caught up, judge."""
-        res = Step(rate)
+        """Offer ``rate`` for ``seconds``, wait until the outputs caught up, judge."""
+        res = Step(rate, parts=[PartStep(r.name) for r in self.replicas])
         self._set_rate(rate)
         start, out0, self.latencies = self.t0, self.outputs, []
+        outs0 = [r.outputs for r in self.replicas]
         self.window = (start + int(min(0.5, seconds / 4) * 1e6), start + int(seconds * 1e6))
-        mark: tuple[float, int] | None = None  # (replica CPU s, tuples sent) at the warm-up's end
+        # At the warm-up's end: the replicas' CPU s, the tuples sent, each feed's next id.
+        mark: tuple[list[float], int, list[int]] | None = None
         while now_us() < self.window[1] and not res.failure:
             await asyncio.sleep(0.05)
             self._check_alive()
             if mark is None and now_us() >= self.window[0]:
-                mark = (self._cpu_seconds(), self._sent())
-            if sum(sub["pending"] for f in self.feeds for st in f.pub.stats().values()
-                   for sub in st["subscribers"].values()) > rate * LATENCY_BOUND_S:
-                res.failure = f"backlog over {LATENCY_BOUND_S:g} s of input"
+                mark = (self._cpu_seconds(), self._sent(), [f.next_id for f in self.feeds])
+            backlogs = self._backlogs()
+            over = [r for r in self.replicas if backlogs[r.name] > rate * LATENCY_BOUND_S]
+            if over:
+                res.failure = f"backlog over {LATENCY_BOUND_S:g} s of input{self._who(over)}"
         end = now_us()
         res.achieved = self._sent() / ((end - start) / 1e6)
         if mark is not None and (sent := self._sent() - mark[1]) > 0:
-            res.cpu_us = (self._cpu_seconds() - mark[0]) * 1e6 / sent
+            cpus = self._cpu_seconds()
+            res.cpu_us = (sum(cpus) - sum(mark[0])) * 1e6 / sent
+            for part, c1, c0, share in zip(res.parts, cpus, mark[0], self._shares(mark[2]),
+                                           strict=True):
+                part.share = share
+                part.cpu_us = (c1 - c0) * 1e6 / share if share else NAN
         self._set_rate(0)
         await self._memory(res)
         try:
             async with asyncio.timeout(LATENCY_BOUND_S):
                 await self._caught_up(end)
         except TimeoutError:
-            res.failure = res.failure or f"output not through the step's end in {LATENCY_BOUND_S:g} s"
+            res.failure = res.failure or (f"output not through the step's end in {LATENCY_BOUND_S:g} s"
+                                          + self._who(self._behind(end)))
             try:
                 async with asyncio.timeout(TIMEOUT):
                     await self._caught_up(end)
             except TimeoutError:
-                self.halted = f"{self.replica} did not catch up in {TIMEOUT:.0f} s after {rate:,.0f}/s"
+                late = ", ".join(r.name for r in self._behind(end))
+                self.halted = f"{late} did not catch up in {TIMEOUT:.0f} s after {rate:,.0f}/s"
         self.window, res.outputs = (0, 0), self.outputs - out0
+        for part, r, o0 in zip(res.parts, self.replicas, outs0, strict=True):
+            part.outputs = r.outputs - o0
         lats, q = self.latencies, len(self.latencies) // 4
         lat, first, last = sorted(lats), sorted(lats[:q]), sorted(lats[len(lats) - q:])
         if lat:
             res.p50_ms, res.p99_ms = lat[len(lat) // 2] / 1e3, lat[len(lat) * 99 // 100] / 1e3
-        state = "?" if self.halted else await asyncio.to_thread(self._state)
-        if state not in ("?", "STABLE"):  # UP_FAILURE: a bucket waited alpha*X, tentative out
-            self.halted = f"the replica left STABLE ({state})"
+        states = {r.name: "?" if self.halted else
+                  str((await asyncio.to_thread(self._status, r))["state"]) for r in self.replicas}
+        left = [(r, states[r.name]) for r in self.replicas if states[r.name] not in ("?", "STABLE")]
+        if left:  # UP_FAILURE: a bucket waited alpha*X, tentative out
+            self.halted = (f"the replica left STABLE ({left[0][1]})" if len(self.replicas) == 1
+                           else "replicas left STABLE: " + ", ".join(f"{r.name} {s}" for r, s in left))
         growth = last[q // 2] - first[q // 2] if q else 0
         res.failure = res.failure or next((why for bad, why in (
-            (state not in ("?", "STABLE"), f"replica {state}"),
+            (bool(left), ", ".join(f"replica{self._who([r])} {s}" for r, s in left)),
             (res.achieved < 0.95 * rate, "this process could not offer the rate"),
             (not lat, "no output data"),
             (res.p99_ms > LATENCY_BOUND_S * 1e3, f"p99 over {LATENCY_BOUND_S:g} s"),
@@ -382,6 +460,7 @@ def run_bench(main: Coroutine[Any, Any, T], runs: list[BenchReplica]) -> T:
             return runner.run(main)
     finally:
         for run in runs:
-            if run.proc is not None and run.proc.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(run.proc.pid, signal.SIGKILL)
+            for r in run.replicas:
+                if r.proc is not None and r.proc.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(r.proc.pid, signal.SIGKILL)

@@ -5,6 +5,7 @@ completed and was reported."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -41,6 +42,65 @@ def test_bench_throughput_reports_raw_replica_and_ratio() -> None:
     assert rows and all(int(rate.replace(",", "")) <= 4000 for rate, _, _ in rows), out
     # Each step took the replica's CPU time per tuple: a replica that works costs some.
     assert all(float(cpu) > 0 for _, cpu, _ in rows), out
+
+
+def test_bench_throughput_partitions_reports_per_partition_cpu_and_scaling() -> None:
+    """``--partitions 2``: one replica of the whole node, then one per partition, in turn in
+    one run; the total, the per-partition rate, each replica's CPU per tuple of its share,
+    and the scaling beside the core count."""
+    r = subprocess.run(
+        [DPC, "bench", "throughput", "--partitions", "2", "--seconds", "0.5", "--steps", "2",
+         "--start-rate", "1000", "--max-rate", "2000",
+         "--config", str(ROOT / "examples" / "basic.toml")],
+        capture_output=True, text=True, timeout=90, check=False, cwd=ROOT,
+    )
+    out = r.stdout
+    assert r.returncode == 0, out + r.stderr
+    # Both searches ran, the second with the two partition replicas.
+    assert re.search(r"^\s+P = 1: n1 \(replica n1a\)$", out, re.M), out
+    assert re.search(r"^\s+P = 2: n1_p0 \(replica n1a_p0\), n1_p1 \(replica n1a_p1\)$", out, re.M), out
+    rows = re.findall(r"^\s+\d+\s+([\d,]+)\s+[\d,]+\s+[\d,]+\s+\S+\s+\S+\s+\S+\s+(sustained|NOT sustained)",
+                      out, re.M)
+    assert len(rows) >= 2 and all(int(rate.replace(",", "")) <= 2000 for rate, _ in rows), out
+    whole = re.search(r"replica n1a sustained \(STABLE\)\s+([\d,]+)", out)
+    total = re.search(r"2 partitions sustained \(all STABLE\)\s+([\d,]+)", out)
+    per = re.search(r"per partition \(total / 2\)\s+([\d,]+)", out)
+    assert whole and total and per, out
+    assert int(per.group(1).replace(",", "")) == round(int(total.group(1).replace(",", "")) / 2)
+    # Each replica's share and CPU per tuple of it (a working replica costs some).
+    for replica, node in (("n1a", "n1"), ("n1a_p0", "n1_p0"), ("n1a_p1", "n1_p1")):
+        row = re.search(rf"^\s+{replica}\s+{node}\s+([\d.]+)%\s+([\d.]+)\s+([\d.]+)", out, re.M)
+        assert row and float(row.group(2)) > 0, out
+    scaling = re.search(r"scaling: 2 partitions / one replica = (\S+)", out)
+    assert scaling, out
+    if int(whole.group(1).replace(",", "")):  # a ratio needs a baseline (speed not asserted)
+        assert re.fullmatch(r"\d+\.\d\dx", scaling.group(1)), out
+    assert re.search(rf"cores: {os.cpu_count()} \(os.cpu_count\(\)\); the bench runs 3 busy "
+                     r"processes .* cannot scale linearly", out), out
+
+
+@pytest.mark.parametrize("how", ["join on value", "--partition-by value"])
+def test_bench_throughput_partitions_refuses_a_node_that_cannot_be_split(
+        how: str, tmp_path: Path) -> None:
+    """A join whose ``on`` does not pair the partition key: the loader's reason, one line,
+    exit 2, before any process starts."""
+    config, args = ROOT / "examples" / "basic.toml", []
+    if how == "join on value":
+        config = tmp_path / "unsplittable.toml"
+        text = (ROOT / "examples" / "basic.toml").read_text()
+        assert 'on = [["key", "key"]]' in text
+        config.write_text(text.replace('on = [["key", "key"]]', 'on = [["value", "value"]]'))
+    else:
+        args = ["--partition-by", "value"]
+    r = subprocess.run([DPC, "bench", "throughput", "--partitions", "2", "--config", str(config),
+                        *args], capture_output=True, text=True, timeout=30, check=False, cwd=ROOT)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "raw:" not in r.stdout  # nothing measured
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1, r.stderr
+    assert re.match(rf"dpc bench throughput: --partitions 2: node n1 of {re.escape(str(config))} "
+                    r"cannot run split on \['(key|value)'\]: nodes\.n1\.partition_by: .*'j' \(join\)",
+                    lines[0]), r.stderr
 
 
 def test_bench_throughput_refuses_nonsense() -> None:
