@@ -123,6 +123,7 @@ _P, _D, _G = RecoveryType.PRECISE, RecoveryType.DIVERGENT, RecoveryType.GAP
 HA_PROMISES: dict[str, tuple[RecoveryType, RecoveryType, RecoveryType, RecoveryType]] = {
     "dpc": (_P, _P, _P, _P),
     "active_standby": (_P, _P, _P, _D),
+    "flux": (_P, _P, _P, _D),
     "passive_standby": (_P, _P, _P, _D),
     "upstream_backup": (_P, _P, _D, _D),
     "amnesia": (_G, _G, _G, _G),
@@ -141,10 +142,10 @@ def promised_recovery(ha: str, cls: RecoveryClass) -> RecoveryType:
 
 
 #: The modes whose every replica processes the whole input, so that a node's replicas hold
-#: the same state once they caught up: DPC's, and active standby's pair. An amnesia
+#: the same state once they caught up: DPC's, and active standby's and Flux's pairs. An amnesia
 #: secondary holds an empty network, a passive standby the primary's last checkpoint, an
 #: upstream backup nothing at all.
-_SHARED_STATE = frozenset({"dpc", "active_standby"})
+_SHARED_STATE = frozenset({"dpc", "active_standby", "flux"})
 
 
 def replicas_share_state(ha: str) -> bool:

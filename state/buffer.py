@@ -172,6 +172,7 @@ class OutputBuffer:
 
     __slots__ = (
         "_acks",
+        "_ahead",
         "_free",
         "_head",
         "_items",
@@ -206,6 +207,10 @@ class OutputBuffer:
         self._released: set[str] = set()
         # No consumer holds trimming, but there are consumers: appends trim too.
         self._free = False
+        #: The lowest ack of the consumers holding trimming when every one of them acked
+        #: beyond the last stable id (each got tuples from this replica's partner, Flux's
+        #: dangling sequence numbers); 0 otherwise. Appending up to it trims at once.
+        self._ahead = 0
 
     # ------------------------------------------------------------------ producing
     def append(self, tuples: Iterable[Tuple]) -> None:
@@ -262,7 +267,7 @@ class OutputBuffer:
         self._items.extend(batch)
         if not self.retain:
             self._trim_to(self._last_stable_id)
-        elif self._free:
+        elif self._free or self._ahead > self._trimmed_up_to:
             self._trim()
 
     def _no_stable_after(self, batch: list[Tuple], kinds: list[Kind], k: int, tid: int) -> None:
@@ -376,8 +381,9 @@ class OutputBuffer:
     def ack(self, consumer: str, tuple_id: int) -> None:
         """``consumer`` holds the stable stream through id ``tuple_id``: its last stable id,
         the one it would SUBSCRIBE with. Acks only move forward (a late, older ack is
-        ignored). An ack beyond this buffer's last stable id trims up to that id only, and
-        the rest waits for a later ack. A released consumer holds trimming again from here
+        ignored). An ack beyond this buffer's last stable id trims up to that id, and the rest
+        as it is appended (Flux's dangling sequence numbers: tests/state/
+        test_flux_buffer_equivalence.py). A released consumer holds trimming again from here
         (module docstring, the grace rule)."""
         try:
             prev = self._acks[consumer]
@@ -529,15 +535,18 @@ class OutputBuffer:
         acks = self._acks
         if not acks:
             return
-        low = self._last_stable_id  # tentative tuples are never trimmed
+        last = self._last_stable_id  # tentative tuples are never trimmed
+        low: int | None = None
         released = self._released
         for c, a in acks.items():
             if a is None:
                 if c in released:
                     continue  # the grace rule: it no longer holds trimming
+                self._ahead = 0
                 return
-            low = min(low, a)
-        self._trim_to(low)
+            low = a if low is None or a < low else low
+        self._ahead = low if low is not None and low > last else 0
+        self._trim_to(last if low is None else min(low, last))
 
     def _trim_to(self, low: int) -> None:
         """Drop the prefix through the last stable data tuple with id <= ``low``."""

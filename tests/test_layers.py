@@ -22,7 +22,7 @@ IO_MODULES = {"asyncio", "socket", "time", "aiohttp", "uvloop", "threading", "se
 CORE = {"protocol", "state", "operators"}
 #: The sans-IO modules of node/ (STYLE.md 1), and what of node/ they may import besides.
 PURE_NODE = {"node.replica.consistency", "node.replica.vocabulary", "node.streams.upstream",
-             "node.procs.pacing"}
+             "node.procs.pacing", "node.flux.events"}
 PURE_NODE_MAY_IMPORT = {"node.errors"}
 
 

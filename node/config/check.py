@@ -31,6 +31,7 @@ from pathlib import Path
 
 from node.config.model import (
     ClientConfig,
+    ControllerConfig,
     NodeConfig,
     NodeSettings,
     PartitionOf,
@@ -50,6 +51,7 @@ __all__ = [
     "NodeDraft",
     "build_node",
     "check_clients",
+    "check_controller",
     "check_names",
     "check_ports",
     "order_nodes",
@@ -92,8 +94,10 @@ def check_names(
     sources: Mapping[str, SourceConfig],
     nodes: Mapping[str, NodeDraft],
     clients: Mapping[str, ClientConfig],
+    controller: ControllerConfig | None = None,
 ) -> None:
-    """Every source, node, replica and client name is unique in the cluster."""
+    """Every source, node, replica and client name is unique in the cluster (and none is
+    the controller's)."""
     seen: dict[str, str] = {}
 
     def claim(name: str, key: str) -> None:
@@ -106,6 +110,8 @@ def check_names(
             )
         seen[name] = key
 
+    if controller is not None:
+        claim(controller.name, "controller")
     for s in sources:
         claim(s, f"sources.{s}")
     for n in nodes:
@@ -118,7 +124,8 @@ def check_names(
 
 
 def check_ports(
-    file: Path, sources: Mapping[str, SourceConfig], nodes: Mapping[str, NodeDraft]
+    file: Path, sources: Mapping[str, SourceConfig], nodes: Mapping[str, NodeDraft],
+    controller: ControllerConfig | None = None,
 ) -> None:
     """No two listening sockets of the cluster share a (host, port)."""
     seen: dict[tuple[str, int], str] = {}
@@ -134,12 +141,29 @@ def check_ports(
             )
         seen[where] = key
 
+    if controller is not None:
+        claim(controller.host, controller.control_port, "controller.control_port")
     for name, s in sources.items():
         claim(s.host, s.port, f"sources.{name}.port")
     for name, d in nodes.items():
         for i, r in enumerate(d.replicas):
             claim(r.host, r.data_port, f"nodes.{name}.replicas[{i}].data_port")
             claim(r.host, r.control_port, f"nodes.{name}.replicas[{i}].control_port")
+
+
+def check_controller(file: Path, controller: ControllerConfig | None,
+                     nodes: Mapping[str, NodeDraft]) -> None:
+    """A node with ``ha = "flux"`` needs the controller, and the controller such a node."""
+    flux = [n for n, d in nodes.items() if d.settings.ha == "flux"]
+    if flux and controller is None:
+        raise config_error(file, "controller",
+                           f"expected a [controller] table (control_port = ...): node "
+                           f"{flux[0]} has ha = \"flux\", whose failures the controller "
+                           "detects and orders (docs/flux.md), found none")
+    if controller is not None and not flux:
+        raise config_error(file, "controller",
+                           "expected no [controller]: it serves nodes with ha = \"flux\", "
+                           "found no such node")
 
 
 def order_nodes(

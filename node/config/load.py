@@ -48,8 +48,9 @@ The format (``examples/README.md`` has the long version)::
     spark_from = 30000000      # this many (both optional, default: what dpc bench replay
                                # measured on this machine; a replica may set its own engine)
     ha = "dpc"                 # "dpc" | "active_standby" | "amnesia" | "passive_standby" |
-                               # "upstream_backup": a process pair (exactly two replicas;
-                               # the first starts primary; docs/ha-modes.md)
+                               # "upstream_backup" | "flux": a process pair (exactly two
+                               # replicas, of each partition; the first starts primary;
+                               # docs/ha-modes.md; "flux": docs/flux.md, needs [controller])
     ha_interval = 0.1          # seconds (> 0): a pair's communication interval M (passive
                                # standby's checkpoints, upstream backup's restart points)
 
@@ -121,6 +122,7 @@ from node.config.check import (
     NodeDraft,
     build_node,
     check_clients,
+    check_controller,
     check_names,
     check_ports,
     order_nodes,
@@ -132,6 +134,7 @@ from node.config.model import (
     AttributeGen,
     ClientConfig,
     ClusterConfig,
+    ControllerConfig,
     NodeConfig,
     NodeSettings,
     ReplicaConfig,
@@ -165,7 +168,7 @@ DEFAULT_SETTINGS = NodeSettings(
 _MAX_HEARTBEAT = 100_000  # the paper's 100 ms
 REPLAY_ENGINES = (*ENGINES, "auto")
 #: How a node survives a crash (NodeSettings.ha).
-HA_MODES = ("dpc", "active_standby", "amnesia", "passive_standby", "upstream_backup")
+HA_MODES = ("dpc", "active_standby", "amnesia", "passive_standby", "upstream_backup", "flux")
 
 
 def load_config(path: str | Path) -> ClusterConfig:
@@ -191,6 +194,7 @@ def parse_config(raw: Mapping[str, Any], path: Path) -> ClusterConfig:
     sources_t, nodes_t = root.table("sources"), root.table("nodes")
     clients_t = root.table("clients")
     spark = _spark(root.table("spark"))
+    controller_t = root.table("controller") if root.has("controller") else None
     root.finish()
 
     name = cluster.string("name", nonempty=True)
@@ -213,10 +217,12 @@ def parse_config(raw: Mapping[str, Any], path: Path) -> ClusterConfig:
     if not drafts:
         raise config_error(path, "nodes", "expected at least one [nodes.NAME] table, found none")
 
-    check_names(path, sources, drafts, clients)
-    check_ports(path, sources, drafts)
+    controller = _controller(controller_t) if controller_t is not None else None
+    check_controller(path, controller, drafts)
+    check_names(path, sources, drafts, clients, controller)
+    check_ports(path, sources, drafts, controller)
     drafts = expand_partitions(path, drafts, clients)
-    check_names(path, sources, drafts, clients)  # a partition's name is a process's too
+    check_names(path, sources, drafts, clients, controller)  # a partition's name is a process's
     streams: dict[str, Schema] = {n: s.schema for n, s in sources.items()}
     outputs: dict[str, Schema] = {}
     nodes: dict[str, NodeConfig] = {}
@@ -239,6 +245,7 @@ def parse_config(raw: Mapping[str, Any], path: Path) -> ClusterConfig:
         authenticate=authenticate,
         tls=tls,
         spark=spark,
+        controller=controller,
     )
 
 
@@ -523,6 +530,14 @@ def _replica(t: Table, node: str, partitions: int) -> tuple[ReplicaConfig, int]:
     )
     t.finish()
     return r, partition
+
+
+def _controller(t: Table) -> ControllerConfig:
+    """``[controller]``: where the Flux controller listens (node/flux/controller.py)."""
+    c = ControllerConfig(host=t.string("host", DEFAULT_HOST, nonempty=True),
+                         control_port=t.integer("control_port", lo=1, hi=65535))
+    t.finish()
+    return c
 
 
 def _client(t: Table, name: str) -> ClientConfig:

@@ -25,6 +25,7 @@ __all__ = [
     "AttributeGen",
     "ClientConfig",
     "ClusterConfig",
+    "ControllerConfig",
     "NodeConfig",
     "NodeSettings",
     "PartitionOf",
@@ -200,6 +201,16 @@ class TlsFiles:
 
 
 @dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    """``[controller]``: the Flux controller process (node/flux/controller.py), named
+    ``controller``, on its control port; a cluster with a node of ``ha = "flux"`` has one."""
+
+    host: str
+    control_port: int
+    name: str = "controller"
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterConfig:
     path: Path
     name: str
@@ -219,6 +230,8 @@ class ClusterConfig:
     tls: TlsFiles | None = None
     # [spark]: Spark settings for the bulk work (dpc reconcile), as Spark reads them.
     spark: Mapping[str, str] = field(default_factory=dict)
+    # [controller]: the Flux controller (nodes with ha = "flux"), or None.
+    controller: ControllerConfig | None = None
 
     def replica(self, name: str) -> ReplicaConfig:
         for node in self.nodes.values():

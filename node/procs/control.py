@@ -1,6 +1,8 @@
 """The control plane of a process: aiohttp HTTP on its control port.
 
-* ``GET /health`` -> ``{"ok": true, "name": ...}``
+* ``GET /health`` -> ``{"ok": true, "name": ...}`` (a replica adds ``ready`` and
+  ``incarnation``: what the Flux controller probes, node/flux/controller.py)
+* ``GET /<query>?...`` (the Flux controller's ``/events``) answers without changing anything
 * ``GET /status`` -> the process's status as JSON (state machine, streams, counters)
 * ``GET /metrics`` -> the same counters in the Prometheus text format
 * ``POST /<action>`` (a replica's: ``/checkpoint``, ``/shutdown``, ``/fault``, ``/digest``) changes
@@ -30,6 +32,8 @@ __all__ = ["ControlPlane"]
 
 StatusFn = Callable[[], Mapping[str, Any]]
 ActionFn = Callable[[Mapping[str, Any]], Awaitable[Mapping[str, Any]]]
+QueryFn = Callable[[Mapping[str, str]], Awaitable[Mapping[str, Any]]]
+HealthFn = Callable[[], Mapping[str, Any]]
 
 
 class _StatusCollector:
@@ -65,8 +69,13 @@ class ControlPlane:
         status: StatusFn,
         actions: Mapping[str, ActionFn],
         tls: ssl.SSLContext | None = None,
+        *,
+        queries: Mapping[str, QueryFn] | None = None,
+        health: HealthFn | None = None,
     ) -> None:
-        """``tls``: serve HTTPS with this context ([cluster.tls], node/net/tls.py)."""
+        """``tls``: serve HTTPS with this context ([cluster.tls], node/net/tls.py);
+        ``queries``: read-only ``GET /<name>?...`` answers (the Flux controller's events);
+        ``health``: more of ``/health``'s answer (a replica's readiness)."""
         self.name = name
         self._tls = tls
         self.host = host
@@ -83,6 +92,10 @@ class ControlPlane:
         app.router.add_get("/metrics", self._metrics)
         for action in self._actions:
             app.router.add_post(f"/{action}", self._action)
+        self._queries = dict(queries or {})
+        self._health_more = health
+        for query in self._queries:
+            app.router.add_get(f"/{query}", self._query)
         self._app = app
 
     async def start(self) -> None:
@@ -98,7 +111,15 @@ class ControlPlane:
             self._runner = None
 
     async def _health(self, request: web.Request) -> web.Response:
-        return web.json_response({"ok": True, "name": self.name})
+        more = self._health_more() if self._health_more is not None else {}
+        return web.json_response({"ok": True, "name": self.name, **more})
+
+    async def _query(self, request: web.Request) -> web.Response:
+        try:
+            answer = await self._queries[request.path.strip("/")](request.query)
+        except ValueError as exc:
+            return web.json_response({"error": str(exc)}, status=400)
+        return web.json_response(dict(answer))
 
     async def _get_status(self, request: web.Request) -> web.Response:
         return web.json_response(dict(self._status()))

@@ -1,6 +1,7 @@
 """Entry point of every process of a cluster: ``dpc node CLUSTER.toml NAME``.
 
-NAME is a replica, a source or a client of the config. The process logs to
+NAME is a replica, a source or a client of the config, or ``controller`` (the Flux
+controller, node/flux/controller.py, when the config has one). The process logs to
 RUN_DIR/logs/<NAME>.log (and stderr), runs on uvloop (installed here, at the entry point
 only), freezes its start-up heap out of the cyclic GC (DESIGN.md section 7), and stops
 cleanly on SIGINT or SIGTERM: links closed, logs flushed, exit 0. A source also takes
@@ -56,6 +57,10 @@ def _component(config: ClusterConfig, name: str, run_dir: RunDir, recover: bool,
         from node.procs.source import Source
 
         return Source(config, name, run_dir, transport)
+    if config.controller is not None and name == config.controller.name:
+        from node.flux.controller import ControllerProcess
+
+        return ControllerProcess(config, run_dir)
     if name in config.clients:
         from node.procs.client import Client
 

@@ -65,6 +65,9 @@ import pyarrow.compute as pc
 from node.clock import now_us
 from node.config.model import ClusterConfig
 from node.errors import NodeError
+from node.flux import follows_controller
+from node.flux.events import Event
+from node.flux.follow import Fetch, follow, http_events, release_failed
 from node.net.traffic import TRAFFIC
 from node.net.transport import Transport
 from node.procs.generators import arrow_types, make_rows
@@ -104,7 +107,11 @@ TRIM_EVERY = 1.0
 class Source:
     """One source process: its schedule, its log, its publisher (module docstring)."""
 
-    def __init__(self, config: ClusterConfig, name: str, run_dir: RunDir, transport: Transport) -> None:
+    def __init__(self, config: ClusterConfig, name: str, run_dir: RunDir, transport: Transport,
+                 *, flux_events: Fetch | None = None) -> None:
+        """``flux_events``: the Flux controller's events (the simulation's), instead of its
+        process's over HTTP (node/flux/follow.py)."""
+        self.flux_events = flux_events
         self.config = config
         self.src = config.sources[name]
         self.transport = transport
@@ -168,11 +175,16 @@ class Source:
                 # A bug in the publisher's handler ends the source (transport.py's rule).
                 watch = tg.create_task(server.failed(), name="server")
                 keep = tg.create_task(self._keep_trim(), name="trim")
+                if follows_controller(self.config, self.src.name):
+                    # Flux: a failed consumer no longer holds the buffer (node/replica/flux.py).
+                    flux = tg.create_task(self._follow_controller(), name="flux")
                 await stop.wait()
                 if not self.ended_before:
                     gen.cancel()
                 watch.cancel()
                 keep.cancel()
+                if follows_controller(self.config, self.src.name):
+                    flux.cancel()
             if not self.ended:
                 self._end(EndReason.REQUEST)  # stopped before its end (SIGTERM)
             self._record_trim()  # a clean stop: the next incarnation holds the least
@@ -182,6 +194,16 @@ class Source:
             self._buffer.close_spill()
             await server.close()
             log.info("source %s stopped after %d tuples", self.src.name, self.produced)
+
+    async def _follow_controller(self) -> None:
+        def apply(event: Event) -> None:
+            release_failed(self.src.name, {self.src.name: self._buffer}, event)
+
+        if self.flux_events is not None:  # the simulation's controller
+            await follow(self.flux_events, apply)
+            return
+        async with http_events(self.config, self.src.name, log) as fetch:
+            await follow(fetch, apply)
 
     async def _generate(self, stop: asyncio.Event) -> None:
         src, name, writer = self.src, self.src.name, self.log_writer

@@ -101,7 +101,9 @@ class PairModes:
                 interval=self.node.settings.heartbeat_interval,
                 misses=self.node.settings.heartbeat_misses,
                 answered=self._partner_answered,
-                failed=lambda: self._pair_step(*silent(self._the_pair())), log=log)
+                # Flux: roles move on the controller's events only (node/replica/flux.py).
+                failed=(lambda: None) if self.node.settings.ha == "flux"
+                else lambda: self._pair_step(*silent(self._the_pair())), log=log)
             log.info("%s: %s of a process pair (ha = %r) with %s", name,
                      self.pair.role.value, self.node.settings.ha, other.name)
             if (self.amnesia or self.shipping) and self.pair.role is Role.SECONDARY:

@@ -84,8 +84,10 @@ StateAsk = Callable[[ReplicaConfig], Awaitable["dict[str, Any] | str"]]
 
 
 @asynccontextmanager
-async def http_state_ask(config: ClusterConfig, owner: str) -> AsyncIterator[StateAsk]:
-    """A :data:`StateAsk` over the partners' control planes (``POST /state``)."""
+async def http_state_ask(config: ClusterConfig, owner: str, incarnation: int = 0,
+                         ) -> AsyncIterator[StateAsk]:
+    """A :data:`StateAsk` over the partners' control planes (``POST /state``), saying who
+    asks and its incarnation (its start time: a Flux partner pauses for that one)."""
     headers = {"Authorization": f"Bearer {config.token}"}
     timeout = aiohttp.ClientTimeout(total=30)
     async with aiohttp.ClientSession(timeout=timeout, headers=headers) as http:
@@ -93,7 +95,7 @@ async def http_state_ask(config: ClusterConfig, owner: str) -> AsyncIterator[Sta
         async def ask(p: ReplicaConfig) -> dict[str, Any] | str:
             url = control_url(config, p.control_port, "state")
             try:
-                async with http.post(url, json={"for": owner},
+                async with http.post(url, json={"for": owner, "incarnation": incarnation},
                                      ssl=url_context(config) or True) as resp:
                     body = await resp.read()
                     answer = orjson.loads(body) if body else {}

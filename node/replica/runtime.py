@@ -48,6 +48,8 @@ from node.config.model import ClusterConfig
 from node.errors import ActionError, NodeError
 from node.faults.ops import Cut, Heal, Shape, Stall, Unstall, from_body
 from node.faults.rules import Faults, FaultyTransport
+from node.flux import follows_controller
+from node.flux.follow import Fetch, follow, http_events
 from node.net.tls import server_context
 from node.net.traffic import TRAFFIC
 from node.net.transport import Transport
@@ -56,6 +58,7 @@ from node.procs.looplag import LoopLag
 from node.procs.rundir import JsonlTupleWriter, RunDir
 from node.replica import consistency as cm
 from node.replica.cec import CecKeeper
+from node.replica.flux import FluxMode
 from node.replica.manager import Manager, Partner, policy_of
 from node.replica.pair import Role, holds_state
 from node.replica.pair_modes import PairModes
@@ -133,21 +136,24 @@ def _outputs_fed_by(operators: Sequence[OperatorSpec],
     return fed
 
 
-class Replica(PairModes):
+class Replica(PairModes, FluxMode):
     """A node replica process's state and tasks. ``run(stop)`` until ``stop`` is set."""
 
     def __init__(self, config: ClusterConfig, name: str, run_dir: RunDir, transport: Transport,
                  *, recover: bool = False, control: bool = True,
                  ask_state: StateAsk | None = None, mutation: Mutation | None = None,
-                 loop_lag: LoopLag | None = None) -> None:
+                 loop_lag: LoopLag | None = None, flux_events: Fetch | None = None) -> None:
         """``control=False`` runs without the HTTP control plane (the simulation drives the
         replica's methods directly); ``ask_state`` replaces the HTTP request for a
         partner's state during recovery (node/replica/recovery.py); ``mutation`` is a
         test-only breakage of the input links or of the consistency manager
         (node/streams/mutation.py), read from the environment by the entry point only;
         ``loop_lag``: the process's event-loop gauge (node/procs/looplag.py), run and
-        reported in ``/status`` (real processes only)."""
+        reported in ``/status`` (real processes only); ``flux_events``: the Flux
+        controller's events (node/flux/follow.py; the simulation's), instead of its
+        process's over HTTP."""
         self.loop_lag = loop_lag
+        self.flux_events = flux_events
         self.config = config
         self._control = control
         self._ask_state = ask_state
@@ -284,6 +290,7 @@ class Replica(PairModes):
                  "fault": self._fault_action, "digest": self._digest_action,
                  "state": self.state_for_partner},
                 tls=None if self.config.tls is None else server_context(self.config.tls),
+                health=lambda: {"ready": not self.recovering, "incarnation": self.started},
             )
             await control.start()
         log.info("replica %s of node %s serving data on %s:%d, control on %s:%d",
@@ -314,6 +321,8 @@ class Replica(PairModes):
                         tasks.append(tg.create_task(self.keepalive.run(), name="keep-alive"))
                     if self.shipping and self.pair is not None:
                         tasks.append(tg.create_task(self._ship(), name="checkpoints"))
+                    if follows_controller(self.config, self.me.name):
+                        tasks.append(tg.create_task(self._follow_controller(), name="flux"))
 
                 tasks.append(tg.create_task(start(), name="start"))
                 if self.loop_lag is not None:
@@ -338,6 +347,14 @@ class Replica(PairModes):
                 buf.close_spill()
             log.info("replica %s stopped", self.me.name)
 
+    async def _follow_controller(self) -> None:
+        """The Flux controller's events, each once, in order (node/replica/flux.py)."""
+        if self.flux_events is not None:  # the simulation's controller
+            await follow(self.flux_events, self.flux_event)
+            return
+        async with http_events(self.config, self.me.name, log) as fetch:
+            await follow(fetch, self.flux_event)
+
     @property
     def state(self) -> str:
         return "RECOVERING" if self.recovering else self.manager.state.value
@@ -361,7 +378,7 @@ class Replica(PairModes):
         if self._ask_state is not None:
             partner, st = await fetch_partner_state(partners, self._ask_state, log, self.me.name)
         else:
-            async with http_state_ask(self.config, self.me.name) as ask:
+            async with http_state_ask(self.config, self.me.name, self.started) as ask:
                 partner, st = await fetch_partner_state(partners, ask, log, self.me.name)
         self.network.restore(st["network"])
         for link in self.links:
@@ -455,6 +472,8 @@ class Replica(PairModes):
         if tentative:
             raise ActionError(f"{self.me.name} has tentative output in force on {tentative}")
         log.warning("%s: giving its state to %s", self.me.name, body.get("for", "?"))
+        # Flux: until that incarnation caught up, or failed (node/replica/flux.py).
+        self.pause_for_catch_up(str(body.get("for", "?")), int(body.get("incarnation", 0)))
         return {
             "replica": self.me.name,
             "network": self.network.snapshot(),
@@ -668,7 +687,7 @@ class Replica(PairModes):
                 # What node/replica/standby.py moved: sent (primary), applied (secondary).
                 "checkpoints_sent": self.shipper.sent,
                 "checkpoints_acked": self.shipper.acked_seq,
-                "checkpoint_held": self.standby.seq},
+                "checkpoint_held": self.standby.seq, "flux": self.flux_status()},
             # Bytes on the wire (node/net/traffic.py): dpc bench ha's bandwidth.
             "traffic": TRAFFIC.status(),
             "cec": None if self.cec is None else self.cec.status(),

@@ -16,6 +16,8 @@ composes the checkers of ``ops_scripts/check/properties.py``, ``sources.py`` and
 * **no-duplicates** (per client, property 2): the raw log's STABLE ids strictly increase.
 * **stable-never-undone** (per client, property 4): no UNDO arrives while a STABLE tuple
   above its id is in force.
+* **exactly-once** (per client whose every upstream node is a flux pair, docs/flux.md):
+  the raw log is the reference, each tuple once, in order, stable on arrival.
 * **eventual-consistency** (per source, property 3's inputs): the source's log is
   evidence, not truth: ids 1.. without a gap or a repeat, and an end record that agrees
   with it and with the config (``ops_scripts/check/sources.py``).
@@ -72,13 +74,21 @@ from operators.taxonomy import RecoveryType, replicas_share_state
 from ops_scripts.check.availability import ClientDelays, assess, bound_for, judge_delays
 from ops_scripts.check.history import count_events, final_digests
 from ops_scripts.check.liveness import live_subject, liveness_verdicts
-from ops_scripts.check.paths import Outage, client_outages, down_at_end, own_promise, stream_promise
+from ops_scripts.check.paths import (
+    Outage,
+    client_outages,
+    down_at_end,
+    flux_path,
+    own_promise,
+    stream_promise,
+)
 from ops_scripts.check.properties import (
     Status,
     Verdict,
     check_availability,
     check_client,
     check_digests,
+    check_exactly_once,
     check_idle_replica,
     check_no_duplicates,
     check_recovered_replica,
@@ -212,6 +222,9 @@ def _log_verdicts(config: ClusterConfig, h: History, reference: dict[str, list[T
     verdicts += _source_verdicts(config, h)
     for c, subject, got in clients:
         judge("eventual-consistency", subject, _promised(check_client, config, c.stream), c, got)
+    for c, subject, got in clients:
+        if flux_path(config, c.stream):
+            judge("exactly-once", subject, check_exactly_once, c, got)
     for node in config.nodes.values():
         for r in node.replicas:
             for s in node.outputs:

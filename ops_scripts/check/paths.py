@@ -75,6 +75,7 @@ __all__ = [
     "down_at_end",
     "down_spans",
     "fault_spans",
+    "flux_path",
     "live_processes",
     "node_promise",
     "own_promise",
@@ -368,6 +369,14 @@ def _upstream_nodes(config: ClusterConfig, name: str) -> list[NodeConfig]:
         todo += [p.name for s in config.nodes[n].inputs
                  if isinstance(p := config.producer_of(s), NodeConfig)]
     return [node for node in config.nodes.values() if node.name in seen]
+
+
+def flux_path(config: ClusterConfig, stream: str) -> bool:
+    """Whether every node ``stream`` comes through is a flux pair (docs/flux.md): what the
+    exactly-once property judges."""
+    producer = config.producer_of(stream)
+    return isinstance(producer, NodeConfig) and all(
+        n.settings.ha == "flux" for n in _upstream_nodes(config, producer.name))
 
 
 def node_promise(config: ClusterConfig, name: str) -> Promise:

@@ -363,6 +363,42 @@ def check_client(
     )
 
 
+def check_exactly_once(client: ClientConfig, received: Sequence[Tuple],
+                       reference: Mapping[str, Sequence[Tuple]]) -> Verdict:
+    """**exactly-once** (Flux, docs/flux.md), for a client whose every upstream node is a
+    flux pair: in its raw log, each tuple of the failure-free run arrives exactly once, in
+    order, stable when it first arrives: no tentative tuple, no UNDO, no gap, no repeat
+    (sequence numbers and values both the reference's). Evidence: the first line that
+    differs, or the first reference tuple missing."""
+    subject = client_subject(client)
+    if client.stream not in reference:
+        raise CheckError(f"no reference for stream {client.stream!r}")
+    ref = reference[client.stream]
+    k = 0
+    for line, t in enumerate(received, start=1):
+        if t.kind is Kind.BOUNDARY or t.kind is Kind.REC_DONE:
+            continue
+        if t.kind is not Kind.STABLE:
+            return Verdict("exactly-once", Status.INVALID,
+                           f"line {line}: {fmt_tuple(t)}: a flux path delivers stable tuples "
+                           "only", subject)
+        want = ref[k] if k < len(ref) else None
+        if want is None or (t.id, t.time, t.values) != (want.id, want.time, want.values):
+            what = ("beyond the reference's end" if want is None else
+                    f"expected {fmt_tuple(want)}" + (" (a repeat)" if t.id < want.id else
+                                                     " (a loss)" if t.id > want.id else ""))
+            return Verdict("exactly-once", Status.INVALID,
+                           f"line {line}: {fmt_tuple(t)}: {what}", subject)
+        k += 1
+    if k < len(ref):
+        return Verdict("exactly-once", Status.INVALID,
+                       f"{len(ref) - k} tuple(s) of the reference never arrived, the first "
+                       f"{fmt_tuple(ref[k])}", subject)
+    return Verdict("exactly-once", Status.VALID,
+                   f"{k} tuples, each once, in order, stable on arrival (sequence numbers "
+                   f"{ref[0].id if ref else 0}..{ref[-1].id if ref else 0})", subject)
+
+
 def check_replica(
     replica: str, stream: str, emitted: Sequence[Tuple], reference: Mapping[str, Sequence[Tuple]],
     promise: Promise | None = None, *, judge_end: bool = True,

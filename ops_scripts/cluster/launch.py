@@ -70,7 +70,7 @@ class ProcessHandle(Protocol):
 @dataclass
 class Launched:
     name: str
-    kind: str  # "source" | "replica" | "client"
+    kind: str  # "controller" | "source" | "replica" | "client"
     proc: ProcessHandle
 
 
@@ -122,7 +122,10 @@ def start_cluster(config: ClusterConfig, rd: RunDir, out: TextIO = sys.stdout,
     are appended to ``procs`` as they start, so a caller interrupted meanwhile can stop them.
     When one does not start, prints why (with the end of its log) to ``out``, stops every
     process started and raises :class:`ProcessError`."""
-    groups: list[tuple[str, list[str]]] = [("source", list(config.sources))]
+    groups: list[tuple[str, list[str]]] = []
+    if config.controller is not None:  # first: flux replicas follow it from their start
+        groups.append(("controller", [config.controller.name]))
+    groups.append(("source", list(config.sources)))
     groups += [("replica", [r.name for r in n.replicas]) for n in config.nodes.values()]
     groups.append(("client", list(config.clients)))
     procs = [] if procs is None else procs
@@ -227,7 +230,7 @@ def stop_cluster(procs: list[Launched], rd: RunDir, *, drain: bool, out: TextIO 
                  clients: list[str] | None = None) -> bool:
     """Drain (optional), then SIGTERM every process by pid; True if all exited 0 (and drained)."""
     drained = drain_streams(procs, rd, out=out, clients=clients) if drain else True
-    order = {"client": 0, "replica": 1, "source": 2}
+    order = {"client": 0, "replica": 1, "source": 2, "controller": 3}
     clean = True
     for p in sorted(procs, key=lambda p: order[p.kind]):
         if p.proc.poll() is None:

@@ -59,6 +59,8 @@ from node.clock import now_us, use_clock
 from node.config.model import ClusterConfig, ReplicaConfig
 from node.errors import ActionError
 from node.faults.ops import FaultOp, Heal
+from node.flux.controller import Controller, Health, flux_replicas
+from node.flux.follow import Fetch
 from node.net.auth import authenticated
 from node.net.memory import MemoryTransport
 from node.procs.client import Client
@@ -136,12 +138,30 @@ class _Cluster:
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.stops: dict[str, asyncio.Event] = {}
         self.rules = ActiveRules(config)  # the same model as on real processes (rules.py)
+        #: The Flux controller (node/flux/controller.py), probing the replicas directly.
+        self.controller: Controller | None = None
+        self.flux_events: Fetch | None = None
+        self.controller_task: asyncio.Task[None] | None = None
+        if config.controller is not None:
+            node = next(n for n in config.nodes.values() if n.settings.ha == "flux")
+            self.controller = Controller(flux_replicas(config), self._probe,
+                                         interval=node.settings.heartbeat_interval,
+                                         misses=node.settings.heartbeat_misses)
+            self.flux_events = self.controller.after
+
+    async def _probe(self, name: str) -> Health | None:
+        r = self.replicas.get(name)
+        if r is None or self.tasks[name].done():  # (flux pairs: crash-only schedules)
+            return None
+        return Health(ready=not r.recovering, incarnation=r.started)
 
     def _run(self, name: str, component: Any) -> None:
         self.stops[name] = stop = asyncio.Event()
         self.tasks[name] = self.tg.create_task(component.run(stop), name=name)
 
     async def start(self) -> None:
+        if self.controller is not None:  # not killed: the harness never draws it
+            self.controller_task = self.tg.create_task(self.controller.run(), name="controller")
         for name in self.config.sources:
             self._start_source(name)
         await asyncio.sleep(0.01)  # sources serve before replicas subscribe
@@ -156,7 +176,8 @@ class _Cluster:
 
     def _start_replica(self, name: str, *, recover: bool) -> None:
         r = Replica(self.config, name, self.rd, authenticated(self.net.for_process(name), self.config, name), recover=recover,
-                    control=False, ask_state=self._asker(name), mutation=self.mutation)
+                    control=False, ask_state=self._asker(name), mutation=self.mutation,
+                    flux_events=self.flux_events)
         self.replicas[name] = r
         self.rules.forget(name)  # a new incarnation holds no rule: it gets them all again
         self._run(name, r)
@@ -167,7 +188,9 @@ class _Cluster:
             if r is None or self.tasks[partner.name].done():
                 return "unreachable (crashed)"
             try:
-                return await r.state_for_partner({"for": owner})
+                me = self.replicas.get(owner)
+                return await r.state_for_partner(
+                    {"for": owner, "incarnation": 0 if me is None else me.started})
             except ActionError as e:
                 return str(e)
         return ask
@@ -194,7 +217,9 @@ class _Cluster:
             self._start_replica(name, recover=True)
 
     def _start_source(self, name: str) -> None:
-        self.sources[name] = s = Source(self.config, name, self.rd, authenticated(self.net.for_process(name), self.config, name))
+        self.sources[name] = s = Source(self.config, name, self.rd,
+                                        authenticated(self.net.for_process(name), self.config, name),
+                                        flux_events=self.flux_events)
         self._run(name, s)
 
     def enforce(self) -> None:
@@ -222,6 +247,8 @@ class _Cluster:
         return all(r.ended for r in self.replicas.values())
 
     async def stop(self) -> None:
+        if self.controller_task is not None:
+            self.controller_task.cancel()
         for stop in self.stops.values():
             stop.set()
         if self.tasks:  # a task's error is the task group's to raise (as kill, above)

@@ -192,3 +192,47 @@ def test_a_map_that_copies_the_key_under_another_name_keeps_the_split() -> None:
 """
     config = parse(cluster(2, ops))
     assert list(config.nodes) == ["n1_p0", "n1_p1", "n2"]
+
+
+# ------------------------------------------------------------------ Flux's controller
+def test_the_flux_example_has_its_controller_and_pairs_per_partition() -> None:
+    config = load_config(ROOT / "examples" / "flux.toml")
+    assert config.controller is not None and config.controller.control_port == 18790
+    assert {n.name: n.settings.ha for n in config.nodes.values()} == {
+        "n1_p0": "flux", "n1_p1": "flux", "n2": "flux"}
+
+
+@pytest.mark.parametrize("text, key, message", [
+    (cluster(2, n1='ha = "flux"', replicas="".join(f"""
+  [[nodes.n1.replicas]]
+  name = "r{i}"
+  partition = {i // 2}
+  data_port = {24100 + i}
+  control_port = {24200 + i}
+""" for i in range(4))), "controller", "expected a [controller] table"),
+    (cluster(2) + "[controller]\ncontrol_port = 24400\n", "controller",
+     "expected no [controller]"),
+    (cluster(2, n1='ha = "flux"') + "[controller]\ncontrol_port = 24400\n", "nodes.n1",
+     "exactly two replicas of partition 0"),
+])
+def test_a_flux_node_needs_the_controller_and_pairs(text: str, key: str, message: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        parse(text)
+    assert f"p.toml: {key}:" in str(e.value) and message in str(e.value), str(e.value)
+
+
+def test_the_controller_s_port_and_name_are_the_cluster_s() -> None:
+    text = cluster(2, n1='ha = "flux"', replicas="".join(f"""
+  [[nodes.n1.replicas]]
+  name = "r{i}"
+  partition = {i // 2}
+  data_port = {24100 + i}
+  control_port = {24200 + i}
+""" for i in range(4)))
+    with pytest.raises(ConfigError, match=r"data_port: .*already used by controller.control_port"):
+        parse(text + "[controller]\ncontrol_port = 24100\n")
+    with pytest.raises(ConfigError, match="already used by controller"):
+        parse(text.replace('name = "r3"', 'name = "controller"')
+              + "[controller]\ncontrol_port = 24400\n")
+    config = parse(text + "[controller]\ncontrol_port = 24400\n")
+    assert config.controller is not None and config.controller.name == "controller"

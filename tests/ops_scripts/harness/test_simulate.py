@@ -242,6 +242,18 @@ def test_a_partitioned_cluster_gets_every_fault_and_stays_valid(tmp_path: Path) 
     assert cov["kill"] > 0 and cov["partition"] > 0 and cov["tentative"] > 0
 
 
+def test_flux_pairs_get_crash_schedules_and_every_client_result_arrives_exactly_once(
+        tmp_path: Path) -> None:
+    """examples/flux.toml: n1's two partitions and n2 are flux pairs under the controller
+    (docs/flux.md); kills of every pair's replicas, fast restarts among them, and every run
+    valid, the client's log judged exactly-once (each result once, in order, stable)."""
+    results = simulate_many(DEFAULT_CLUSTER.parent / "flux.toml", 1, 12, tmp_path, jobs=2)
+    assert all(r.ok for r in results), [(r.seed, r.failures[:2]) for r in results if not r.ok]
+    faults = [f for r in results for f in r.faults]
+    assert {f.kind for f in faults} == {"kill"}
+    assert {"n1p0a", "n1p1b", "n2a", "n2b"} <= {f.params["process"] for f in faults}
+
+
 def test_the_mutation_is_caught_by_the_simulation(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """With duplicate elimination on resubscription broken on purpose (every link asks

@@ -1,0 +1,107 @@
+"""What a replica does on the Flux controller's events (node/flux/; docs/flux.md).
+
+A node with ``ha = "flux"`` is a process pair per partition, processing alike as in active
+standby (node/replica/pair_modes.py): the primary serves downstream, the secondary answers
+STANDBY and holds everything its consumers have not acknowledged. What Flux changes is who
+decides and what follows (the paper's sections 3.3, 3.4 and 5.2):
+
+* **Take-over.** Roles move on the controller's ``fail(partner)`` only, never on this
+  replica's own keep-alives: one decision, in one order, for every process. A secondary
+  whose partner failed becomes the primary; downstream moves to it by ids, resuming after
+  the last id it holds (its buffer is the paper's: nothing acknowledged by a consumer is
+  held, nothing unacknowledged is dropped).
+* **ack_all.** On ``fail(x)`` for a consumer x of this replica's outputs (a replica of a
+  flux node downstream), x's acks stop holding the output buffers (``OutputBuffer.release``):
+  the paper's ``ack_all(dest)``, ``del := del - dest``. Sources do the same
+  (node/procs/source.py).
+* **Catch-up.** A restarted replica (``--recover``) copies its partner's state (operator
+  state, its inputs' positions, the output buffers' unacknowledged tails: the paper's state
+  and producer-buffer movement, node/replica/recovery.py). While it does, the partner acks
+  its inputs no further than where the copy stands (``ack_cap``: the pause; the paper stops
+  the producers' sending, which a single-threaded replica's atomic snapshot does not need),
+  so that the producers, which had released the failed replica, still hold everything after
+  the copy when it subscribes there (its Subscribe counts as its acks again: the paper's
+  ``csync`` with ``reset``). The controller's ``avail(x)`` (x ready: caught up) ends the
+  pause, and so does a new ``fail(x)`` (x failed during the move: the paper's idempotent
+  catch-up; x tries again after its next restart). Downstream acks reach x from then on
+  with its heartbeats (the paper's ``psync``). Only the pair catching up is concerned; the
+  other partitions never notice.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from node.flux.events import Event, Kind
+from node.flux.follow import release_failed
+from node.replica.pair import Pair, Role, TakeOver
+
+if TYPE_CHECKING:
+    from node.config.model import NodeConfig, ReplicaConfig
+    from node.replica.pair import Action
+    from node.streams.link import InputLink
+    from state.buffer import OutputBuffer
+
+__all__ = ["FluxMode"]
+
+log = logging.getLogger("dpc.replica")
+
+
+class FluxMode:
+    """A replica's Flux behaviour (module docstring); a mixin of the replica."""
+
+    me: ReplicaConfig
+    node: NodeConfig
+    links: list[InputLink]
+    buffers: dict[str, OutputBuffer]
+    pair: Pair | None
+
+    if TYPE_CHECKING:
+        def _pair_step(self, pair: Pair, actions: Sequence[Action]) -> None: ...
+
+    #: The partner (and its incarnation) whose catch-up pauses this replica's acks, or None.
+    catching_up: tuple[str, int] | None = None
+
+    @property
+    def flux(self) -> bool:
+        return self.node.settings.ha == "flux"
+
+    def flux_event(self, event: Event) -> None:
+        """Apply one controller event (node/flux/follow.py calls this, in order)."""
+        release_failed(self.me.name, self.buffers, event)
+        pair = self.pair
+        if not self.flux or pair is None or event.replica != pair.partner:
+            return
+        if event.kind is Kind.FAIL and pair.role is Role.SECONDARY:
+            self._pair_step(replace(pair, role=Role.PRIMARY, waited=0),
+                            [TakeOver(f"the controller reported {pair.partner} failed, "
+                                      f"event {event.seq}: taking over")])
+        if self.catching_up == (event.replica, event.incarnation):
+            self._end_pause(f"{event.kind.value}({event.replica}), event {event.seq}")
+
+    def pause_for_catch_up(self, partner: str, incarnation: int) -> None:
+        """A restarting partner (its ``incarnation``) takes this replica's state: ack the
+        inputs no further than the state it is given holds, until the controller says how
+        that incarnation's catch-up ended (a fail of an earlier one, which the controller
+        may report after this one started, changes nothing here)."""
+        if not self.flux:
+            return
+        for link in self.links:
+            link.ack_cap = link.ack_id
+        self.catching_up = (partner, incarnation)
+        log.warning("%s: Flux catch-up of %s (incarnation %d): acks to the producers paused "
+                    "at %s", self.me.name, partner, incarnation,
+                    {link.stream: link.ack_cap for link in self.links})
+
+    def _end_pause(self, why: str) -> None:
+        for link in self.links:
+            link.ack_cap = None
+        log.warning("%s: Flux catch-up of %s over (%s): acks resumed", self.me.name,
+                    self.catching_up[0] if self.catching_up else "?", why)
+        self.catching_up = None
+
+    def flux_status(self) -> dict[str, Any] | None:
+        return {"catching_up": self.catching_up} if self.flux else None
