@@ -5,6 +5,14 @@ standby (node/replica/pair_modes.py): the primary serves downstream, the seconda
 STANDBY and holds everything its consumers have not acknowledged. What Flux changes is who
 decides and what follows (the paper's sections 3.3, 3.4 and 5.2):
 
+* **Each side feeds its own.** In the normal case a replica of a flux node reads each
+  input a flux pair produces from that pair's replica of its own rank, its *dual*
+  (``flux_duals``; node/streams/upstream.py's rank 0), the secondary producer serving the
+  secondary consumer though it answers STANDBY to everyone else: the paper's symmetric
+  protocol, the two sides of a stage two dataflows. Acks go to both producers (on every
+  heartbeat), so a tuple leaves a producer's buffer once both consumers hold it. When the
+  dual is not there (failed, catching up), the consumer reads from the other one (the
+  paper's ``reverse``), and returns to its dual once it serves again.
 * **Take-over.** Roles move on the controller's ``fail(partner)`` only, never on this
   replica's own keep-alives: one decision, in one order, for every process. A secondary
   whose partner failed becomes the primary; downstream moves to it by ids, resuming after
@@ -35,12 +43,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from node.config.model import ClusterConfig, NodeConfig
 from node.flux.events import Event, Kind
 from node.flux.follow import release_failed
 from node.replica.pair import Pair, Role, TakeOver
 
 if TYPE_CHECKING:
-    from node.config.model import NodeConfig, ReplicaConfig
+    from node.config.model import ReplicaConfig
     from node.replica.pair import Action
     from node.streams.link import InputLink
     from state.buffer import OutputBuffer
@@ -48,6 +57,23 @@ if TYPE_CHECKING:
 __all__ = ["FluxMode"]
 
 log = logging.getLogger("dpc.replica")
+
+
+def flux_duals(config: ClusterConfig, name: str) -> dict[str, str]:
+    """Replica ``name`` of a flux node: each input stream a flux pair produces -> that
+    pair's replica of ``name``'s rank, its dual (the paper's symmetric normal case: each
+    side of a stage feeds its own consumers; node/streams/upstream.py rank 0)."""
+    replica = config.replica(name)
+    node = config.nodes[replica.node]
+    if node.settings.ha != "flux":
+        return {}
+    rank = [r.name for r in node.replicas].index(name)
+    out = {}
+    for stream in node.inputs:
+        producer = config.producer_of(stream)
+        if isinstance(producer, NodeConfig) and producer.settings.ha == "flux":
+            out[stream] = producer.replicas[rank].name
+    return out
 
 
 class FluxMode:

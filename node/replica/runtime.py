@@ -58,7 +58,7 @@ from node.procs.looplag import LoopLag
 from node.procs.rundir import JsonlTupleWriter, RunDir
 from node.replica import consistency as cm
 from node.replica.cec import CecKeeper
-from node.replica.flux import FluxMode
+from node.replica.flux import FluxMode, flux_duals
 from node.replica.manager import Manager, Partner, policy_of
 from node.replica.pair import Role, holds_state
 from node.replica.pair_modes import PairModes
@@ -236,6 +236,7 @@ class Replica(PairModes, FluxMode):
             name, transport, upstream_links(config, self.links),
             interval=self.node.settings.heartbeat_interval,
             misses=self.node.settings.heartbeat_misses, lag=self.node.settings.wait, log=log,
+            duals=flux_duals(config, self.me.name),
         )
         self.incarnation = 1
         if recover:  # the crashed incarnation's logs stay, beside the new ones

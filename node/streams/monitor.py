@@ -180,8 +180,12 @@ class UpstreamMonitor:
         misses: int,
         lag: int,
         log: logging.Logger,
+        duals: Mapping[str, str] | None = None,
     ) -> None:
+        """``duals``: stream -> the replica of its flux producer pair on the owner's side
+        (Flux, docs/flux.md: each side of a stage feeds its own consumers)."""
         self.owner = owner
+        self.duals = dict(duals or {})
         self.lag = lag
         # The link rule's threshold: the time a silent replica takes to be declared failed.
         self.link_lag = (misses + 1) * interval
@@ -258,6 +262,7 @@ class UpstreamMonitor:
             current_reconciled=link.reconciled,
             received=received,
             link_lag=self.link_lag,
+            dual=self.duals.get(stream),
         )
 
     def _chooser(self, stream: str) -> Callable[[tuple[str, int] | None], tuple[str, int] | None]:

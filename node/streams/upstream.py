@@ -39,6 +39,8 @@ replica of the downstream node tends to choose alike:
 ====  =============================================  ======================================
 rank  candidate                                      why
 ====  =============================================  ======================================
+0     Flux: the dual producer (the pair's replica    each side of a flux stage feeds its
+      of this consumer's rank), STABLE or STANDBY    own consumers (docs/flux.md)
 1     the current source, if STABLE (or reconciled)  no switch at all
       and its link keeps up (link rule, below)
 1b    if the current STABLE source's link lags: the  its data reaches this consumer too
@@ -185,6 +187,7 @@ __all__ = [
 STABLE = ConsistencyState.STABLE
 UP_FAILURE = ConsistencyState.UP_FAILURE
 STABILIZATION = ConsistencyState.STABILIZATION
+STANDBY = ConsistencyState.STANDBY
 TENTATIVE, UNDO = Kind.TENTATIVE, Kind.UNDO
 _TMAX = itemgetter(3)
 
@@ -362,6 +365,7 @@ def choose_upstream(
     current_reconciled: bool = False,
     received: int | None = None,
     link_lag: int = 0,
+    dual: str | None = None,
 ) -> Choice:
     """Choose the data and corrections sources of ``stream`` (table in the module docstring).
 
@@ -373,7 +377,9 @@ def choose_upstream(
     ``lag`` (>= 0, in tuple time: the consumer's alpha*X) how far another UP_FAILURE
     replica's frontier must be ahead of the current UP_FAILURE source's to take over,
     ``received`` (None: not judged) the largest tuple time the link has received and ``link_lag`` (>= 0) how far another STABLE replica's frontier must be ahead
-    of the current STABLE source's seen frontier to take over (the link rule). A
+    of the current STABLE source's seen frontier to take over (the link rule), ``dual``
+    (Flux, docs/flux.md) the replica of a flux producer pair on this consumer's side:
+    STABLE or STANDBY, it comes first (rank 0). A
     name absent from ``view`` counts as dead. The result depends on the view's contents
     only, never on its iteration order.
     """
@@ -381,6 +387,8 @@ def choose_upstream(
         raise NodeError(f"choose_upstream: lag and link_lag must be >= 0, got {lag} and "
                         f"{link_lag} (stream {stream!r})")
     usable = {n: v.state for n, v in view.items() if v.alive and v.state is not None}
+    if dual is not None and usable.get(dual) is STANDBY:
+        usable[dual] = STABLE  # Flux: a pair's secondary feeds its dual consumer
     if current_reconciled and current is not None and usable.get(current) is STABILIZATION:
         usable[current] = STABLE  # its REC_DONE is in: the heartbeats lag behind the stream
     by_state: dict[ConsistencyState, list[str]] = {s: [] for s in ConsistencyState}
@@ -399,7 +407,7 @@ def choose_upstream(
     lags = False
     if received is not None and seen > received + link_lag:
         lags, seen = True, received
-    data = first(current, corrections, among=by_state[STABLE])
+    data = first(dual, current, corrections, among=by_state[STABLE])
     if data is not None and data == current and lags:  # rank 1b, the link rule
         data = _ahead(current, seen, by_state[STABLE], view, link_lag)
     if data is None:
