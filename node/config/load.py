@@ -150,7 +150,7 @@ from operators.network import ENGINES
 from operators.spec import OperatorSpec
 from protocol.tuples import Schema
 
-__all__ = ["DEFAULT_HOST", "DEFAULT_SETTINGS", "load_config", "parse_config"]
+__all__ = ["CLUSTER_TABLES", "DEFAULT_HOST", "DEFAULT_SETTINGS", "load_config", "parse_config"]
 
 DEFAULT_HOST = "127.0.0.1"
 #: The [defaults] table when the file says nothing (times in microseconds).
@@ -167,6 +167,9 @@ DEFAULT_SETTINGS = NodeSettings(
 )
 _MAX_HEARTBEAT = 100_000  # the paper's 100 ms
 REPLAY_ENGINES = (*ENGINES, "auto")
+#: Every top-level table of a cluster file: what a copy of a cluster's tables keeps (a
+#: scenario's self-contained dump, a sweep's experiment: ops_scripts/harness/scenario.py).
+CLUSTER_TABLES = ("cluster", "defaults", "sources", "nodes", "clients", "spark", "controller")
 #: How a node survives a crash (NodeSettings.ha).
 HA_MODES = ("dpc", "active_standby", "amnesia", "passive_standby", "upstream_backup", "flux")
 
@@ -195,6 +198,7 @@ def parse_config(raw: Mapping[str, Any], path: Path) -> ClusterConfig:
     clients_t = root.table("clients")
     spark = _spark(root.table("spark"))
     controller_t = root.table("controller") if root.has("controller") else None
+    root.allow("controller")
     root.finish()
 
     name = cluster.string("name", nonempty=True)

@@ -62,7 +62,7 @@ from typing import Any, Literal
 import tomli_w
 
 from node.config.datafile import PACKAGE_PREFIX
-from node.config.load import parse_config
+from node.config.load import CLUSTER_TABLES, parse_config
 from node.config.model import ClusterConfig, NodeSettings
 from node.config.read import Table
 from node.errors import ConfigError
@@ -80,7 +80,6 @@ __all__ = [
 ]
 
 #: The top-level tables of a cluster config (inline in a self-contained scenario).
-CLUSTER_TABLES = ("cluster", "defaults", "sources", "nodes", "clients")
 #: What ``[scenario.settings]`` may set: the keys of a cluster's ``[defaults]``.
 SETTING_KEYS = tuple(f.name for f in dataclasses.fields(NodeSettings))
 DEFAULT_SETTLE = 2.0
@@ -173,7 +172,7 @@ class Scenario:
 
 def move_to_free_ports(raw: dict[str, Any]) -> None:
     """Move every listening port of a cluster's tables (sources, replica data and control
-    ports) to a free one (``node/net/ports.py``), in place: other runs on this machine may
+    ports, the controller's) to a free one (``node/net/ports.py``), in place: other runs on this machine may
     hold the file's ports."""
     control_host = raw.get("cluster", {}).get("control_host", "127.0.0.1")
     for src in raw.get("sources", {}).values():
@@ -182,6 +181,9 @@ def move_to_free_ports(raw: dict[str, Any]) -> None:
         for r in node.get("replicas", []):
             r["data_port"] = free_port(r.get("host", "127.0.0.1"))
             r["control_port"] = free_port(control_host)
+    controller = raw.get("controller")
+    if isinstance(controller, dict):  # the Flux controller's (docs/flux.md)
+        controller["control_port"] = free_port(controller.get("host", "127.0.0.1"))
 
 
 # ---------------------------------------------------------------- loading

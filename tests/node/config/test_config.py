@@ -4,6 +4,7 @@ SUnion defaults come from the node settings, schemas flow across nodes, seconds 
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -826,3 +827,16 @@ def test_upstream_backup_needs_a_network_with_restart_points() -> None:
                                           r"network has no restart point: operator 'per_key' "
                                           r"\(aggregate\) has sliding windows"):
         parse_config(raw, Path("upstream-backup.toml"))
+
+
+def test_cluster_tables_are_every_table_the_loader_reads() -> None:
+    """CLUSTER_TABLES is what a copy of a cluster's tables keeps (a scenario's dump, a
+    sweep): a table the loader reads and the copies drop was [controller] (a flux run's
+    scenario.toml could not be loaded back)."""
+    from node.config.load import CLUSTER_TABLES
+
+    raw = tomllib.loads(HEAD + N1 + '[clients.c1]\nstream = "n1.out"\n')
+    with pytest.raises(ConfigError) as e:
+        parse_config({**raw, "bogus": {}}, Path("t.toml"))
+    listed = str(e.value).split("expected one of ")[1].split(" (")[0]
+    assert sorted(listed.split(", ")) == sorted(CLUSTER_TABLES)
