@@ -19,7 +19,7 @@ reconcile      the same on Spark, for many and large runs: report, differences  
 generate-run   a large consistent run directory (no cluster), for benches and tests   reconcile/generate.py
 fuzz           seeded malformed frames against the wire codec (sans-IO)               fuzz.py
 bench          core, throughput, overhead, latency, failover, peers, reconcile, cec,  bench/*.py
-               ha (process-pair modes: bandwidth, CPU, recovery)
+               ha (process-pair modes: bandwidth, CPU, recovery), flux (Fig. 8)
 =============  =====================================================================  =============
 
 Only commands that work are registered. Exit codes: 0
@@ -335,6 +335,17 @@ def _parser() -> argparse.ArgumentParser:
                      "(15-25 minutes)")
     bha.add_argument("--kills", type=int, default=None,
                      help="kills of the primary per cluster (default: tiny 1, full 4)")
+    bflux = which.add_parser(
+        "flux", help="Flux's partition pairs on real processes: each producer's output rate "
+        "through a machine's kill and two catch-ups (Shah et al.'s Fig. 8), loss and duplicates "
+        "judged by dpc check")
+    bflux.add_argument("--out", type=Path, default=Path("flux-bench"), metavar="DIR",
+                       help="where the CSVs and the plot go (default ./flux-bench)")
+    bflux.add_argument("--size", choices=("tiny", "full"), default="full",
+                       help="tiny: phases of 2.5 s at 200 clicks/s (about 20 s); full "
+                       "(default): the paper's 10 s phases at 800 clicks/s (about a minute)")
+    bflux.add_argument("--run-dir", type=Path, default=None, metavar="DIR",
+                       help="the run directory (default runs/flux-bench-TIME)")
     brep = which.add_parser(
         "replay", help="a reconciliation's replay per tuple (inproc), vectorized and on Spark, "
         "per size; stores the crossovers replicas read")
@@ -529,6 +540,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ops_scripts.bench.ha import run_ha_bench
 
             return run_ha_bench(args.out, args.size, args.kills)
+        if args.command == "bench" and args.which == "flux":
+            from ops_scripts.bench.flux import run_flux_bench
+
+            return run_flux_bench(args.out, args.size, args.run_dir)
         if args.command == "bench" and args.which == "replay":
             from ops_scripts.bench.replay import run_replay_bench
             from ops_scripts.examples import EXAMPLES

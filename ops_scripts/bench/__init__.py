@@ -19,7 +19,10 @@
   Flink SQL (PyFlink), each when installed;
 * ``reconcile.py``: ``dpc bench reconcile``, ``dpc reconcile`` (Spark) against ``dpc check``;
 * ``replay.py``: ``dpc bench replay``, a reconciliation's replay per tuple against
-  vectorized, per size.
+  vectorized, per size;
+* ``flux.py``: ``dpc bench flux``, the Flux paper's Fig. 8 on a real cluster of partition
+  pairs: each producer's output rate through a machine's kill and two catch-ups, loss and
+  duplicates judged by ``dpc check`` (plot by ``flux_plots.py``).
 """
 
 from ops_scripts.bench.core import run_core_bench
