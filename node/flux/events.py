@@ -13,7 +13,10 @@ the replica is ready: a restarted one is not until its catch-up is over) into ev
   intervals (the paper's 3 x 100 ms), or that answered not ready, or as a new incarnation
   (it restarted faster than the detection: it lost its state all the same);
 * ``avail(x)``: a failed replica answers ready again: its catch-up is over (it holds its
-  partner's state and its inputs resumed where the partner's were).
+  partner's state and its inputs resumed where the partner's were);
+* a failed replica whose new incarnation answers, not ready, is *joining* (catching up):
+  its silence or a newer incarnation is ``fail`` of that incarnation, so that its partner
+  stops waiting for a catch-up that will not end (the paper's idempotent catch-up).
 
 :class:`EventLog` numbers them from 1, in the order decided; a follower asks for the events
 after the last it applied (node/flux/follow.py), so it applies each once, in order.
@@ -87,7 +90,11 @@ class Detector:
         self.interval, self.misses = interval, misses
         self.up: dict[str, bool] = dict.fromkeys(replicas, False)
         self.seen: set[str] = set()  # answered ready at least once
-        self._last: dict[str, int] = {}  # last ready answer
+        #: Failed, but its current incarnation answers, not ready yet: catching up. Its
+        #: silence or a newer incarnation is a failure too (the paper's standby failing
+        #: during the move: its partner must stop waiting for it).
+        self.joining: set[str] = set()
+        self._last: dict[str, int] = {}  # last answer
         self._incarnation: dict[str, int] = {}
 
     def observe(self, replica: str, now: int, *, ready: bool, incarnation: int = 0,
@@ -99,11 +106,15 @@ class Detector:
         if self._incarnation.setdefault(replica, incarnation) != incarnation:
             out += self._fail(replica)  # (the incarnation it knew)
             self._incarnation[replica] = incarnation
-        if not ready:
-            return out + self._fail(replica)
         self._last[replica] = now
+        if not ready:
+            if self.up[replica]:
+                return out + self._fail(replica)
+            self.joining.add(replica)
+            return out
         first = replica not in self.seen
         self.seen.add(replica)
+        self.joining.discard(replica)
         if self.up[replica]:
             return out
         self.up[replica] = True
@@ -114,14 +125,15 @@ class Detector:
         limit = self.misses * self.interval
         out: list[Decision] = []
         for r in sorted(self.up):
-            if self.up[r] and now - self._last.get(r, now) > limit:
+            if (self.up[r] or r in self.joining) and now - self._last.get(r, now) > limit:
                 out += self._fail(r)
         return out
 
     def _fail(self, replica: str) -> list[Decision]:
-        if not self.up[replica]:
+        if not self.up[replica] and replica not in self.joining:
             return []
         self.up[replica] = False
+        self.joining.discard(replica)
         return [(Kind.FAIL, replica, self._incarnation.get(replica, 0))]
 
 

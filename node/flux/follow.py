@@ -26,10 +26,12 @@ __all__ = ["Fetch", "follow", "http_events", "release_failed"]
 Fetch = Callable[[int, float], Awaitable[list[Event]]]
 
 
-async def follow(fetch: Fetch, apply: Callable[[Event], None]) -> None:
-    """Apply every event decided from now on, once, in order, for ever. The ones decided
-    before are history: a process that starts (or restarts, after its own failure) takes
-    the cluster as it is now, its partner's state included."""
+async def follow(fetch: Fetch, apply: Callable[[Event], None],
+                 idle: Callable[[], None] | None = None) -> None:
+    """Apply every event decided from now on, once, in order, for ever; ``idle()`` after
+    every answer (at least once a second). The events decided before are history: a
+    process that starts (or restarts, after its own failure) takes the cluster as it is
+    now, its partner's state included."""
     history = await fetch(0, 0.0)
     seq = history[-1].seq if history else 0
     while True:
@@ -37,6 +39,8 @@ async def follow(fetch: Fetch, apply: Callable[[Event], None]) -> None:
             if e.seq == seq + 1:  # (an answer that overlaps the last one: skipped)
                 apply(e)
                 seq = e.seq
+        if idle is not None:
+            idle()
 
 
 @asynccontextmanager

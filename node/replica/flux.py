@@ -30,8 +30,9 @@ decides and what follows (the paper's sections 3.3, 3.4 and 5.2):
   so that the producers, which had released the failed replica, still hold everything after
   the copy when it subscribes there (its Subscribe counts as its acks again: the paper's
   ``csync`` with ``reset``). The controller's ``avail(x)`` (x ready: caught up) ends the
-  pause, and so does a new ``fail(x)`` (x failed during the move: the paper's idempotent
-  catch-up; x tries again after its next restart). Downstream acks reach x from then on
+  pause, and so does a ``fail(x)`` of that incarnation (x failed during the move: the
+  paper's idempotent catch-up), a newer incarnation's request (it failed and restarted
+  before the controller saw it), or ``PAUSE_LIMIT`` without word of it. Downstream acks reach x from then on
   with its heartbeats (the paper's ``psync``). Only the pair catching up is concerned; the
   other partitions never notice.
 """
@@ -43,6 +44,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from node.clock import now_us
 from node.config.model import ClusterConfig, NodeConfig
 from node.flux.events import Event, Kind
 from node.flux.follow import release_failed
@@ -54,9 +56,11 @@ if TYPE_CHECKING:
     from node.streams.link import InputLink
     from state.buffer import OutputBuffer
 
-__all__ = ["FluxMode"]
+__all__ = ["PAUSE_LIMIT", "FluxMode", "flux_duals"]
 
 log = logging.getLogger("dpc.replica")
+#: The longest a catch-up pauses this replica's acks without the controller's word (µs).
+PAUSE_LIMIT = 10_000_000
 
 
 def flux_duals(config: ClusterConfig, name: str) -> dict[str, str]:
@@ -88,8 +92,10 @@ class FluxMode:
     if TYPE_CHECKING:
         def _pair_step(self, pair: Pair, actions: Sequence[Action]) -> None: ...
 
-    #: The partner (and its incarnation) whose catch-up pauses this replica's acks, or None.
+    #: The partner (and its incarnation) whose catch-up pauses this replica's acks, or None,
+    #: and since when (µs).
     catching_up: tuple[str, int] | None = None
+    _paused_at: int = 0
 
     @property
     def flux(self) -> bool:
@@ -115,12 +121,26 @@ class FluxMode:
         may report after this one started, changes nothing here)."""
         if not self.flux:
             return
+        if self.catching_up is not None and self.catching_up != (partner, incarnation):
+            log.warning("%s: Flux catch-up of %s (incarnation %d) superseded by incarnation "
+                        "%d: it failed during the move", self.me.name, *self.catching_up,
+                        incarnation)
         for link in self.links:
             link.ack_cap = link.ack_id
         self.catching_up = (partner, incarnation)
+        self._paused_at = now_us()
         log.warning("%s: Flux catch-up of %s (incarnation %d): acks to the producers paused "
                     "at %s", self.me.name, partner, incarnation,
                     {link.stream: link.ack_cap for link in self.links})
+
+    def flux_idle(self) -> None:
+        """Between the controller's answers: a pause that lasted ``PAUSE_LIMIT`` without
+        word of its incarnation ends (it failed before the controller's probes ever saw it;
+        its next restart catches up anew). The pause is needed only until the standby
+        subscribed at the copy's positions, a second after the move at most."""
+        if self.catching_up is not None and now_us() - self._paused_at > PAUSE_LIMIT:
+            self._end_pause(f"no word of that incarnation from the controller in "
+                            f"{PAUSE_LIMIT / 1e6:g} s")
 
     def _end_pause(self, why: str) -> None:
         for link in self.links:

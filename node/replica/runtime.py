@@ -351,10 +351,10 @@ class Replica(PairModes, FluxMode):
     async def _follow_controller(self) -> None:
         """The Flux controller's events, each once, in order (node/replica/flux.py)."""
         if self.flux_events is not None:  # the simulation's controller
-            await follow(self.flux_events, self.flux_event)
+            await follow(self.flux_events, self.flux_event, self.flux_idle)
             return
         async with http_events(self.config, self.me.name, log) as fetch:
-            await follow(fetch, self.flux_event)
+            await follow(fetch, self.flux_event, self.flux_idle)
 
     @property
     def state(self) -> str:

@@ -41,6 +41,20 @@ def test_a_restart_faster_than_the_detection_still_fails_then_avails() -> None:
     assert d2.observe("a", 1100, ready=False, incarnation=3) == []  # failed (2) already
 
 
+def test_a_joining_incarnation_that_dies_or_is_replaced_fails_too() -> None:
+    """A failed replica's new incarnation, answering not ready, is catching up: if it goes
+    silent, or a newer one answers, that incarnation failed (its partner stops waiting)."""
+    d = Detector(["a"], interval=100, misses=3)
+    d.observe("a", 0, ready=True, incarnation=1)
+    assert d.tick(400) == [(F, "a", 1)]
+    assert d.observe("a", 500, ready=False, incarnation=2) == [] and "a" in d.joining
+    assert d.tick(801) == [(F, "a", 2)] and d.tick(2000) == []  # died during its catch-up
+    assert d.observe("a", 2100, ready=False, incarnation=3) == []
+    assert d.observe("a", 2200, ready=False, incarnation=4) == [(F, "a", 3)]
+    assert d.observe("a", 2300, ready=True, incarnation=4) == [(A, "a", 4)]
+    assert not d.joining
+
+
 def test_a_replica_never_seen_has_no_event_and_the_log_numbers_in_order() -> None:
     d = Detector(["a"], interval=100, misses=3)
     assert d.tick(10_000) == []

@@ -88,3 +88,27 @@ def test_a_failed_consumer_stops_holding_the_output_buffer() -> None:
     assert buf.trimmed_up_to == 3
     r.flux_event(Event(7, Kind.FAIL, "n2a", 1))  # ack_all: only n2b's acks hold it now
     assert buf.trimmed_up_to == 8
+
+
+def test_a_pause_without_word_of_its_incarnation_ends_after_the_limit() -> None:
+    """A standby killed before the controller's probes saw it: no event will ever name
+    that incarnation; a newer one's request supersedes the pause, and without one the
+    pause ends after PAUSE_LIMIT (the producers' buffers stop growing for it)."""
+    from node.clock import use_clock
+    from node.replica.flux import PAUSE_LIMIT
+
+    now = [1_000]
+    use_clock(lambda: now[0])
+    try:
+        r = Replica(Role.PRIMARY)
+        r.pause_for_catch_up("n1a", 20)
+        r.pause_for_catch_up("n1a", 21)  # superseded: the newer incarnation's
+        assert r.catching_up == ("n1a", 21)
+        now[0] += PAUSE_LIMIT
+        r.flux_idle()
+        assert r.catching_up == ("n1a", 21)
+        now[0] += 1
+        r.flux_idle()
+        assert r.catching_up is None and [link.ack_cap for link in r.links] == [None, None]
+    finally:
+        use_clock(None)

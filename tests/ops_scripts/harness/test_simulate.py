@@ -254,6 +254,27 @@ def test_flux_pairs_get_crash_schedules_and_every_client_result_arrives_exactly_
     assert {"n1p0a", "n1p1b", "n2a", "n2b"} <= {f.params["process"] for f in faults}
 
 
+def test_a_flux_standby_killed_during_its_catch_up_is_tried_again(tmp_path: Path) -> None:
+    """The paper's idempotent catch-up (docs/flux.md): n1p0b restarts, takes n1p0a's
+    state (n1p0a pauses its acks), and is killed again before the controller reports it
+    available (before its probes even saw that incarnation); the next incarnation's
+    request supersedes the pause, and it catches up anew. The run is valid, the client's
+    results exactly once."""
+    config = load_config(DEFAULT_CLUSTER.parent / "flux.toml")
+    faults = parse_faults([
+        {"at": 0.5, "for": 0.5, "fault": "kill", "process": "n1p0b"},
+        {"at": 1.01, "for": 1.0, "fault": "kill", "process": "n1p0b"},
+    ], config)
+    r = simulate_one(config, 0, tmp_path / "idem", SimOptions(duration=3.0), faults=faults,
+                     verbose=True)
+    assert r.ok, r.failures
+    log = (tmp_path / "idem" / "logs" / "simulation.log").read_text()
+    pauses = re.findall(r"Flux catch-up of n1p0b \(incarnation (\d+)\)", log)
+    assert len(set(pauses)) == 2, pauses  # two incarnations caught up
+    assert re.search(r"catch-up of n1p0b \(incarnation \d+\) superseded", log)
+    assert re.search(r"catch-up of n1p0b over \(avail\(n1p0b\)", log)
+
+
 def test_the_mutation_is_caught_by_the_simulation(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """With duplicate elimination on resubscription broken on purpose (every link asks
