@@ -17,7 +17,7 @@ with ``through=True`` every SN up to it, the paper's amortized acks over in-orde
 connections: an SN acked through before it is produced is marked when it is), ``peek`` /
 ``advance`` (the next tuple to send a destination, and past it), ``ack_all`` (take-over: the
 destination failed; everything counts as acknowledged by it, the entries only it had marked
-go, and it leaves the delete set), ``rejoin`` (catch-up: a new replica of the destination
+go, and it leaves the delete set), ``reset`` (catch-up: a new replica of the destination
 holds its partner's state, so it has exactly what the partner acknowledged; it is sent the
 rest and enters the delete set again: the paper's ``csync`` with ``reset``), ``reversed``
 (catch-up of the producer itself: the buffer as its new replica holds it, PRIM and SEC
@@ -26,7 +26,7 @@ swapped).
 Invariants (tests/state/test_flux_buffer.py, against a model): an entry is evicted exactly
 when its marks cover the delete set; an SN at or below the evicted floor is never taken
 again (a late ``put`` of it is a duplicate, ignored); a destination is sent each produced
-SN at most once between rejoins, in SN order.
+SN at most once between resets, in SN order.
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ class FluxBuffer:
         self.delete &= ~dest
         self._evict(list(self._entries))
 
-    def rejoin(self, dest: Mark) -> None:
+    def reset(self, dest: Mark) -> None:
         """A new replica of ``dest`` caught up from its partner's state: it holds what the
         partner acknowledged (evicted entries, and the partner's marks on held ones) and
         nothing else; its cursor goes to the first held entry, and entries wait for its

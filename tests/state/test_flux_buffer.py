@@ -84,7 +84,7 @@ def test_catch_up_sends_the_new_replica_what_its_partner_had_not_acknowledged() 
     b.ack(6, P)  # the primary got 6 from the partner producer already: dangling
     b.ack_all(S)  # the secondary consumer failed: 1 goes (produced, acked by the primary)
     assert b.sns() == [2, 3, 4, 6]
-    b.rejoin(S)  # a new one holds the primary's state: 1 and 6, not 2-4
+    b.reset(S)  # a new one holds the primary's state: 1 and 6, not 2-4
     assert b.delete == PROD | P | S and b.marks(6) == P | S
     assert send_all(b, S) == [2, 3, 4] and send_all(b, P) == [2, 3, 4]
     b.put(5, 5)

@@ -53,7 +53,7 @@ def test_what_the_output_buffer_trims_is_what_flux_s_buffer_evicts(program: list
             failed.remove(op[1])
             other = "s" if op[1] == "p" else "p"
             acked[op[1]] = acked[other]
-            flux.rejoin(DEST[op[1]])
+            flux.reset(DEST[op[1]])
             if acked[other] > 0:
                 flux.ack(acked[other], DEST[op[1]], through=True)
             buf.ack(op[1], acked[other])  # (its Subscribe acks what it holds, 0 too)
