@@ -125,6 +125,7 @@ class ControllerProcess:
     def __init__(self, config: ClusterConfig, run_dir: RunDir) -> None:
         if config.controller is None:
             raise RuntimeError(f"{config.path}: no [controller] in the cluster file")
+        self.where = config.controller
         self.config = config
         self.run_dir = run_dir
         node = next(n for n in config.nodes.values() if n.settings.ha == "flux")
@@ -135,7 +136,8 @@ class ControllerProcess:
                                      misses=node.settings.heartbeat_misses)
 
     async def _probe(self, name: str) -> Health | None:
-        assert self._http is not None
+        if self._http is None:
+            raise RuntimeError("the controller probes only while it runs")
         r = self.config.replica(name)
         try:
             async with self._http.get(control_url(self.config, r.control_port, "health"),
@@ -156,8 +158,7 @@ class ControllerProcess:
         return {"events": [e.to_json() for e in await self.controller.after(after, wait)]}
 
     async def run(self, stop: asyncio.Event) -> None:
-        c = self.config.controller
-        assert c is not None
+        c = self.where
         timeout = aiohttp.ClientTimeout(total=self.settings.heartbeat_interval / 1e6)
         async with aiohttp.ClientSession(timeout=timeout) as self._http:
             plane = ControlPlane("controller", c.host, c.control_port, self.config.token,
