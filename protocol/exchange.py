@@ -28,7 +28,7 @@ import orjson
 
 from protocol.tuples import Kind, Tuple, Value
 
-__all__ = ["Split", "partition_of"]
+__all__ = ["Split", "partition_of", "shares"]
 
 _STABLE, _TENTATIVE = Kind.STABLE, Kind.TENTATIVE
 
@@ -64,3 +64,26 @@ class Split:
         """The tuples of ``tuples`` this partition receives, in order."""
         keeps = self.keeps
         return [t for t in tuples if keeps(t)]
+
+    @property
+    def scheme(self) -> tuple[int, tuple[int, ...]]:
+        """What the split of a stream depends on besides the partition: its shares of one
+        batch are one :func:`shares` call for every partition (and every replica)."""
+        return self.count, self.positions
+
+
+def shares(tuples: Iterable[Tuple], count: int, positions: tuple[int, ...]) -> list[list[Tuple]]:
+    """Every partition's share of ``tuples`` (``Split(i, count, positions).select`` for
+    each i), each data tuple's key hashed once: what a producer with many partition
+    subscribers computes per batch."""
+    out: list[list[Tuple]] = [[] for _ in range(count)]
+    dumps = orjson.dumps
+    for t in tuples:
+        kind = t[0]
+        if kind is not _STABLE and kind is not _TENTATIVE:
+            for share in out:
+                share.append(t)
+        else:
+            values = t[4]
+            out[crc32(dumps([values[p] for p in positions])) % count].append(t)
+    return out

@@ -82,7 +82,7 @@ from node.config.model import DEFAULT_CONSUMER_GRACE
 from node.errors import NodeError
 from node.net.transport import Connection
 from protocol.errors import RemoteProtocolError
-from protocol.exchange import Split
+from protocol.exchange import Split, shares
 from protocol.messages import (
     Ack,
     Batch,
@@ -232,6 +232,8 @@ class Publisher:
             self._grace_tick()
         subs = self._live.get(stream)
         if subs:
+            # Each partition's share is cut once per batch, for all its replicas.
+            cut: dict[tuple[int, tuple[int, ...]], list[list[Tuple]]] = {}
             for sub in subs.values():
                 if sub.ahead is None:
                     sent = batch
@@ -239,7 +241,15 @@ class Publisher:
                     sent = sub.ahead.view(batch)
                     if sub.ahead.passing:
                         sub.ahead = None
-                sub.pending.extend(sent if sub.split is None else sub.split.select(sent))
+                split = sub.split
+                if split is None:
+                    sub.pending.extend(sent)
+                elif sent is batch:
+                    if split.scheme not in cut:
+                        cut[split.scheme] = shares(batch, *split.scheme)
+                    sub.pending.extend(cut[split.scheme][split.index])
+                else:  # (an AheadView's filtered batch: its own)
+                    sub.pending.extend(split.select(sent))
                 sub.session.wakeup.set()
 
     def _grace_tick(self) -> None:

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from protocol.exchange import Split, partition_of
+from protocol.exchange import shares as cut
 from protocol.tuples import DATA_KINDS, Kind, Tuple, boundary, make_tuple, rec_done, undo
 
 
@@ -47,6 +48,7 @@ def test_the_shares_are_disjoint_cover_the_data_and_all_carry_every_control_tupl
     for p, share in enumerate(shares):
         assert all(partition_of([t.values[0]], count) == p
                    for t in share if t.kind in DATA_KINDS)
+    assert cut(stream, count, (0,)) == shares  # one pass, the same shares
 
 
 def test_a_key_of_several_attributes_hashes_them_together() -> None:
