@@ -123,10 +123,17 @@ class ChunkReader:
     def read_rows(self, chunks: Sequence[Chunk]) -> Any:
         """The rows of ``chunks``, one chunk after the other, as one Arrow table (columns
         kind, id, time, tmax, v0, v1, ...), or None when an attribute of one of their
-        segments is orjson text (mixed types: only :meth:`read` decodes them). Gathered
-        from the memory-mapped segments in one ``take``: a long replay reads tens of
-        thousands of chunks (one per bucket and port), and a slice per chunk, then their
-        concatenation, cost more than the rest of the replay's input."""
+        segments is orjson text (mixed types: only :meth:`read` decodes them)."""
+        gathered = self.gather(chunks)
+        return None if gathered is None else gathered[0].take(gathered[1])
+
+    def gather(self, chunks: Sequence[Chunk]) -> Any:
+        """Where the rows of ``chunks`` are: ``(table, rows)``, the concatenation of their
+        segments (memory-mapped, not copied) and the indices of the chunks' rows in it, one
+        chunk after the other; None as for :meth:`read_rows`. One ``take`` then gathers
+        them (a long replay reads tens of thousands of chunks, one per bucket and port,
+        and a slice per chunk, then their concatenation, cost more than the rest of the
+        replay's input); a caller with more to gather composes its own indices first."""
         import numpy as np
         import pyarrow as pa
 
@@ -149,7 +156,7 @@ class ChunkReader:
         lengths = np.array([c.length for c in chunks], dtype=np.int64)
         before = np.cumsum(lengths) - lengths  # each chunk's first row in the result
         rows = np.repeat(starts - before, lengths) + np.arange(int(lengths.sum()))
-        return pa.concat_tables(tables, promote_options="default").take(rows)
+        return pa.concat_tables(tables, promote_options="default"), rows
 
     def read(self, chunk: Chunk, start: int = 0, stop: int | None = None) -> list[Tuple]:
         """The chunk's tuples ``start .. stop`` (default: all), as they were written."""

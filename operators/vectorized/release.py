@@ -86,8 +86,10 @@ def _flow(schema: Schema, out: list[Tuple], runs: Sequence[Released]) -> Flow:
                         weights=np.array(lengths, dtype=np.int64),
                         minlength=len(runs)).astype(np.int64)
     parts = []
+    gathered = np.zeros(0, np.int64)  # the spilled rows' places in their segments
     if chunks:
-        parts.append(_chunk_rows(chunks, runs))
+        segments, gathered = _gather(chunks, runs)
+        parts.append(segments)
     if rows:
         parts.append(_rows_table(schema, rows, names))
     if not parts:
@@ -96,14 +98,19 @@ def _flow(schema: Schema, out: list[Tuple], runs: Sequence[Released]) -> Flow:
         data = pa.concat_tables([t.select(names) for t in parts], promote_options="default")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
         raise Fallback(f"the replay's columns do not agree: {e}") from None
-    # Row k of the release (sources in release order) is row index[k] of the concatenation.
+    # Row k of the release (sources in release order) is row index[k] of "all": the spilled
+    # rows in read order, then the in-memory ones; and row k of "all" is row place[k] of
+    # ``data`` (the segments, then the in-memory rows): one take gathers the step at the end.
+    in_segments = parts[0].num_rows if chunks else 0
+    place = np.concatenate([gathered, np.arange(in_segments, data.num_rows, dtype=np.int64)])
     length = np.array(lengths, dtype=np.int64)
     is_spilled = np.array(spilled, dtype=bool)
-    at = np.empty(len(length), dtype=np.int64)  # each source's first row in ``data``
+    at = np.empty(len(length), dtype=np.int64)  # each source's first row in "all"
     at[is_spilled] = np.cumsum(length[is_spilled]) - length[is_spilled]
     at[~is_spilled] = (int(length[is_spilled].sum()) + np.cumsum(length[~is_spilled])
                        - length[~is_spilled])
-    index = np.repeat(at - (np.cumsum(length) - length), length) + np.arange(int(length.sum()))
+    index = place[np.repeat(at - (np.cumsum(length) - length), length)
+                  + np.arange(int(length.sum()))]
     bucket = np.repeat(np.array(bucket_of, dtype=np.int64), length)
     # A stable sort by time within a bucket, ties in release order (port, then id). A
     # bucket's tuples are older than the next bucket's, so a stable sort by time alone is
@@ -138,19 +145,20 @@ def _empty(schema: Schema) -> pa.Table:
                     names=["id", "time", "tmax", "wave", *(f"v{i}" for i in range(len(schema)))])
 
 
-def _chunk_rows(chunks: list[Chunk], runs: Sequence[Released]) -> pa.Table:
-    """The spilled chunks' rows, one chunk after the other, as they are on disk; checked
-    to be all stable data. (A chunk's segment knows its file: any of the runs' readers
-    reads every chunk.)"""
+def _gather(chunks: list[Chunk], runs: Sequence[Released]) -> tuple[pa.Table, np.ndarray]:
+    """The spilled chunks' segments and their rows' places in them, one chunk after the
+    other (``ChunkReader.gather``); checked to be all stable data. (A chunk's segment knows
+    its file: any of the runs' readers reads every chunk.)"""
     store = next((r.store for r in runs if r.store is not None), None)
     if store is None:
         raise Fallback("spilled chunks without a store")
-    table = store.read_rows(chunks)
-    if table is None:
+    gathered = store.gather(chunks)
+    if gathered is None:
         raise Fallback("a spilled attribute of mixed types")
-    if np.any(table.column("kind").to_numpy() != 0):
+    table, rows = gathered
+    if np.any(table.column("kind").to_numpy()[rows] != 0):
         raise Fallback("a spilled chunk that is not all stable data")
-    return table
+    return table, rows
 
 
 def _rows_table(schema: Schema, rows: list[Tuple], names: list[str]) -> pa.Table:

@@ -69,18 +69,19 @@ def _full(column: Any, n: int) -> Any:
 def _boundaries(op: Operator, flow: Flow, kept: Any) -> list[Mark]:
     """The boundaries ``op`` emits: each input boundary past its watermark, after the
     output rows of the input rows before it (``kept``: cumulative count of passing rows,
-    None: every row passes)."""
+    None: every row passes). A boundary passes iff its time is above both the watermark
+    before it and the last boundary sent (which never exceeds that watermark or the sent
+    one the step began with): one comparison over the marks' running maximum."""
+    if not flow.marks:
+        return []
+    times = np.fromiter((m.tuple[2] for m in flow.marks), np.int64, len(flow.marks))
+    before = np.maximum.accumulate(np.concatenate([[op.watermarks[0]], times[:-1]]))
+    floor = max(op._boundary_out, NO_TIME)
     out: list[Mark] = []
-    wm, sent = op.watermarks[0], op._boundary_out
-    for m in flow.marks:
-        time = m.tuple[2]
-        if time <= wm:
-            continue
-        wm = time
-        if time > sent and time > NO_TIME:
-            sent = time
-            at = m.at if kept is None or m.at == 0 else int(kept[m.at - 1])
-            out.append(Mark(m.wave, at, boundary(time)))
+    for k in np.flatnonzero((times > before) & (times > floor)).tolist():
+        m = flow.marks[k]
+        at = m.at if kept is None or m.at == 0 else int(kept[m.at - 1])
+        out.append(Mark(m.wave, at, boundary(m.tuple[2])))
     return out
 
 
@@ -88,11 +89,11 @@ def _finish(op: Operator, flow: Flow, out: Flow) -> Flow:
     """Move ``op``'s bookkeeping to where running ``flow`` would have left it."""
     if flow.n:
         op._last_in_id = flow.data.column("id")[-1].as_py()
-    for m in flow.marks:
-        time = m.tuple[2]
-        if time > op.watermarks[0]:
-            op.watermarks = [time]
-            op.watermark = time
-    for m in out.marks:
-        op._boundary_out = op._boundary_floor = m.tuple[2]
+    if flow.marks:
+        top = max(m.tuple[2] for m in flow.marks)
+        if top > op.watermarks[0]:
+            op.watermarks = [top]
+            op.watermark = top
+    if out.marks:
+        op._boundary_out = op._boundary_floor = out.marks[-1].tuple[2]
     return out
