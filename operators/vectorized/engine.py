@@ -18,12 +18,14 @@ from operators.errors import Fallback
 from operators.filter import Filter
 from operators.join import Join
 from operators.map import Map
+from operators.soutput import SOutput
 from operators.union import Union
 from protocol.tuples import Schema, Tuple
 
 from .aggregate import run_aggregate
 from .flow import Flow
 from .join import run_join
+from .soutput import run_soutput
 from .stateless import run_filter, run_map
 from .union import run_union
 
@@ -31,6 +33,7 @@ __all__ = ["VECTORIZED", "Stream", "run_operator", "run_per_tuple", "run_step"]
 
 _VECTORIZED = {Filter: lambda op, flows, ports: run_filter(op, flows[0]),
                Map: lambda op, flows, ports: run_map(op, flows[0]),
+               SOutput: lambda op, flows, ports: run_soutput(op, flows[0]),
                Join: run_join, Union: run_union, Aggregate: run_aggregate}
 #: The operator types with a vectorized implementation (the conformance suite runs them).
 VECTORIZED = frozenset(cls.type_name for cls in _VECTORIZED)
@@ -59,6 +62,8 @@ class Stream:
         return self._batches
 
     def tuples(self) -> list[Tuple]:
+        if self._batches is None and self._flow is not None:
+            return self._flow.to_tuples()  # (not cut into waves first)
         return [t for _, batch in self.batches() for t in batch]
 
 

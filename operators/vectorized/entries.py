@@ -168,34 +168,51 @@ class Point:
 
 class Marks:
     """A step's boundaries in order: which ones the operator re-emits (its oldest time is
-    its min watermark: a join's, a union's), and the watermarks (and whether one moved)
-    before any entry."""
+    its min watermark: a join's, a union's), and the bookkeeping after each one that moved
+    a watermark (``g``: their global indices; ``watermarks``: one row each; ``sent``: the
+    last boundary re-emitted by then), from ``start``, the bookkeeping before any entry."""
 
-    def __init__(self, start: Point) -> None:
-        self.points: list[tuple[int, Point]] = [(-1, start)]  # (g of the mark, after it)
-        self.emitted: list[tuple[int, int]] = []  # (g, boundary time)
+    def __init__(self, start: Point, g: np.ndarray, watermarks: np.ndarray, sent: np.ndarray,
+                 emitted: list[tuple[int, int]]) -> None:
+        self.start, self.g, self.watermarks, self.sent = start, g, watermarks, sent
+        self.emitted = emitted  # (g, boundary time)
+
+    def _point(self, k: int) -> Point:
+        if k < 0:
+            return self.start
+        return Point(self.watermarks[k].tolist(), int(self.sent[k]), True)
 
     @property
     def final(self) -> Point:
-        return self.points[-1][1]
+        return self._point(len(self.g) - 1)
 
     def at(self, g: int) -> Point:
         """The bookkeeping right before entry ``g``."""
-        k = max(i for i, (mg, _) in enumerate(self.points) if mg < g)
-        return self.points[k][1]
+        return self._point(int(np.searchsorted(self.g, g, side="left")) - 1)
+
+
+_LOWEST = np.iinfo(np.int64).min
 
 
 def walk_marks(op: Operator, e: Entries) -> Marks:
-    wm, sent, advanced = list(op.watermarks), op._boundary_out, False
-    marks = Marks(Point(list(wm), sent, False))
-    for g in np.flatnonzero(e.is_mark):
-        p, time = int(e.port[g]), int(e.mark_time[g])
-        if time <= wm[p]:
-            continue
-        wm[p], advanced = time, True
-        b = min(wm)
-        if b > sent and b > NO_TIME:
-            sent = b
-            marks.emitted.append((int(g), b))
-        marks.points.append((int(g), Point(list(wm), sent, advanced)))
-    return marks
+    """The per-tuple operator's boundary bookkeeping over the step's marks, in arrays: a
+    mark moves its port's watermark if above it; the min watermark, when a mark moved it
+    above the last boundary sent, is re-emitted. (The last one sent before a mark is the
+    highest min watermark after any earlier mark that moved one, or the one sent before
+    the step: a min that did not go out was not above it then.)"""
+    wm0, sent0 = list(op.watermarks), op._boundary_out
+    start = Point(list(wm0), sent0, False)
+    mg = np.flatnonzero(e.is_mark)
+    ports, times = e.port[mg], e.mark_time[mg]
+    wm = np.empty((len(mg), len(wm0)), dtype=np.int64)
+    moved = np.zeros(len(mg), dtype=bool)
+    for p, w in enumerate(wm0):
+        run = np.maximum.accumulate(np.concatenate([[w], np.where(ports == p, times, _LOWEST)]))
+        wm[:, p] = run[1:]
+        moved |= (ports == p) & (times > run[:-1])
+    low = wm.min(axis=1) if len(mg) else np.zeros(0, np.int64)
+    earlier = np.maximum.accumulate(np.concatenate([[_LOWEST], np.where(moved, low, _LOWEST)]))
+    emitted = moved & (low > np.maximum(earlier[:-1], sent0)) & (low > NO_TIME)
+    sent = np.maximum(np.maximum.accumulate(np.where(emitted, low, _LOWEST)), sent0)
+    return Marks(start, mg[moved], wm[moved], sent[moved],
+                 list(zip(mg[emitted].tolist(), low[emitted].tolist(), strict=True)))

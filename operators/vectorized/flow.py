@@ -97,16 +97,37 @@ class Flow:
         return Flow(self.schema if schema is None else tuple(schema), data,
                     self.marks if marks is None else tuple(marks))
 
-    def to_waves(self) -> list[tuple[int, list[Tuple]]]:
-        """The flow as ``(wave, tuples)`` batches, in order (a wave with no entry is absent)."""
+    def rows(self) -> list[Tuple]:
+        """The data rows as tuples (STABLE), in order."""
         d = self.data
         ids, times, tmaxs = (d.column(k).to_pylist() for k in _KEYS[:3])
         attrs = [c.to_pylist() for c in self.attributes()]
         values = zip(*attrs, strict=True) if attrs else repeat((), len(ids))
-        tuples = list(map(_new, repeat(Tuple), zip(repeat(Kind.STABLE), ids, times, tmaxs,
-                                                   values)))
+        return list(map(_new, repeat(Tuple), zip(repeat(Kind.STABLE), ids, times, tmaxs,
+                                                 values)))
+
+    def to_tuples(self) -> list[Tuple]:
+        """The flow as one list of tuples: the rows with the marks at their places (what
+        a network output takes; :meth:`to_waves` cut into waves)."""
+        rows = self.rows()
+        if not self.marks:
+            return rows
+        out: list[Tuple] = []
+        k = 0
+        for m in self.marks:
+            at = min(m.at, len(rows))
+            if at > k:
+                out += rows[k:at]
+                k = at
+            out.append(m.tuple)
+        out += rows[k:]
+        return out
+
+    def to_waves(self) -> list[tuple[int, list[Tuple]]]:
+        """The flow as ``(wave, tuples)`` batches, in order (a wave with no entry is absent)."""
+        tuples = self.rows()
         # Cut where the wave changes and at the marks: slices, not a loop per tuple.
-        waves = d.column("wave").to_numpy()
+        waves = self.data.column("wave").to_numpy()
         cuts = sorted({0, len(tuples), *(int(k) for k in np.flatnonzero(np.diff(waves)) + 1),
                        *(min(m.at, len(tuples)) for m in self.marks)})
         out: list[tuple[int, list[Tuple]]] = []

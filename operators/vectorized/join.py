@@ -51,7 +51,8 @@ def run_join(op: Join, flows: Sequence[Flow], ports: Sequence[int]) -> Flow:
     e = Entries.order(flows, ports, seq0)
     marks = walk_marks(op, e)
     _check_not_late(op, flows, e)
-    sides = [_side(op, p, flows[p], e, seq0) for p in (0, 1)]
+    held = op.snapshot_state()
+    sides = [_side(op, p, held[p], flows[p], e, seq0) for p in (0, 1)]
     lpos, rpos = _key_positions(op)
     li, ri = _matches(sides, lpos, rpos, band)
     lg, rg = sides[0]["g"].to_numpy()[li], sides[1]["g"].to_numpy()[ri]
@@ -99,10 +100,11 @@ def _check_not_late(op: Join, flows: Sequence[Flow], e: Entries) -> None:
             raise Fallback(f"{op.describe()}: a tuple behind its input's watermark")
 
 
-def _side(op: Join, p: int, flow: Flow, e: Entries, seq0: int) -> dict[str, Any]:
-    """One side's candidates: the tuples stored before the step (g < 0, by their log seq)
-    then the step's, as arrays ``g``, ``time``, ``tmax`` and value columns ``v*``."""
-    stored = op.snapshot_state()[p]
+def _side(op: Join, p: int, stored: list[list[Any]], flow: Flow, e: Entries,
+          seq0: int) -> dict[str, Any]:
+    """One side's candidates: the tuples stored before the step (``stored``, the side's
+    snapshot_state: g < 0, by their log seq) then the step's, as arrays ``g``, ``time``,
+    ``tmax`` and value columns ``v*``."""
     schema = op.input_schemas[p]
     old_values = [typed_column([s[2][i] for s in stored], schema[i])
                   for i in range(len(schema))]

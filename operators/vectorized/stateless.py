@@ -24,7 +24,7 @@ from protocol.tuples import boundary
 from .expr import VectorFilter, VectorMap
 from .flow import Flow, Mark
 
-__all__ = ["run_filter", "run_map"]
+__all__ = ["passing_marks", "run_filter", "run_map"]
 
 
 def run_filter(op: Filter, flow: Flow) -> Flow:
@@ -69,20 +69,27 @@ def _full(column: Any, n: int) -> Any:
 def _boundaries(op: Operator, flow: Flow, kept: Any) -> list[Mark]:
     """The boundaries ``op`` emits: each input boundary past its watermark, after the
     output rows of the input rows before it (``kept``: cumulative count of passing rows,
-    None: every row passes). A boundary passes iff its time is above both the watermark
-    before it and the last boundary sent (which never exceeds that watermark or the sent
-    one the step began with): one comparison over the marks' running maximum."""
+    None: every row passes)."""
+    out: list[Mark] = []
+    for k in passing_marks(op, flow):
+        m = flow.marks[k]
+        at = m.at if kept is None or m.at == 0 else int(kept[m.at - 1])
+        out.append(Mark(m.wave, at, boundary(m.tuple[2])))
+    return out
+
+
+def passing_marks(op: Operator, flow: Flow) -> list[int]:
+    """Which of ``flow``'s boundaries ``op`` passes on (by index). A boundary passes iff its
+    time is above both the watermark before it and the last boundary sent (which never
+    exceeds that watermark or the one sent before the step): one comparison over the
+    marks' running maximum."""
     if not flow.marks:
         return []
     times = np.fromiter((m.tuple[2] for m in flow.marks), np.int64, len(flow.marks))
     before = np.maximum.accumulate(np.concatenate([[op.watermarks[0]], times[:-1]]))
     floor = max(op._boundary_out, NO_TIME)
-    out: list[Mark] = []
-    for k in np.flatnonzero((times > before) & (times > floor)).tolist():
-        m = flow.marks[k]
-        at = m.at if kept is None or m.at == 0 else int(kept[m.at - 1])
-        out.append(Mark(m.wave, at, boundary(m.tuple[2])))
-    return out
+    passing: list[int] = np.flatnonzero((times > before) & (times > floor)).tolist()
+    return passing
 
 
 def _finish(op: Operator, flow: Flow, out: Flow) -> Flow:

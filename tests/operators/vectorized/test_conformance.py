@@ -63,6 +63,6 @@ def test_the_vectorized_operator_conforms(type_name: str) -> None:
 
 
 def test_every_vectorized_type_is_a_registered_operator_with_a_case() -> None:
-    assert set(TYPES) == {"aggregate", "filter", "join", "map", "union"}
+    assert set(TYPES) == {"aggregate", "filter", "join", "map", "soutput", "union"}
     for t in TYPES:
         case_for(t)
