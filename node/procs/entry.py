@@ -16,7 +16,6 @@ and to the client's input link; nothing below the entry point reads the environm
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 import signal
@@ -28,6 +27,7 @@ from node.config.model import ClusterConfig
 from node.errors import NodeError
 from node.net.auth import authenticated
 from node.net.tcp import TcpTransport
+from node.procs.heap import tune_gc
 from node.procs.rundir import RunDir
 from node.streams.mutation import Mutation
 
@@ -107,14 +107,7 @@ async def _main(component: object) -> None:
     end_stream = getattr(component, "end_stream", None)
     if end_stream is not None:  # sources: SIGUSR1 ends the stream, the process keeps serving
         loop.add_signal_handler(signal.SIGUSR1, end_stream)
-    # Start-up objects live as long as the process: keep the cyclic GC off them. The data
-    # path allocates some ten objects per tuple, nearly all freed by reference counting
-    # (tuples hold no cycles): a young generation of 500,000 objects lets them die before
-    # the collector looks (at 50,000 it cost a replica 12% of its throughput: dpc bench
-    # throughput, 87,500 -> 100,000 tuples/s; the same as with the collector off).
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(500_000, 50, 100)
+    tune_gc()  # start-up objects frozen, a large young generation (node/procs/heap.py)
     await component.run(stop)  # type: ignore[attr-defined]
 
 

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from node.procs.heap import runtime_gc
 from operators import QueryNetwork
 from ops_scripts.errors import BenchFailed
 from protocol.codec import FrameDecoder, encode
@@ -131,19 +132,11 @@ def run_core_bench(tuples: int = 600_000, repeat: int = 3, frame: int = 100) -> 
     print(f"dpc bench core: {tuples:,} tuples, 3 streams, {frame} tuples/frame, best of {repeat}")
     print("  encoding frames ...", flush=True)
     frames = make_frames(tuples, frame)
-    # Long-lived heap frozen and GC thresholds raised, as the node runtime does: cyclic
-    # GC otherwise halves decode speed on large batches (DESIGN.md section 7).
-    gc.freeze()
-    old = gc.get_threshold()
-    gc.set_threshold(100_000, 50, 100)
-    try:
+    with runtime_gc():  # as the node processes run (DESIGN.md 7)
         print("  bare loop (decode + iterate) ...", flush=True)
         bare_s, n_bare = _best(_bare, frames, repeat)
         print("  chain (decode + SUnion -> filter -> aggregate -> SOutput) ...", flush=True)
         chain_s, n_chain = _best(chain_loop, frames, repeat)
-    finally:
-        gc.set_threshold(*old)
-        gc.unfreeze()
     bare_rate = n_bare / bare_s
     chain_rate = n_chain / chain_s
     ratio = chain_rate / bare_rate

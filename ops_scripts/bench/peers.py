@@ -34,14 +34,11 @@ KEYS = 16
 
 
 def _ours(tuples: int) -> dict[str, Any]:
-    import gc
-
+    from node.procs.heap import tune_gc
     from ops_scripts.bench.core import chain_loop, make_frames
 
     frames = make_frames(tuples, 100)
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(100_000, 50, 100)
+    tune_gc()  # as the node processes run (DESIGN.md 7)
     start = time.perf_counter()
     n = chain_loop(frames)
     return {"tuples": n, "seconds": time.perf_counter() - start}

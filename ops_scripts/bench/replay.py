@@ -24,7 +24,6 @@ unless ``--no-store``; ``replay_engine = "auto"`` then switches at them.
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import itertools
 import logging
@@ -41,6 +40,7 @@ from node.config.crossovers import Crossovers, read_crossovers, write_crossovers
 from node.config.load import load_config
 from node.config.model import ClusterConfig, NodeConfig
 from node.procs.generators import make_generator
+from node.procs.heap import runtime_gc
 from operators import QueryNetwork
 from ops_scripts.errors import BenchFailed
 from protocol.tuples import Kind, Tuple, boundary, make_tuple
@@ -178,30 +178,26 @@ def run_replay_bench(sizes: Sequence[int], config_path: Path, node_name: str | N
     print(f"  {'tuples':>12}{'engine':>12}{'seconds':>10}{'tuples/s':>14}{'outputs':>10}"
           f"{'vs inproc':>11}")
     rates: dict[str, dict[int, float]] = {e: {} for e in engines}
-    old = gc.get_threshold()
-    gc.freeze()  # as the runtime does (DESIGN.md 7): the GC would dominate either engine
-    gc.set_threshold(100_000, 50, 100)
     try:
-        for n in sizes:
-            runs = {}
-            for engine in engines:
-                with tempfile.TemporaryDirectory(prefix="dpc-bench-replay-") as d:
-                    runs[engine] = r = replay_once(
-                        config, node, engine, n, spark_step if engine == "spark" else step,
-                        Path(d), spark if engine == "spark" else None)
-                rates[engine][n] = r.rate
-                _row(r.tuples, engine, r.seconds, r.outputs, r.rate / runs["inproc"].rate)
-                if engine == "spark" and spark is not None and spark.start_s is not None:
-                    cold = r.seconds + spark.start_s
-                    _row(r.tuples, "spark cold", cold, r.outputs,
-                         r.tuples / cold / runs["inproc"].rate)
-                if r.digest != runs["inproc"].digest:
-                    raise BenchFailed(f"{n:,} tuples: the {engine} replay emitted other tuples "
-                                      f"than the per-tuple one ({r.outputs:,} vs "
-                                      f"{runs['inproc'].outputs:,})")
+        with runtime_gc():  # as the node processes run (DESIGN.md 7)
+            for n in sizes:
+                runs = {}
+                for engine in engines:
+                    with tempfile.TemporaryDirectory(prefix="dpc-bench-replay-") as d:
+                        runs[engine] = r = replay_once(
+                            config, node, engine, n, spark_step if engine == "spark" else step,
+                            Path(d), spark if engine == "spark" else None)
+                    rates[engine][n] = r.rate
+                    _row(r.tuples, engine, r.seconds, r.outputs, r.rate / runs["inproc"].rate)
+                    if engine == "spark" and spark is not None and spark.start_s is not None:
+                        cold = r.seconds + spark.start_s
+                        _row(r.tuples, "spark cold", cold, r.outputs,
+                             r.tuples / cold / runs["inproc"].rate)
+                    if r.digest != runs["inproc"].digest:
+                        raise BenchFailed(
+                            f"{n:,} tuples: the {engine} replay emitted other tuples than the "
+                            f"per-tuple one ({r.outputs:,} vs {runs['inproc'].outputs:,})")
     finally:
-        gc.set_threshold(*old)
-        gc.unfreeze()
         if spark is not None:
             spark.stop()
     print()
