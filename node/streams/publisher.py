@@ -506,9 +506,12 @@ class Publisher:
         session.wakeup.set()
         self._log.info(
             "%s: peer %s subscribed %r to %r from stable %d, tentative %d"
-            + (" (the live end)" if msg.live else "") + " (%d tuples to replay"
+            + (" (the live end)" if msg.live else "")
+            # (A partition's count is the stream's: its share is cut as the tuples are sent.)
+            + (" (%d tuples to replay" if split is None else " (%d tuples of the stream to replay")
             + (", ahead of this replica: filtered until it catches up)" if ahead else ")")
-            + (f" (partition {split.index} of {split.count}: its share only)" if split else ""),
+            + (f" (partition {split.index} of {split.count}: its share of them only)"
+               if split else ""),
             self.owner,
             session.conn.peer,
             name,
