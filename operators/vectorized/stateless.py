@@ -10,6 +10,7 @@ and only the attributes are computed, by :mod:`operators.vectorized.expr` (exact
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,7 @@ def run_filter(op: Filter, flow: Flow) -> Flow:
     _check_untainted(op)
     if not flow.n:  # only boundaries (an empty column has no type to compute with)
         return _finish(op, flow, flow.with_data(flow.data, _boundaries(op, flow, None)))
-    mask = VectorFilter(op.describe(), op.where, flow.schema).mask(flow.attributes(), flow.n)
+    mask = _predicate(op.describe(), op.where, tuple(flow.schema)).mask(flow.attributes(), flow.n)
     data = flow.data.filter(mask)
     kept = np.cumsum(np.asarray(mask.to_numpy(zero_copy_only=False), dtype=np.int64))
     return _finish(op, flow, flow.with_data(data, _boundaries(op, flow, kept)))
@@ -43,7 +44,7 @@ def run_map(op: Map, flow: Flow) -> Flow:
     """What ``op`` emits for ``flow`` (see :func:`run_filter`)."""
     _check_untainted(op)
     if flow.n:
-        fields = VectorMap(op.describe(), op._sources, flow.schema).columns(
+        fields = _fields(op.describe(), tuple(op._sources), tuple(flow.schema)).columns(
             flow.attributes(), flow.n)
     else:  # only boundaries
         fields = [pa.nulls(0) for _ in op._sources]
@@ -52,6 +53,17 @@ def run_map(op: Map, flow: Flow) -> Flow:
     names = [*d.column_names[:4], *(f"v{i}" for i in range(len(fields)))]
     data = d.from_arrays(columns, names=names)
     return _finish(op, flow, Flow(op.output_schema, data, tuple(_boundaries(op, flow, None))))
+
+
+# An expression is parsed and checked once, not at every replay step (of every replay).
+@lru_cache(maxsize=256)
+def _predicate(owner: str, source: str, schema: tuple[str, ...]) -> VectorFilter:
+    return VectorFilter(owner, source, schema)
+
+
+@lru_cache(maxsize=256)
+def _fields(owner: str, sources: tuple[str, ...], schema: tuple[str, ...]) -> VectorMap:
+    return VectorMap(owner, sources, schema)
 
 
 def _check_untainted(op: Operator) -> None:
