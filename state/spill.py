@@ -120,17 +120,12 @@ class ChunkReader:
 
     name: str
 
-    def read_rows(self, chunks: Sequence[Chunk]) -> Any:
-        """The rows of ``chunks``, one chunk after the other, as one Arrow table (columns
-        kind, id, time, tmax, v0, v1, ...), or None when an attribute of one of their
-        segments is orjson text (mixed types: only :meth:`read` decodes them)."""
-        gathered = self.gather(chunks)
-        return None if gathered is None else gathered[0].take(gathered[1])
-
     def gather(self, chunks: Sequence[Chunk]) -> Any:
         """Where the rows of ``chunks`` are: ``(table, rows)``, the concatenation of their
-        segments (memory-mapped, not copied) and the indices of the chunks' rows in it, one
-        chunk after the other; None as for :meth:`read_rows`. One ``take`` then gathers
+        segments (memory-mapped, not copied; columns kind, id, time, tmax, v0, v1, ...) and
+        the indices of the chunks' rows in it, one chunk after the other; None when an
+        attribute of one of their segments is orjson text (mixed types: only :meth:`read`
+        decodes them). One ``take`` then gathers
         them (a long replay reads tens of thousands of chunks, one per bucket and port,
         and a slice per chunk, then their concatenation, cost more than the rest of the
         replay's input); a caller with more to gather composes its own indices first."""
@@ -148,7 +143,7 @@ class ChunkReader:
             if c.segment.refs <= 0 or c.length <= 0:
                 raise StateError(f"spill {self.name}: {c!r} was released")
         if not tables:
-            raise StateError(f"spill {self.name}: read_rows of no chunk")
+            raise StateError(f"spill {self.name}: gather of no chunk")
         sizes = np.array([t.num_rows for t in tables], dtype=np.int64)
         bases = np.cumsum(sizes) - sizes  # each segment's first row in the concatenation
         starts = bases[np.array(which, dtype=np.int64)] + np.array([c.offset for c in chunks],
@@ -187,7 +182,7 @@ class ChunkReader:
 
 
 def segment_plan(chunks: Sequence[Chunk]) -> tuple[list[Chunk], list[int]]:
-    """How :meth:`ChunkReader.read_rows` gathers ``chunks``: one chunk per segment *file*
+    """How :meth:`ChunkReader.gather` gathers ``chunks``: one chunk per segment *file*
     (by path: chunks detached for another process each carry a segment object of their
     own, and a table per chunk made a Spark task's replay 60 times slower), in order of
     first use; and per chunk, the index of its segment among those."""

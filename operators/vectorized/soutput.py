@@ -18,7 +18,7 @@ from operators.soutput import SOutput
 from protocol.tuples import boundary, undo
 
 from .flow import Flow, Mark
-from .stateless import passing_marks
+from .stateless import passing_marks, raise_watermark
 
 __all__ = ["run_soutput"]
 
@@ -31,11 +31,12 @@ def run_soutput(op: SOutput, flow: Flow) -> Flow:
     keep = np.ones(flow.n, dtype=bool)
     end = None  # the row at which the drop ends
     if op._dropping and flow.n:
-        reached = flow.data.column("id").to_numpy() >= op._wait_id
+        ids = flow.data.column("id").to_numpy()
+        reached = ids >= op._wait_id
         if reached.any():
             end = int(np.argmax(reached))
             keep[:end] = False
-            keep[end] = flow.data.column("id")[end].as_py() != op._wait_id
+            keep[end] = int(ids[end]) != op._wait_id
         else:
             keep[:] = False
     kept = np.cumsum(keep, dtype=np.int64)
@@ -62,10 +63,6 @@ def run_soutput(op: SOutput, flow: Flow) -> Flow:
     if data.num_rows:
         op._last_stable = int(data.column("id")[-1].as_py())
         op._tent_after = False
-    if flow.marks:
-        top = max(m.tuple[2] for m in flow.marks)
-        if top > op.watermarks[0]:
-            op.watermarks = [top]
-            op.watermark = top
+    raise_watermark(op, flow)
     op._boundary_out = sent
     return flow.with_data(data, marks)

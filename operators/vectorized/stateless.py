@@ -25,7 +25,7 @@ from protocol.tuples import boundary
 from .expr import VectorFilter, VectorMap
 from .flow import Flow, Mark
 
-__all__ = ["passing_marks", "run_filter", "run_map"]
+__all__ = ["passing_marks", "raise_watermark", "run_filter", "run_map"]
 
 
 def run_filter(op: Filter, flow: Flow) -> Flow:
@@ -104,15 +104,20 @@ def passing_marks(op: Operator, flow: Flow) -> list[int]:
     return passing
 
 
-def _finish(op: Operator, flow: Flow, out: Flow) -> Flow:
-    """Move ``op``'s bookkeeping to where running ``flow`` would have left it."""
-    if flow.n:
-        op._last_in_id = flow.data.column("id")[-1].as_py()
+def raise_watermark(op: Operator, flow: Flow) -> None:
+    """A one-input operator's watermark after ``flow``'s boundaries (a lower one leaves it)."""
     if flow.marks:
         top = max(m.tuple[2] for m in flow.marks)
         if top > op.watermarks[0]:
             op.watermarks = [top]
             op.watermark = top
+
+
+def _finish(op: Operator, flow: Flow, out: Flow) -> Flow:
+    """Move ``op``'s bookkeeping to where running ``flow`` would have left it."""
+    if flow.n:
+        op._last_in_id = flow.data.column("id")[-1].as_py()
+    raise_watermark(op, flow)
     if out.marks:
         op._boundary_out = op._boundary_floor = out.marks[-1].tuple[2]
     return out

@@ -130,7 +130,7 @@ def test_a_new_store_deletes_what_a_dead_process_of_its_name_left(tmp_path: Path
 
 
 def test_many_chunks_are_read_at_once_from_each_segment_file_once(tmp_path: Path) -> None:
-    """read_rows gathers chunks in the order given, across segments, from each segment's
+    """gather finds chunks in the order given, across segments, from each segment's
     one mapped table, also for chunks detached for another process (each with a segment
     object of its own): one table per *file*, not per chunk."""
     store = SpillStore(tmp_path, "rows")
@@ -143,13 +143,14 @@ def test_many_chunks_are_read_at_once_from_each_segment_file_once(tmp_path: Path
                            (SegmentReader("task"), [store.detached(c) for c in order])):
         firsts, which = segment_plan(chunks)
         assert len(firsts) == 2 and which == [0] * 50 + [1] + [0] * 3
-        table = reader.read_rows(chunks)
+        segments, rows = reader.gather(chunks)
+        table = segments.take(rows)
         got = [make_tuple(Kind(k), i, tm, tx, (a, b)) for k, i, tm, tx, a, b in
                zip(*(table.column(n).to_pylist() for n in range(6)), strict=True)]
         assert same(got, expect)
     store.release(first[0])
     with pytest.raises(StateError, match="was released"):
-        store.read_rows([first[1], first[0]])
+        store.gather([first[1], first[0]])
 
 
 def test_empty_runs_are_refused(tmp_path: Path) -> None:
