@@ -226,8 +226,11 @@ class Faults:
         key = next(self._keys)
         faulty = FaultyConnection(conn, self, peer, key)
         self._conns[key] = faulty
-        if (rule := self.rule(peer)) is not None and rule.kind is CutKind.BLACKHOLE:
-            faulty._gappy = True
+        if (rule := self.rule(peer)) is not None:
+            # A connection accepted from a peer cut by a reset is torn down at once: an
+            # authenticated one names its peer here, and no later message would (it once
+            # served a client an isolated replica, tests/node/faults/test_cuts.py).
+            self._apply(faulty, rule)
         return faulty
 
     def _learned(self, conn: FaultyConnection) -> None:

@@ -267,6 +267,35 @@ async def test_a_reset_tears_down_both_ends_and_refuses_connects_until_healed(
     await world.link(a, b)
 
 
+async def test_a_connection_that_names_its_peer_when_accepted_is_torn_down_by_a_reset(
+    world: World,
+) -> None:
+    """An authenticated connection (node/net/auth.py) names its process when it is accepted
+    (``FaultyTransport.serve`` wraps it with its identity), so no later message teaches
+    the name: a reset rule for that peer must end it at once. (It did not: an isolated
+    replica, cut from its client by a reset, accepted the client's new heartbeat and
+    subscribe connections, answered STABLE with no input, and the client switched to it:
+    the isolate scenario's availability, invalid under load.)"""
+    a, b = await world.start("a"), await world.start("b")
+    a.faults.cut(["b"], kind="reset")
+    raw = await b.inner.connect(world.host, a.port)  # not through b's faults: b cut nobody
+    served = a.faults.wrap(raw, "b")  # what a's server does with b's authenticated connection
+    async with asyncio.timeout(GUARD):  # (it waited for ever)
+        with pytest.raises(ConnectionResetError,
+                           match=r"reset by fault injection \(a resets b\)"):
+            await served.receive()
+    with pytest.raises(ConnectionResetError):
+        await served.send(Ack("s", "a", 1))
+    assert a.faults.status()["reset"] == 1
+    await wait_until(lambda: a.ended == 1)  # the other end of the raw connection saw it end
+    await served.close()
+    # A blackhole rule marks it as one that may lose messages (closed at the heal), as before.
+    a.faults.cut(["b"])
+    gappy = a.faults.wrap(await b.inner.connect(world.host, a.port), "b")
+    assert gappy._gappy
+    await gappy.close()
+
+
 async def test_a_reset_replaces_a_blackhole_and_ends_a_delayed_connection(world: World) -> None:
     a, b = await world.start("a"), await world.start("b")
     b_to_a, a_served = await world.link(b, a)
