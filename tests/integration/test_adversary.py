@@ -64,12 +64,12 @@ alpha = 0.7
 
 [[faults]]
 at = 0.0
+# The attacks take 7-11 s: 25 s leaves them twice that and more (at 40 s, the last test
+# waited 30 s for the run to end).
 for = 25.0
 fault = "kill"
 process = "n1b"
 """
-#: (``for``: the attacks take some 7 s after the settle here, 11 s with the run's start;
-#: 25 s leaves them three times that, where 40 s had the last test wait 30 s for nothing.)
 #: How long a refusal may take to reach a log: a bound on a wait, never asserted on.
 WAIT = 30.0
 
