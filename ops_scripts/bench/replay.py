@@ -9,7 +9,9 @@ ends, as checkpoint/redo does in a replica. The same input is replayed once per 
 with the node's ``buffer_memory`` (what does not fit is spilled, as in a replica; the
 vectorized engine reads it back as Arrow) and the cyclic GC tuned as the runtime tunes it.
 Every engine must emit the same tuples (compared by digest): anything else is a bug, and
-the bench exits 1 saying so. Speed is reported as a ratio, never asserted.
+the bench exits 1 saying so. Speed is reported as a ratio, never asserted. ``gc s``: of a
+replay's seconds, those the cyclic GC took in this process (node/procs/heap.py's
+:class:`~node.procs.heap.GcClock`; a Spark replay's executors are not counted).
 
 Spark (node/spark/replay.py, as a replica runs it: jobs of ``--spark-step`` buckets, each
 a task over one partition, job and result through files) is timed warm: its session is
@@ -40,7 +42,7 @@ from node.config.crossovers import Crossovers, read_crossovers, write_crossovers
 from node.config.load import load_config
 from node.config.model import ClusterConfig, NodeConfig
 from node.procs.generators import make_generator
-from node.procs.heap import runtime_gc
+from node.procs.heap import GcClock, runtime_gc
 from operators import QueryNetwork
 from ops_scripts.errors import BenchFailed
 from protocol.tuples import Kind, Tuple, boundary, make_tuple
@@ -64,6 +66,7 @@ class ReplayRun:
     outputs: int
     digest: str
     spilled: int  # input tuples written to disk during the failure
+    gc_seconds: float  # of ``seconds``, the cyclic GC's collections (this process's)
 
     @property
     def rate(self) -> float:
@@ -133,19 +136,20 @@ def replay_once(config: ClusterConfig, node: NodeConfig, engine: str, tuples: in
     out: list[Tuple] = []
     if spark is not None:  # as a replica: the rewind's step is one bucket, here
         net.set_replay_step(1)
-    start = time.perf_counter()
-    result = net.rewind(point, now)
-    net.set_replay_step(step)
-    out += result.outputs[node.network.outputs[0]]
-    name = node.network.outputs[0]
-    while net.replaying:
-        call = net.replay(now) if spark is None else net.replay_elsewhere(now, spark.run)
-        out += call.outputs[name]
-    seconds = time.perf_counter() - start
+    with GcClock() as gc_clock:
+        start = time.perf_counter()
+        result = net.rewind(point, now)
+        net.set_replay_step(step)
+        out += result.outputs[node.network.outputs[0]]
+        name = node.network.outputs[0]
+        while net.replaying:
+            call = net.replay(now) if spark is None else net.replay_elsewhere(now, spark.run)
+            out += call.outputs[name]
+        seconds = time.perf_counter() - start
     spilled = net.spill_stats().written_tuples
     net.close_spill()
     digest = hashlib.sha256(repr([tuple(t) for t in out]).encode()).hexdigest()[:16]
-    return ReplayRun(engine, replayed, seconds, len(out), digest, spilled)
+    return ReplayRun(engine, replayed, seconds, len(out), digest, spilled, gc_clock.seconds)
 
 
 def crossover(sizes: Sequence[int], rate: dict[int, float],
@@ -176,7 +180,7 @@ def run_replay_bench(sizes: Sequence[int], config_path: Path, node_name: str | N
           f"{node.settings.buffer_memory // 2**20} MiB")
     spark = _spark(config) if "spark" in engines else None
     print(f"  {'tuples':>12}{'engine':>12}{'seconds':>10}{'tuples/s':>14}{'outputs':>10}"
-          f"{'vs inproc':>11}")
+          f"{'vs inproc':>11}{'gc s':>8}")
     rates: dict[str, dict[int, float]] = {e: {} for e in engines}
     try:
         with runtime_gc():  # as the node processes run (DESIGN.md 7)
@@ -188,11 +192,12 @@ def run_replay_bench(sizes: Sequence[int], config_path: Path, node_name: str | N
                             config, node, engine, n, spark_step if engine == "spark" else step,
                             Path(d), spark if engine == "spark" else None)
                     rates[engine][n] = r.rate
-                    _row(r.tuples, engine, r.seconds, r.outputs, r.rate / runs["inproc"].rate)
+                    _row(r.tuples, engine, r.seconds, r.outputs, r.rate / runs["inproc"].rate,
+                         r.gc_seconds)
                     if engine == "spark" and spark is not None and spark.start_s is not None:
                         cold = r.seconds + spark.start_s
                         _row(r.tuples, "spark cold", cold, r.outputs,
-                             r.tuples / cold / runs["inproc"].rate)
+                             r.tuples / cold / runs["inproc"].rate, r.gc_seconds)
                     if r.digest != runs["inproc"].digest:
                         raise BenchFailed(
                             f"{n:,} tuples: the {engine} replay emitted other tuples than the "
@@ -221,10 +226,11 @@ def run_replay_bench(sizes: Sequence[int], config_path: Path, node_name: str | N
     return 0
 
 
-def _row(tuples: int, engine: str, seconds: float, outputs: int, ratio: float) -> None:
+def _row(tuples: int, engine: str, seconds: float, outputs: int, ratio: float,
+         gc_seconds: float) -> None:
     rate = tuples / seconds if seconds > 0 else float("inf")
     print(f"  {tuples:>12,}{engine:>12}{seconds:>10.3f}{rate:>14,.0f}{outputs:>10,}"
-          f"{ratio:>10.2f}x", flush=True)
+          f"{ratio:>10.2f}x{gc_seconds:>8.3f}", flush=True)
 
 
 def _spark(config: ClusterConfig) -> SparkReplayer:

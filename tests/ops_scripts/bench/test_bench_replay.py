@@ -28,6 +28,10 @@ def test_tiny_sizes_print_every_engine_the_same_tuples_and_store_the_crossovers(
     rows = re.findall(r"^\s+([\d,]+)\s+(inproc|vectorized|spark|spark cold)\s+[\d.]+\s+"
                       r"[\d,]+\s+([\d,]+)", out, re.M)
     assert [r[1] for r in rows] == ["inproc", "vectorized", "spark", "spark cold"] * 2
+    # Each row's GC seconds, the last column, are a part of its replay's seconds.
+    timed = re.findall(r"^\s+[\d,]+\s+(?:inproc|vectorized|spark|spark cold)\s+([\d.]+)\s+.*"
+                       r"x\s+([\d.]+)$", out, re.M)
+    assert len(timed) == 8 and all(float(g) <= float(s) for s, g in timed), out
     assert len({r[2] for r in rows[:4]}) == 1 and len({r[2] for r in rows[4:]}) == 1
     assert rows[4][2] != "0"
     assert "every engine (inproc, vectorized, spark) emitted the same tuples" in out
