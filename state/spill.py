@@ -125,10 +125,10 @@ class ChunkReader:
         segments (memory-mapped, not copied; columns kind, id, time, tmax, v0, v1, ...) and
         the indices of the chunks' rows in it, one chunk after the other; None when an
         attribute of one of their segments is orjson text (mixed types: only :meth:`read`
-        decodes them). One ``take`` then gathers
-        them (a long replay reads tens of thousands of chunks, one per bucket and port,
-        and a slice per chunk, then their concatenation, cost more than the rest of the
-        replay's input); a caller with more to gather composes its own indices first."""
+        decodes them). One ``take`` then gathers them (a long replay reads tens of
+        thousands of chunks, one per bucket and port, and a slice per chunk, then their
+        concatenation, cost more than the rest of the replay's input); a caller with more
+        to gather composes its own indices first."""
         import numpy as np
         import pyarrow as pa
 
