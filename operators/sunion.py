@@ -32,6 +32,19 @@ when the failure heals come out stable after reconciliation). Time is only ever 
 passed in; ``process`` first releases what expired before the batch arrived, so calling
 ``on_timer`` exactly at each deadline or not at all gives the same output.
 
+*The chain rule* (issue 46; paper section 5.2: process & process keeps Delay_new at about
+alpha*X plus the chain's normal delay, flat in the chain's length). A tentative tuple on an
+input is an upstream SUnion's tentative release: that node already waited its alpha*X for
+the failure to heal, and no boundary will follow on that input until it is corrected (a
+tentative boundary never leaves a node). Waiting alpha*X again here would add one alpha*X
+per node along a chain. So in ``process`` mode, while an input carries tentative tuples not
+yet undone (``_port_tent``), pending buckets wait ``process_wait`` only, as during an
+episode of our own: the time the node's other inputs need to fill the bucket, Borealis'
+350 ms after a first expiry (NUMBERS.md). ``delay`` mode keeps the full wait (the paper's
+delay & delay adds alpha*X per node). Until the first tentative tuple arrives nothing
+changes: a node downstream of a failure waits as long as the node that meets it, in
+parallel with it, and no tentative result is released earlier than its upstream's.
+
 An UNDO that empties a pending bucket does not reset its age: the tuples that replace
 the undone ones (the corrections, or another replica's version after a switch) open it
 again with the first ``first_now`` it had. The node has held data for that time range since
@@ -256,7 +269,9 @@ class SUnion(Operator, Serializer):
             first = min(self._aged.values(), default=now)
             if arrived is not None:
                 first = min(first, arrived)
-            if first + self.wait <= now:
+            # (The batch may be an input's first tentative one: the chain rule's wait.)
+            wait = min(self.wait, self.process_wait) if self.mode == "process" else self.wait
+            if first + wait <= now:
                 return True
         deadline = self.next_deadline()
         return deadline is not None and deadline <= now
@@ -533,7 +548,12 @@ class SUnion(Operator, Serializer):
 
     # ------------------------------------------------------------------ release loop
     def _cur_wait(self) -> int:
-        return self.process_wait if self._ftb is not None and self.mode == "process" else self.wait
+        """A pending bucket's wait: alpha*X, or in ``process`` mode ``process_wait`` once an
+        episode began here *or an input carries tentative tuples* (the chain rule, module
+        docstring)."""
+        if self.mode == "process" and (self._ftb is not None or True in self._port_tent):
+            return self.process_wait
+        return self.wait
 
     def _min_first_now(self) -> int | None:
         if not self._mfn_ok:

@@ -82,6 +82,7 @@ from node.procs.rundir import (
     write_source_trim,
 )
 from node.streams.publisher import Publisher
+from protocol.messages import ConsistencyState, HeartbeatRequest, HeartbeatResponse, Message
 from protocol.tuples import END_OF_STREAM, Tuple, boundary
 from state.buffer import OutputBuffer
 from state.spill import SpillStore
@@ -145,7 +146,10 @@ class Source:
         # A source is the origin of its stream: a consumer that holds ids it never produced
         # is refused (its log was lost), never served boundaries without data.
         self.publisher = Publisher(name, {name: buf}, consumer_grace=config.consumer_grace, log=log,
-                                   serve_ahead=False, splits={name: config.splits(name)})
+                                   serve_ahead=False, splits={name: config.splits(name)},
+                                   responder=self._respond)
+        #: The largest tuple time published (data or boundary): heartbeat answers' frontier.
+        self.frontier = self._last_time
         end = read_source_end(run_dir, name)
         #: Ended in an earlier incarnation: produce nothing, republish the end, serve replays.
         self.ended_before = end is not None
@@ -160,6 +164,21 @@ class Source:
                      f"{self.produced:,}", time.monotonic() - began, f"{len(buf):,}",
                      f"{buf.trimmed_up_to:,}",
                      f", ended ({end['reason']})" if end else "; going on")
+
+    def _respond(self, msg: Message) -> Message | None:
+        """Heartbeats from the replicas that read this source (node/streams/monitor.py
+        watches every upstream neighbour, sources too: paper section 3.3): a source that
+        answers is STABLE, and its frontier is the largest tuple time it published. A
+        replica whose requests go unanswered declares its input unavailable at once (UP_FAILURE
+        on detection) instead of waiting alpha*X for SUnion's first tentative release."""
+        if not isinstance(msg, HeartbeatRequest):
+            # (config/roles.py refuses other requests to a source before they get here.)
+            log.error("source %s: no answer to a %s from %s: a source answers heartbeats only",
+                      self.src.name, type(msg).__name__, getattr(msg, "sender", "?"))
+            return None
+        name = self.src.name
+        return HeartbeatResponse(name, msg.seq, ConsistencyState.STABLE,
+                                 {name: ConsistencyState.STABLE}, {name: self.frontier})
 
     async def run(self, stop: asyncio.Event) -> None:
         server = await self.transport.serve(self.src.host, self.src.port, self.publisher.handle)
@@ -224,11 +243,14 @@ class Source:
                 writer.flush()
                 self.publisher.publish(name, batch)
                 self.produced = sched.produced
+                self.frontier = max(self.frontier, batch[-1][2])
             if sched.ended is not None:  # the rows ran out or the limit is reached
                 self._end(sched.ended)
                 break
             if now >= next_boundary:
-                self.publisher.publish(name, [boundary(sched.horizon(now))])
+                promise = sched.horizon(now)
+                self.publisher.publish(name, [boundary(promise)])
+                self.frontier = max(self.frontier, promise)
                 next_boundary = next_multiple(now, src.boundary_interval)
             await self.publisher.wait_for_room()
             # Wake when the next tuple (lingering) or the next boundary is due, whichever

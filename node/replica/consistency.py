@@ -22,6 +22,26 @@ start; the periodic ``Tick`` then only lets the SUnions forget what they release
 tentative release: SUnion signals UP_FAILURE in the call that made it, so a checkpoint then
 would restore the failure.
 
+*UP_FAILURE on detection* (issue 46; paper section 3: "if one input stream becomes
+unavailable or starts carrying tentative tuples, a node goes into the UP_FAILURE state").
+``InputsChanged(down)`` carries the input streams that no upstream replica (or source)
+offers alive and STABLE, by the heartbeat rule (node/streams/monitor.py ``cut_off``). In
+STABLE a non-empty set moves the replica to UP_FAILURE at once, long before SUnion's first
+tentative release (alpha*X later): the runtime's heartbeat answers then say UP_FAILURE for
+the outputs those inputs feed, and downstream moves to a STABLE partner (masking: the
+client sees neither the stall nor a tentative result). SUnion's wait does not change. Until
+an SUnion releases a tentative tuple the network still holds only stable data
+(``holds_only_stable``), so STABLE's checkpoint rules go on: PERIODIC takes one at once on
+this entry (the paper's checkpoint "when going into UP_FAILURE") and more on its grid,
+ON_FAILURE keeps forgetting released buckets and takes its checkpoint at
+``EpisodeImminent``, right before the first tentative release, exactly as from STABLE. So
+the checkpoint a reconciliation restores is still the last state before the first
+tentative tuple, and SUnion's kept buckets (truncated at each checkpoint) hold every input
+since it: the replay starts at the right point. If every input is back before a tentative
+release (``InputsChanged`` with an empty set), the replica is STABLE again with nothing to
+reconcile. After a reconciliation, a replica with an input still unavailable goes to
+UP_FAILURE, not STABLE.
+
 *UP_FAILURE.* SUnion delays or processes (``SetSUnionMode``). An SUnion that released
 tentative tuples (``UpFailure(sunion)``) is *failing* until its REC_REQUEST (``RecRequest(
 sunion)``: its inputs are corrected); once none is failing the replica must reconcile. With
@@ -72,13 +92,14 @@ if a new tentative tuple comes first); a REC_REQUEST that came meanwhile is then
 
 Invariants
 ----------
-* Checkpoints only in STABLE; ``Reconcile`` only on entering STABILIZATION; ``SendRecDone``
+* Checkpoints only while the network holds only stable data (STABLE, or UP_FAILURE before
+  the first tentative release); ``Reconcile`` only on entering STABILIZATION; ``SendRecDone``
   only on leaving it. Without SUSPEND, two replicas of a node never both reconcile where
   each one's decision counted the other's grant. No SUnion is failing in STABLE.
 * ``step`` is pure and total over the table; an event absent from the table for the current
   state raises :class:`ConsistencyError` naming both (a runtime bug, never a peer's doing),
   and so does an answer from a replica that is not a partner.
-* Never stuck: in STABLE, and in UP_FAILURE while a reconciliation awaits permission,
+* Never stuck: while only stable data is held, and in UP_FAILURE while a reconciliation awaits permission,
   :func:`next_deadline` is not None. (STABILIZATION waits on the runtime's own replay, which
   reports ``ReconciliationProgress`` after every batch or timer it pushes.)
 
@@ -88,13 +109,18 @@ partner's; *complete*: every partner still reachable granted our pending request
 
   state          event               guard                           actions -> next
   STABLE         Tick                checkpoint due                  TakeCheckpoint | ForgetReleased
+  STABLE         InputsChanged       some input down (else record)   -> UP_FAILURE (checkpoint due)
   STABLE         EpisodeImminent     ON_FAILURE (else none)          TakeCheckpoint
   STABLE         UpFailure                                           -> UP_FAILURE
   STABLE         PermissionAsked                                     Grant
   STABLE         PartnerAnswered     deciding (else none)            Log (stale)
   STABLE         PartnerUnreachable                                  (none: no longer counts)
+  UP_FAILURE     Tick                only stable held, cp. due       as STABLE's Tick
   UP_FAILURE     Tick                request pending, retry due      AskPermission | SelfGrant,
                                                                      Reconcile -> STABILIZATION
+  UP_FAILURE     InputsChanged       none down, only stable held     -> STABLE
+  UP_FAILURE     InputsChanged       otherwise                       (record)
+  UP_FAILURE     EpisodeImminent     ON_FAILURE, only stable held    TakeCheckpoint
   UP_FAILURE     UpFailure                                           (none: same failure)
   UP_FAILURE     RecRequest          SUSPEND, none failing           SuspendNewInput,
                                                                      Reconcile -> STABILIZATION
@@ -108,10 +134,12 @@ partner's; *complete*: every partner still reachable granted our pending request
   UP_FAILURE     PermissionAsked     pending and we outrank          Refuse
   UP_FAILURE     PermissionAsked     otherwise                       Grant (withdraw ours)
   STABILIZATION  Tick                                                (none)
+  STABILIZATION  InputsChanged                                       (record)
   STABILIZATION  UpFailure                                           Log (remember)
   STABILIZATION  RecRequest          none failing                    (remember)
   STABILIZATION  ReconciliationProgress  caught up                   SendRecDone [ResumeNewInput]
                                                                      -> STABLE | UP_FAILURE
+                                                                     (new failure or input down)
   STABILIZATION  PermissionAsked                                     Refuse
   STABILIZATION  PartnerAnswered     deciding (else none)            Log (stale)
   STABILIZATION  PartnerUnreachable                                  (none: no longer counts)
@@ -138,6 +166,7 @@ from node.replica.vocabulary import (
     Event,
     ForgetReleased,
     Grant,
+    InputsChanged,
     Log,
     Method,
     PartnerAnswered,
@@ -164,7 +193,7 @@ from node.replica.vocabulary import (
 
 __all__ = [
     "TRANSITIONS", "Action", "AskPermission", "Checkpointing", "EpisodeImminent", "Event",
-    "ForgetReleased", "Grant", "Log", "MachineState",
+    "ForgetReleased", "Grant", "InputsChanged", "Log", "MachineState",
     "Method", "PartnerAnswered", "PartnerUnreachable", "Permission",
     "PermissionAsked", "Policy", "RecRequest", "Reconcile", "ReconciliationProgress", "Refuse",
     "ResumeNewInput", "SelfGrant", "SendRecDone", "SetSUnionMode", "StabilizationStrategy",
@@ -191,6 +220,7 @@ class MachineState:
     new_failure: bool = False  # in STABILIZATION: a failure began meanwhile
     postponing: bool = False  # in UP_FAILURE: we granted a partner its reconciliation
     failing: frozenset[str] = frozenset()  # SUnions in an episode, no REC_REQUEST yet
+    down: frozenset[str] = frozenset()  # input streams unavailable (InputsChanged)
     granted: frozenset[str] = frozenset()  # partners that granted request ``request``
     unanswered: tuple[int, ...] = ()  # per partner (policy order): our requests, in a row
     checkpoints: int = 0
@@ -201,6 +231,16 @@ class MachineState:
     def request_pending(self) -> bool:
         """Our request is out and neither answered by a grant nor withdrawn."""
         return self.epoch <= self.request
+
+    @property
+    def holds_only_stable(self) -> bool:
+        """The network holds only stable data: STABLE, or UP_FAILURE entered on detection
+        (an input unavailable) before any SUnion released a tentative tuple. Checkpoints
+        are taken only then, and a failure's first tentative release is announced
+        (``EpisodeImminent``) only then."""
+        if self.state is State.STABLE:
+            return True
+        return self.state is State.UP_FAILURE and not self.failing and not self.rec_request
 
 
 Step: TypeAlias = tuple[MachineState, list[Action]]
@@ -215,7 +255,7 @@ def start(policy: Policy, now: int) -> Step:
 
 def next_deadline(m: MachineState) -> int | None:
     """When the runtime must feed ``Tick``; None while only events can move the machine."""
-    if m.state is State.STABLE:
+    if m.holds_only_stable:
         last = m.last_checkpoint_at
         return m.since if last is None else last + m.policy.checkpoint_interval
     if m.state is State.UP_FAILURE:
@@ -345,7 +385,53 @@ def _fail(m: MachineState, e: UpFailure) -> Step:
 
 
 def _another_failure(m: MachineState, e: UpFailure) -> Step:
-    return replace(m, failing=m.failing | {e.sunion}), []  # the same failure, another SUnion
+    first = m.holds_only_stable  # in UP_FAILURE on detection: the first tentative release
+    m = replace(m, failing=m.failing | {e.sunion})  # else the same failure, another SUnion
+    return m, [Log(f"{e.sunion} released tentative tuples")] if first else []
+
+
+def _names(streams: frozenset[str]) -> str:
+    return ", ".join(sorted(streams))
+
+
+def _inputs_changed(m: MachineState, e: InputsChanged) -> Step:
+    """STABLE: an input is unavailable: UP_FAILURE at once, before any tentative release,
+    so that the heartbeat answers say it and downstream moves to a STABLE partner. The
+    network still holds only stable data: with PERIODIC checkpointing one is taken at
+    once (the paper's checkpoint "when going into UP_FAILURE"), and more follow on the
+    grid until the first tentative release."""
+    m = replace(m, down=e.down)
+    if m.state is not State.STABLE or not e.down:
+        return m, []
+    m, actions = _enter(m, State.UP_FAILURE, e.now, f"input unavailable: {_names(e.down)} "
+                        "(no upstream replica alive and STABLE)")
+    return replace(m, last_checkpoint_at=None), actions
+
+
+def _inputs_changed_failing(m: MachineState, e: InputsChanged) -> Step:
+    """UP_FAILURE: every input is back before any tentative release: STABLE again, nothing
+    to reconcile. After a tentative release the REC_REQUESTs decide, as before."""
+    m = replace(m, down=e.down)
+    if e.down or not m.holds_only_stable:
+        return m, []
+    return _enter(m, State.STABLE, e.now, "inputs available again before any tentative "
+                                          "release: nothing to reconcile")
+
+
+def _record_inputs(m: MachineState, e: InputsChanged) -> Step:
+    return replace(m, down=e.down), []
+
+
+def _tick_failing(m: MachineState, e: Tick) -> Step:
+    if m.holds_only_stable:
+        return _checkpoint_if_due(m, e)
+    return _retry_if_due(m, e)
+
+
+def _imminent_failing(m: MachineState, e: EpisodeImminent) -> Step:
+    if m.holds_only_stable:
+        return _checkpoint_before_episode(m, e)
+    return m, []
 
 
 def _answer(m: MachineState, e: PermissionAsked) -> Step:
@@ -434,10 +520,12 @@ def _progress(m: MachineState, e: ReconciliationProgress) -> Step:
     done: list[Action] = [SendRecDone()]  # before any new input is let in
     if m.policy.stabilization is StabilizationStrategy.SUSPEND:
         done.append(ResumeNewInput())
-    if not (m.new_failure or m.rec_request):
+    if not (m.new_failure or m.rec_request or m.down):
         m, actions = _enter(m, State.STABLE, e.now, "reconciled and caught up")
         return m, done + actions
-    m, actions = _enter(m, State.UP_FAILURE, e.now, "reconciled; a new failure is under way")
+    why = ("a new failure is under way" if m.new_failure or m.rec_request
+           else f"input unavailable: {_names(m.down)}")
+    m, actions = _enter(m, State.UP_FAILURE, e.now, f"reconciled; {why}")
     done += actions
     if m.rec_request:
         m, actions = _serve_rec_request(m, e.now)
@@ -452,18 +540,22 @@ Handler: TypeAlias = Callable[[MachineState, Any], Step]
 #: (state, event type) -> handler, read-only. A pair that is absent is illegal.
 TRANSITIONS: Mapping[tuple[State, type[Any]], Handler] = MappingProxyType({
     (_S, Tick): _checkpoint_if_due,
+    (_S, InputsChanged): _inputs_changed,
     (_S, EpisodeImminent): _checkpoint_before_episode,
     (_S, UpFailure): _fail,
     (_S, PermissionAsked): _answer,
     (_S, PartnerAnswered): _answered_late,
     (_S, PartnerUnreachable): _unreachable,
-    (_U, Tick): _retry_if_due,
+    (_U, Tick): _tick_failing,
+    (_U, InputsChanged): _inputs_changed_failing,
+    (_U, EpisodeImminent): _imminent_failing,
     (_U, UpFailure): _another_failure,
     (_U, RecRequest): _corrected,
     (_U, PartnerAnswered): _answered,
     (_U, PartnerUnreachable): _unreachable_deciding,
     (_U, PermissionAsked): _answer,
     (_Z, Tick): _nothing,
+    (_Z, InputsChanged): _record_inputs,
     (_Z, UpFailure): _new_failure,
     (_Z, RecRequest): _corrected_meanwhile,
     (_Z, ReconciliationProgress): _progress,

@@ -315,12 +315,14 @@ class Manager:
         first, and with ON_FAILURE checkpointing takes its checkpoint now, while all the
         network holds is stable. (Nothing to do with PERIODIC: its checkpoints cover it.)
 
+        (STABLE here means: while the network holds only stable data, which UP_FAILURE on
+        detection does too until the first tentative release: ``holds_only_stable``.)
         With ON_FAILURE in STABLE the SUnions first forget what they released: the machine's
         ``ForgetReleased``, which it allows at any STABLE instant (no redo replays from before
         the checkpoint a failure takes, and that checkpoint comes after this, right below),
         here at every call instead of every ``checkpoint_interval``: keeping 200 ms of
         released input cost the replica 6% of its CPU at 90,000 tuples/s."""
-        if self._on_failure and self.machine.state is cm.State.STABLE:
+        if self._on_failure and self.machine.holds_only_stable:
             self.network.truncate()
             if self.network.episode_may_begin(now, stream, arrived):
                 self.feed(cm.EpisodeImminent(now))

@@ -70,7 +70,7 @@ from node.replica.recovery import (
     record_recovery,
 )
 from node.streams.link import InputLink
-from node.streams.monitor import UpstreamMonitor, upstream_links
+from node.streams.monitor import UpstreamMonitor, source_upstreams, upstream_links
 from node.streams.mutation import MUTATION_DUPLICATES, Mutation
 from node.streams.publisher import Publisher
 from operators import NetworkOutput, QueryNetwork, tuple_from_plain, tuple_to_plain
@@ -192,6 +192,14 @@ class Replica(PairModes, FluxMode):
         elif mutation is Mutation.STUCK_RECONCILIATION:
             log.error("%s: TEST MUTATION %s: this replica never reconciles", name,
                       mutation.value)
+        elif mutation is Mutation.LATE_UP_FAILURE:
+            log.error("%s: TEST MUTATION %s: no UP_FAILURE on detection (only at the first "
+                      "tentative release)", name, mutation.value)
+        #: The test-only mutation that keeps unavailable inputs from the machine.
+        self._late_up_failure = mutation is Mutation.LATE_UP_FAILURE
+        #: Input streams no upstream replica (or source) offers alive and STABLE, as the
+        #: monitor last said (``_inputs_down``); the outputs they feed say UP_FAILURE.
+        self.inputs_down: frozenset[str] = frozenset()
         # SOutput operator name -> global stream name
         self.stream_of = {op: stream for stream, op in self.node.outputs.items()}
         self.fed_by = _outputs_fed_by(self.network.spec.operators, self.stream_of)
@@ -237,6 +245,9 @@ class Replica(PairModes, FluxMode):
             interval=self.node.settings.heartbeat_interval,
             misses=self.node.settings.heartbeat_misses, lag=self.node.settings.wait, log=log,
             duals=flux_duals(config, self.me.name),
+            # (The mutation late-up-failure: sources unwatched, the machine never told.)
+            sources=None if self._late_up_failure else source_upstreams(config, self.links),
+            on_cut_off=None if self._late_up_failure else self._inputs_down,
         )
         self.incarnation = 1
         if recover:  # the crashed incarnation's logs stay, beside the new ones
@@ -368,6 +379,24 @@ class Replica(PairModes, FluxMode):
         if was is not None and self.state != was:
             self._record_state(self.state, now_us())
 
+    def _inputs_down(self, down: frozenset[str]) -> None:
+        """The monitor's word after an evaluation that changed it: the inputs that no
+        upstream replica (or source) offers alive and STABLE. The machine hears it at once
+        (``InputsChanged``: UP_FAILURE on detection, before any tentative release; STABLE
+        again if all are back before one). Once every input ended, nothing is missing."""
+        if self.ended:
+            down = frozenset()
+        was, self.inputs_down = self.inputs_down, down
+        if down == was:
+            return
+        if down - was:
+            log.warning("%s: input %s unavailable (no upstream replica alive and STABLE)",
+                        self.me.name, ", ".join(sorted(down - was)))
+        if was - down:
+            log.warning("%s: input %s available again", self.me.name,
+                        ", ".join(sorted(was - down)))
+        self.manager.feed(cm.InputsChanged(now_us(), down))
+
     def _record_state(self, state: str, at: int) -> None:
         """Append a state change to this replica's states log (merged into the history)."""
         with open(self.run_dir.replica_states(self.me.name), "ab") as f:
@@ -487,8 +516,11 @@ class Replica(PairModes, FluxMode):
 
     def _respond(self, msg: Message) -> Message | None:
         """The data port's answers: heartbeats (each output stream's state: the node's, but
-        UP_FAILURE where an input it depends on has no upstream replica alive and STABLE;
-        and its frontier, the largest tuple time published on it, which tells downstream
+        UP_FAILURE where an input it depends on has no upstream replica alive and STABLE,
+        and STABLE for the others while the network holds only stable data, STABLE or
+        UP_FAILURE on detection: paper section 3.3, "a subset of its outputs may be
+        unaffected by the failure and may remain in the stable state"; and its frontier,
+        the largest tuple time published on it, which tells downstream
         whether an UP_FAILURE replica makes progress; none while recovering), and partners'
         permission requests (the consistency manager decides)."""
         if isinstance(msg, HeartbeatRequest):
@@ -496,14 +528,14 @@ class Replica(PairModes, FluxMode):
                 return None
             state = ConsistencyState[self.state]
             streams = dict.fromkeys(self.node.outputs, state)
-            if state is ConsistencyState.STABLE:
-                # An input with no upstream replica left, or none that offers it STABLE, is
-                # a failure (paper section 2), although the machine learns of it only from
-                # SUnion's first tentative release, which never comes while nothing arrives
-                # at all (a lone input, or every upstream replica failing with no data):
-                # the outputs it feeds say UP_FAILURE, so that downstream does not move to
-                # this replica from one that still has input (simulate seed 922: a client
-                # left the replica serving tentative results for one whose upstream
+            if self.manager.machine.holds_only_stable:
+                streams = dict.fromkeys(self.node.outputs, ConsistencyState.STABLE)
+                # An input with no upstream replica (or source) left, or none that offers
+                # it STABLE, is a failure (paper section 2): the outputs it feeds say
+                # UP_FAILURE from its detection on (the machine hears it too: UP_FAILURE on
+                # detection), so that downstream moves to a STABLE partner at once, and
+                # never moves here from one that still has input (simulate seed 922: a
+                # client left the replica serving tentative results for one whose upstream
                 # replicas were all in UP_FAILURE with no input, and waited there).
                 for stream in self.monitor.cut_off():
                     streams.update(dict.fromkeys(self.fed_by.get(stream, ()),

@@ -125,9 +125,20 @@ class UpFailure:
 
 
 @dataclass(frozen=True, slots=True)
+class InputsChanged:
+    """The set of this replica's input streams that are *unavailable* changed: no upstream
+    replica (or source) of each is alive and STABLE by the heartbeat rule
+    (``UpstreamMonitor.cut_off``). ``down`` is the whole set now (empty: all are back)."""
+
+    now: int
+    down: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
 class EpisodeImminent:
     """The network call about to run at ``now`` may release an SUnion's first tentative
-    bucket (``QueryNetwork.episode_may_begin``); fed before it, while STABLE only."""
+    bucket (``QueryNetwork.episode_may_begin``); fed before it, while the network holds
+    only stable data (``MachineState.holds_only_stable``)."""
 
     now: int
 
@@ -168,8 +179,8 @@ class ReconciliationProgress:
 
 
 Event: TypeAlias = (
-    Tick | EpisodeImminent | UpFailure | RecRequest | PartnerAnswered | PartnerUnreachable
-    | PermissionAsked | ReconciliationProgress
+    Tick | InputsChanged | EpisodeImminent | UpFailure | RecRequest | PartnerAnswered
+    | PartnerUnreachable | PermissionAsked | ReconciliationProgress
 )
 
 

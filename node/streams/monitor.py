@@ -1,9 +1,12 @@
 """The HA monitor: heartbeats to upstream replicas, and switching input links (paper 3.3, 5).
 
 Role. A replica or a client owns one :class:`UpstreamMonitor` over the input links whose
-producer is a replicated node (a source has no replica to switch to: its silence is
-SUnion's business). The decisions are pure and live in ``node/streams/upstream.py``; this module is
-the I/O around them.
+producer is a replicated node. A replica's monitor also *watches* its sources (paper
+section 3.3: every upstream neighbour is probed; :func:`source_upstreams`): a source has no
+replica to switch to, but its silence makes that input unavailable, which the replica's
+consistency machine hears at once (``on_cut_off``: UP_FAILURE on detection, issue 46) instead
+of at SUnion's first tentative release alpha*X later. The decisions are pure and live in
+``node/streams/upstream.py``; this module is the I/O around them.
 
 Theory of operation
 -------------------
@@ -43,6 +46,13 @@ connections were adopted.
 A replica that cannot be connected to, or does not answer, misses its heartbeats: after more
 than ``misses`` in a row it is declared failed (the tracker's rule) and never chosen.
 
+Unavailable inputs. :meth:`UpstreamMonitor.cut_off` lists the inputs that no upstream
+replica offers as STABLE (every one dead, or saying UP_FAILURE / STABILIZATION), watched
+sources included (a source is STABLE while it answers). After every evaluation the owner's
+``on_cut_off`` hears that list whenever it changed: the replica's runtime turns it into the
+machine's ``InputsChanged`` event and into the per-output states its own heartbeat answers
+carry, so that its consumers leave it for a STABLE partner before any tentative release.
+
 Invariants
 ----------
 * A link is moved only to a producer the chooser picked from answered, alive replicas, and
@@ -76,6 +86,7 @@ __all__ = [
     "UpstreamReplica",
     "heartbeat_connection",
     "heartbeat_rounds",
+    "source_upstreams",
     "upstream_links",
 ]
 
@@ -104,6 +115,14 @@ def upstream_links(
             out[link.stream] = (link, [UpstreamReplica(r.name, r.host, r.data_port)
                                        for r in producer.replicas])
     return out
+
+
+def source_upstreams(config: ClusterConfig, links: Sequence[InputLink],
+                     ) -> dict[str, UpstreamReplica]:
+    """The links whose stream a source produces, with that source: watched for liveness
+    (heartbeats), never switched (there is no other replica of a source)."""
+    return {link.stream: UpstreamReplica(src.name, src.host, src.port)
+            for link in links if (src := config.sources.get(link.stream)) is not None}
 
 
 class _Probe:
@@ -181,10 +200,17 @@ class UpstreamMonitor:
         lag: int,
         log: logging.Logger,
         duals: Mapping[str, str] | None = None,
+        sources: Mapping[str, UpstreamReplica] | None = None,
+        on_cut_off: Callable[[frozenset[str]], None] | None = None,
     ) -> None:
         """``duals``: stream -> the replica of its flux producer pair on the owner's side
-        (Flux, docs/flux.md: each side of a stage feeds its own consumers)."""
+        (Flux, docs/flux.md: each side of a stage feeds its own consumers). ``sources``:
+        input stream -> its source, watched for liveness only (:func:`source_upstreams`).
+        ``on_cut_off``: told :meth:`cut_off` (as a set) after an evaluation that changed it."""
         self.owner = owner
+        self.sources = dict(sources or {})
+        self._on_cut_off = on_cut_off
+        self._cut_off: frozenset[str] = frozenset()
         self.duals = dict(duals or {})
         self.lag = lag
         # The link rule's threshold: the time a silent replica takes to be declared failed.
@@ -195,8 +221,10 @@ class UpstreamMonitor:
         self._names = {s: frozenset(r.name for r in rs) for s, rs in self.replicas.items()}
         self._by_address = {r.address: r.name for rs in self.replicas.values() for r in rs}
         self._address = {r.name: r.address for rs in self.replicas.values() for r in rs}
-        names = sorted({r.name for rs in self.replicas.values() for r in rs})
+        names = sorted({r.name for rs in self.replicas.values() for r in rs}
+                       | {r.name for r in self.sources.values()})
         self._probes = {r.name: _Probe(r) for rs in self.replicas.values() for r in rs}
+        self._probes.update((r.name, _Probe(r)) for r in self.sources.values())
         # Upstream replica -> the monitored streams it produces (what its heartbeats ack).
         self._acked_at: dict[str, list[str]] = {}
         for s, rs in self.replicas.items():
@@ -223,14 +251,15 @@ class UpstreamMonitor:
         return None if addr is None else self._by_address.get(addr)
 
     def cut_off(self) -> list[str]:
-        """The monitored input streams that no upstream replica offers as STABLE: every one
-        is dead (declared failed by the tracker) or says the stream is failing (UP_FAILURE,
-        STABILIZATION). Such an input brings tentative data or none; a live replica whose
-        state is not known yet counts as STABLE (start-up is not a failure)."""
+        """The monitored and watched input streams that no upstream replica (or source)
+        offers as STABLE: every one is dead (declared failed by the tracker) or says the
+        stream is failing (UP_FAILURE, STABILIZATION). Such an input brings tentative data or
+        none; a live replica whose state is not known yet counts as STABLE (start-up is not a
+        failure)."""
         t = self.tracker
         if t is None:
             return []
-        out = []
+        out = [s for s, src in self.sources.items() if not t.alive(src.name)]
         for s, rs in self.replicas.items():
             view = t.view(s)
             if not any(view[r.name].alive and view[r.name].state in (ConsistencyState.STABLE,
@@ -313,6 +342,15 @@ class UpstreamMonitor:
                                   stream, self.current(stream), choice.data, choice.resume.value)
                 link.switch_to(self._address[choice.data], tmax=choice.resume is Resume.TMAX)
             self._follow_corrections(stream, link, choice)
+        self._tell_cut_off()
+
+    def _tell_cut_off(self) -> None:
+        if self._on_cut_off is None:
+            return
+        now = frozenset(self.cut_off())
+        if now != self._cut_off:
+            self._cut_off = now
+            self._on_cut_off(now)
 
     def _follow_corrections(self, stream: str, link: InputLink, choice: Choice) -> None:
         wanted = None if choice.corrections is None else self._address[choice.corrections]

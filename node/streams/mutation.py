@@ -22,10 +22,15 @@ class Mutation(StrEnum):
     purpose). STUCK_RECONCILIATION (the replica's consistency manager,
     node/replica/manager.py): the replica never starts a reconciliation: its SUnions'
     REC_REQUESTs never reach the machine, so after a failure it stays in UP_FAILURE, its
-    tentative output never corrected (what the liveness check must catch)."""
+    tentative output never corrected (what the liveness check must catch).
+    LATE_UP_FAILURE (the replica, node/replica/runtime.py): the early UP_FAILURE is off: the
+    replica never hears that an input became unavailable (its heartbeats' verdict), so it
+    goes into UP_FAILURE only at its first tentative release and its partner's stability
+    is not used until then (what the masking check must catch: issue 46)."""
 
     RESUBSCRIBE_OVERLAP = "resubscribe-overlap"
     STUCK_RECONCILIATION = "stuck-reconciliation"
+    LATE_UP_FAILURE = "late-up-failure"
 
 
 #: The ``DPC_TEST_MUTATION`` value of the duplicates mutation.

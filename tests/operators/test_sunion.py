@@ -161,8 +161,13 @@ def test_a_held_batch_waits_from_its_arrival_at_the_node() -> None:
     assert u.next_deadline() == 120
     assert u.on_timer(120) == [o(T, 1, 0, 1, 5), tentative_boundary(10)]
     # Held longer than the wait: out at once, and may_begin_episode says so beforehand.
+    # (In delay mode exactly; in process mode from process_wait on, since the batch may be
+    # an input's first tentative one, which the chain rule lets wait only that long: an
+    # extra checkpoint at worst, never a missed one.)
+    w = sunion(2, mode="delay")
+    assert not w.may_begin_episode(100, True, 1) and w.may_begin_episode(100, True, 0)
     v = sunion(2)
-    assert not v.may_begin_episode(100, True, 1) and v.may_begin_episode(100, True, 0)
+    assert not v.may_begin_episode(100, True, 71) and v.may_begin_episode(100, True, 70)
     v.arrived = 0
     assert v.process(0, [d(0, 1, 5)], 100) == [o(T, 1, 0, 1, 5), tentative_boundary(10)]
     assert v.signals == [up_failure(100)]
@@ -171,8 +176,10 @@ def test_a_held_batch_waits_from_its_arrival_at_the_node() -> None:
 def test_an_undo_that_empties_a_pending_bucket_keeps_its_age() -> None:
     """Tentative input for bucket 0 came at 50; the UNDO at 120 empties the bucket; the
     corrections at 140 fill it again, and it is due at 150, not 240 (simulate seed 27968:
-    a consumer that moved to another replica waited alpha*X again for the same window)."""
-    u = sunion(2)
+    a consumer that moved to another replica waited alpha*X again for the same window).
+    In delay mode: in process mode the tentative input would have expired at 80 (the
+    chain rule's process_wait)."""
+    u = sunion(2, mode="delay")
     u.process(0, [d(0, 1, 5, T)], 50)
     u.process(0, [undo(0)], 120)
     assert u.next_deadline() is None  # nothing pending
@@ -567,3 +574,34 @@ def test_the_resume_point_keeps_nothing_of_the_pending_input() -> None:
     out = fresh.process(0, [d(0, 2, 12), boundary(20)], 5)
     out += fresh.process(1, [d(1, 2, 14), boundary(20)], 5)
     assert [t for t in out if t.kind is S] == [o(S, 3, 0, 2, 12), o(S, 4, 1, 2, 14)]
+
+
+# ------------------------------------------------------------------- the chain rule (#46)
+def test_a_tentative_input_shortens_the_wait_to_process_wait_in_process_mode() -> None:
+    """An input carrying tentative tuples comes from a node that already waited its
+    alpha*X: waiting 100 again here would add up along a chain. Every pending bucket then
+    waits process_wait (30), as in an episode of our own; the UNDO of that input ends it."""
+    u = sunion(2)  # wait 100, process_wait 30
+    assert u.process(1, [d(1, 1, 3)], 0) == []  # a stable tuple, bucket 0: due at 100
+    assert u.next_deadline() == 100
+    assert u.process(0, [d(0, 1, 15, T)], 10) == []  # port 0 turns tentative
+    assert u.next_deadline() == 30  # bucket 0 (first at 0) now waits process_wait only
+    assert u.on_timer(30) == [o(T, 1, 1, 1, 3), tentative_boundary(10)]
+    assert u.in_failure and u.signals == [up_failure(30)]
+    assert u.on_timer(40) == [o(T, 2, 0, 1, 15), tentative_boundary(20)]  # 10 + 30
+    # Corrections: the UNDO of port 0's tentative suffix; the stable re-sends keep the
+    # episode's short wait (its own), but a fresh SUnion shows the wait is back to 100.
+    v = sunion(2)
+    v.process(0, [d(0, 1, 15, T)], 10)
+    assert v.next_deadline() == 40
+    v.process(0, [undo(0)], 20)
+    assert v.next_deadline() is None  # the bucket is empty again
+    v.process(0, [d(0, 1, 15)], 25)
+    assert v.next_deadline() == 10 + 100  # not tentative any more: alpha*X, kept age
+
+
+def test_delay_mode_keeps_the_full_wait_on_a_tentative_input() -> None:
+    """Delay & delay adds alpha*X per node (the paper's figure): no chain rule there."""
+    u = sunion(2, mode="delay")
+    u.process(0, [d(0, 1, 15, T)], 10)
+    assert u.next_deadline() == 110

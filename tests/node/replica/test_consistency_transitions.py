@@ -22,6 +22,7 @@ from node.replica.consistency import (
     Event,
     ForgetReleased,
     Grant,
+    InputsChanged,
     Log,
     Method,
     PartnerAnswered,
@@ -68,8 +69,8 @@ from tests.node.replica.consistency_world import (
 
 NOBODY = "no partner reachable: each refused the connection or left 3 requests unanswered"
 ALL_EVENTS: list[type[Any]] = [
-    Tick, EpisodeImminent, UpFailure, RecRequest, PartnerAnswered, PartnerUnreachable, PermissionAsked,
-    ReconciliationProgress,
+    Tick, InputsChanged, EpisodeImminent, UpFailure, RecRequest, PartnerAnswered, PartnerUnreachable,
+    PermissionAsked, ReconciliationProgress,
 ]  # fmt: skip
 
 # ---------------------------------------------------------------------------------- helpers
@@ -463,11 +464,65 @@ def test_stabilization_ignores_answers_to_earlier_requests() -> None:
         assert m2 == m and "stale" in logs(actions)
 
 
+# ------------------------------------------------------------- UP_FAILURE on detection (#46)
+S3 = frozenset({"s3"})
+
+
+@covers((STABLE, InputsChanged))
+def test_an_unavailable_input_enters_up_failure_at_once_with_a_checkpoint_due() -> None:
+    m = stable(policy(checkpoint_interval=200 * MS))
+    m, actions = step(m, InputsChanged(30 * MS, S3))
+    assert (m.state, m.since, m.down) == (UP, 30 * MS, S3) and real(actions) == []
+    assert "STABLE -> UP_FAILURE: input unavailable: s3" in logs(actions)
+    # The network holds only stable data: the paper's checkpoint on entering UP_FAILURE
+    # is due at once, and the periodic ones go on until the first tentative release.
+    assert m.holds_only_stable and next_deadline(m) == 30 * MS
+    m, actions = step(m, Tick(30 * MS))
+    assert actions == [TakeCheckpoint()] and next_deadline(m) == 230 * MS
+    m, actions = step(m, UpFailure(60 * MS, U))
+    assert m.state is UP and not m.holds_only_stable and "released tentative" in logs(actions)
+    assert step(m, Tick(10_000 * MS))[1] == []  # no checkpoint after a tentative release
+    # An empty set in STABLE only records.
+    m, actions = step(stable(), InputsChanged(1, frozenset()))
+    assert m.state is STABLE and actions == []
+
+
+@covers((UP, InputsChanged), (UP, EpisodeImminent))
+def test_inputs_back_before_a_tentative_release_are_stable_again_with_nothing_to_do() -> None:
+    on_failure = policy(checkpointing=Checkpointing.ON_FAILURE, checkpoint_interval=200 * MS)
+    m, _ = run(stable(on_failure), InputsChanged(10 * MS, S3))
+    assert m.state is UP
+    assert step(m, Tick(10 * MS))[1] == [ForgetReleased()]  # as in STABLE
+    m, actions = step(m, EpisodeImminent(20 * MS))  # ON_FAILURE: its checkpoint, as in STABLE
+    assert actions == [TakeCheckpoint()] and m.checkpoints == 1
+    m, actions = step(m, InputsChanged(40 * MS, frozenset()))
+    assert (m.state, m.since, m.reconciliations) == (STABLE, 40 * MS, 0) and real(actions) == []
+    assert "nothing to reconcile" in logs(actions)
+    # After a tentative release, the inputs' return is only recorded: REC_REQUEST decides.
+    m, _ = run(stable(), InputsChanged(10 * MS, S3), UpFailure(20 * MS, U))
+    m, actions = step(m, InputsChanged(40 * MS, frozenset()))
+    assert m.state is UP and actions == [] and m.down == frozenset()
+    assert step(m, EpisodeImminent(50 * MS)) == (m, [])  # never fed then: no checkpoint
+    m, actions = step(m, RecRequest(60 * MS, U))
+    assert real(actions) == [AskPermission(Method.CHECKPOINT, 1)]
+
+
+@covers((STAB, InputsChanged))
+def test_a_reconciliation_ends_in_up_failure_while_an_input_is_unavailable() -> None:
+    m, actions = step(stabilization(), InputsChanged(40 * MS, S3))
+    assert m.state is STAB and actions == [] and m.down == S3
+    m, actions = step(m, ReconciliationProgress(90 * MS, True))
+    assert m.state is UP and real(actions) == [SendRecDone()] and m.holds_only_stable
+    assert "input unavailable: s3" in logs(actions)
+    m, _ = step(m, InputsChanged(100 * MS, frozenset()))
+    assert m.state is STABLE and m.reconciliations == 1
+
+
 # ------------------------------------------------------------------------- table and errors
 ILLEGAL = {(STABLE, RecRequest), (STABLE, ReconciliationProgress), (UP, ReconciliationProgress),
-           (UP, EpisodeImminent), (STAB, EpisodeImminent)}  # fmt: skip
+           (STAB, EpisodeImminent)}  # fmt: skip
 SAMPLE: dict[type[Any], Event] = {
-    Tick: Tick(1), EpisodeImminent: EpisodeImminent(1), UpFailure: UpFailure(1, U), RecRequest: RecRequest(1, U),
+    Tick: Tick(1), InputsChanged: InputsChanged(1, frozenset({"s3"})), EpisodeImminent: EpisodeImminent(1), UpFailure: UpFailure(1, U), RecRequest: RecRequest(1, U),
     PartnerAnswered: granted(1, 1), PartnerUnreachable: PartnerUnreachable(1, "r1"),
     PermissionAsked: ASK, ReconciliationProgress: ReconciliationProgress(1, True),
 }  # fmt: skip
