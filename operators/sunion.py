@@ -551,9 +551,12 @@ class SUnion(Operator, Serializer):
         """A pending bucket's wait: alpha*X, or in ``process`` mode ``process_wait`` once an
         episode began here *or an input carries tentative tuples* (the chain rule, module
         docstring)."""
-        if self.mode == "process" and (self._ftb is not None or True in self._port_tent):
+        if self.mode != "process":
+            return self.wait
+        if self._ftb is not None:
             return self.process_wait
-        return self.wait
+        # (Never longer than alpha*X: the chain rule only ever shortens a wait.)
+        return min(self.wait, self.process_wait) if True in self._port_tent else self.wait
 
     def _min_first_now(self) -> int | None:
         if not self._mfn_ok:

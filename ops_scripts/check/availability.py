@@ -37,6 +37,14 @@ crosses, so a client of a stream produced ``k`` nodes away from the sources wait
 ``k * X``. Nodes may each set their own ``X``; :func:`bound_for` sums each node's ``X``
 along the path whose sum is largest (with equal ``X`` that is the path with most nodes).
 
+The bound under issue 46's rules (docs/design.md, "Failure detection"). A node's SUnion
+holds a bucket at most ``alpha*X`` before it releases it tentatively, and less once an input
+carries tentative tuples (the chain rule: ``min(alpha*X, process_wait)`` in process mode), so
+a result still waits at most ``X`` per node: ``k*X`` stays the bound, and process & process
+now stays near ``alpha*X`` plus the path's normal delay, flat in ``k`` (experiment 3). A
+failure that leaves a STABLE replica of every node on the path is held to a much tighter
+bound, detection plus a switch: the masking property (``ops_scripts/check/masking.py``).
+
 Invariants: every function is pure (no I/O, no clock).
 """
 

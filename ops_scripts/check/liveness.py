@@ -34,6 +34,15 @@ unanswered requests, catch-up slack ``s``)::
         + R * REPLAY_FACTOR * (F+c)  each replica replays from its last checkpoint, at most c
                                      before the failure
 
+The rules of issue 46 leave ``B_N`` an upper bound (docs/design.md, "Failure detection"):
+a replica that goes into UP_FAILURE on detection (an input unavailable by its heartbeats)
+and sees every input back before any tentative release is STABLE again within ``m*h`` of
+the heal (its heartbeats' answer) with nothing to reconcile; one that released tentative
+tuples follows the terms above, its hold now at most ``alpha*X`` (the chain rule makes a
+downstream SUnion wait ``min(alpha*X, process_wait)`` once an input carries tentative
+tuples, never longer). A replica whose input is still unavailable at the end is excused
+below, as before (an input with no live producer).
+
 A node cannot correct its output before the nodes it reads from corrected theirs, so a
 replica of ``N`` gets ``B(N)``, the largest sum of ``B_M`` over the paths of nodes from the
 sources to ``N``; a client of a stream ``N`` produces gets ``B(N) + k*X`` (property 1: its

@@ -69,11 +69,17 @@ EXPECTED_LOG = {"throttled-client": [("c1", "input n1.out: switching from n1a to
                     ("n1b", "n1b: passive standby: restored from checkpoint "),
                     ("n1a", "n1a: secondary of a process pair (ha = 'passive_standby') with n1b"),
                     ("n1a", "n1a: passive standby: restored from checkpoint ")],
+                # masking (issue 46): each cut replica went into UP_FAILURE on detection
+                "masked-source-cut": [
+                    ("n1a", "n1a: STABLE -> UP_FAILURE: input unavailable: s3"),
+                    ("n1b", "n1b: STABLE -> UP_FAILURE: input unavailable: s3")],
                 # upstream backup: each takeover restarts from the last restart point
                 "upstream-backup-kill": [
                     ("n1b", "n1b: upstream backup: restored from restart point "),
                     ("n1a", "n1a: secondary of a process pair (ha = 'upstream_backup') with n1b"),
                     ("n1a", "n1a: upstream backup: restored from restart point ")]}
+#: Scenarios whose every failure leaves some replica of each node all its inputs (issue 46).
+MASKED = {"masked-source-cut"}
 #: Whether the replicas take {"cut", "direction", "kind"} and {"shape", ...} (node/faults/rules.py).
 
 
@@ -145,6 +151,9 @@ def test_example_scenario_runs_valid_and_exercises_dpc(path: Path, tmp_path: Pat
         tentative = [t for _, t in read_jsonl_tuples(rd.client_log("c1"))
                      if t.kind is Kind.TENTATIVE]
         assert tentative, "a failure longer than alpha*X left no tentative tuple at the client"
+    if path.stem in MASKED:  # a STABLE partner all along: the client saw no tentative result
+        assert not [t for _, t in read_jsonl_tuples(rd.client_log("c1"))
+                    if t.kind is Kind.TENTATIVE]
     # dpc run RUN_DIR/scenario.toml would replay the same schedule
     assert load_scenario(rd.path / "scenario.toml").faults == scenario.faults
     for process, line in EXPECTED_LOG.get(path.stem, []):

@@ -17,6 +17,7 @@ from node.net.memory import MemoryTransport
 from node.net.transport import Connection
 from node.procs.rundir import RunDir
 from node.replica.runtime import Replica
+from node.streams.mutation import Mutation
 from protocol.messages import ConsistencyState, HeartbeatRequest, HeartbeatResponse
 from tests.paths import EXAMPLES
 
@@ -98,3 +99,52 @@ async def test_a_bug_in_the_data_servers_handler_ends_the_replica(tmp_path: Path
         if not run.done():
             run.cancel()
     assert raised.group_contains(RuntimeError, match="publisher bug")
+
+
+def basic_replica(tmp_path: Path, mutation: Mutation | None = None) -> Replica:
+    """Replica n1a of examples/basic.toml: inputs s1, s2, s3, all sources."""
+    config = load_config(EXAMPLES / "basic.toml")
+    return Replica(config, "n1a", RunDir(tmp_path).ensure(),
+                   MemoryTransport().for_process("n1a"), mutation=mutation)
+
+
+def test_a_silent_source_puts_the_replica_in_up_failure_at_once_and_back(
+    tmp_path: Path,
+) -> None:
+    """Issue 46: a source is an upstream neighbour too; once its heartbeats go unanswered,
+    the replica is in UP_FAILURE (long before any tentative release) and its output says
+    so, so that the client moves to a STABLE partner; an answer again, before any tentative
+    release, and it is STABLE with nothing to reconcile."""
+    r = basic_replica(tmp_path)
+    try:
+        seqs = itertools.count(1)
+        assert answer(r).streams == {"n1.out": STABLE}
+        silence(r, "s3", seqs)
+        r.monitor.evaluate()
+        assert r.inputs_down == {"s3"} and r.state == "UP_FAILURE"
+        msg = answer(r)
+        assert msg.state is UP_FAILURE and msg.streams == {"n1.out": UP_FAILURE}
+        tracker = r.monitor.tracker
+        assert tracker is not None
+        seq = next(seqs)
+        tracker.sent("s3", seq, 0)
+        assert tracker.answered("s3", seq, STABLE, {"s3": STABLE}, {"s3": 0})
+        r.monitor.evaluate()
+        assert r.inputs_down == frozenset() and r.state == "STABLE"
+        assert answer(r).streams == {"n1.out": STABLE}
+        assert r.manager.machine.reconciliations == 0
+    finally:
+        for writer in r.output_logs.values():
+            writer.close()
+
+
+def test_the_late_up_failure_mutation_watches_no_source(tmp_path: Path) -> None:
+    """DPC_TEST_MUTATION=late-up-failure: what the masking check must catch. The sources
+    are not watched, so the replica learns of a silent source only from SUnion's first
+    tentative release, alpha*X later (the behaviour before issue 46)."""
+    r = basic_replica(tmp_path, Mutation.LATE_UP_FAILURE)
+    try:
+        assert r.monitor.tracker is None and r.monitor.cut_off() == []
+    finally:
+        for writer in r.output_logs.values():
+            writer.close()
