@@ -8,6 +8,7 @@ read them and judge, as pure functions wherever they can be. A checker that cras
   (``dpc check RUN_DIR``: read, judge, print, write check.json);
 * ``properties.py``: each property as a checker returning a :class:`Verdict` (properties 1-4);
 * ``liveness.py``: property 6, liveness after the final heal, and its bound;
+* ``masking.py``: a failure of some replicas only is masked (issue 46), and its bound;
 * ``sources.py``: the sources' logs and end records, eventual consistency's inputs;
 * ``reference.py``: the failure-free run of the source logs;
 * ``availability.py``: new results, Delay_new and the bound k*X;
@@ -25,6 +26,7 @@ from ops_scripts.check.liveness import (
     liveness_verdicts,
     node_bounds,
 )
+from ops_scripts.check.masking import check_masking, mask_bound, mask_windows, masking_verdicts
 from ops_scripts.check.properties import (
     Status,
     Verdict,
@@ -44,9 +46,10 @@ from ops_scripts.errors import CheckError
 
 __all__ = [
     "END_OF_STREAM", "FIGURE_KEYS", "CheckError", "Figures", "History", "Status", "Verdict", "apply_undos", "apply_undos_checked", "bound_for", "check_client",
-    "check_client_liveness", "check_no_duplicates", "check_recovered_replica", "check_replica",
+    "check_client_liveness", "check_masking", "check_no_duplicates", "check_recovered_replica", "check_replica",
     "check_replica_liveness", "check_run", "check_source_log", "check_stable_never_undone",
     "check_stream", "count_events", "delay_new", "final_digests", "guarded", "judge_delays",
-    "liveness_verdicts", "load_events", "load_history", "node_bounds", "read_history",
+    "liveness_verdicts", "load_events", "load_history", "mask_bound", "mask_windows",
+    "masking_verdicts", "node_bounds", "read_history",
     "reference_outputs", "run_check",
 ]

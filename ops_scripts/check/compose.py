@@ -45,6 +45,12 @@ composes the checkers of ``ops_scripts/check/properties.py``, ``sources.py`` and
   every replica is STABLE again and every client holds every result whose input came
   before it, within the bound B the config implies (``ops_scripts/check/liveness.py``; the
   evidence gives B's formula with its numbers).
+* **masking** (per client of a node's stream, issue 46; with a history only): a fault that
+  touched only some replicas of the nodes on the client's path, while one replica of each
+  kept every input, is masked: no tentative result whose tmax lies in its window, every new
+  result there within B = detection + answer + switch + the path's normal delay
+  (``ops_scripts/check/masking.py``; a client none of whose faults was such a failure is
+  valid, its evidence saying it was not judged).
 
 Output: a table (property, subject, status, evidence), each client's availability (counts,
 Delay_new, the distribution of the checked delays), ``dpc check: N valid, M invalid, K
@@ -74,6 +80,7 @@ from operators.taxonomy import RecoveryType, replicas_share_state
 from ops_scripts.check.availability import ClientDelays, assess, bound_for, judge_delays
 from ops_scripts.check.history import count_events, final_digests
 from ops_scripts.check.liveness import live_subject, liveness_verdicts
+from ops_scripts.check.masking import masking_verdicts
 from ops_scripts.check.paths import (
     Outage,
     client_outages,
@@ -307,9 +314,10 @@ def _digests(config: ClusterConfig, events: Sequence[Event] | None) -> list[Verd
             for node in config.nodes.values()]
 
 
-def _liveness(config: ClusterConfig, events: Sequence[Event], h: History,
-              reference: dict[str, list[Tuple]] | None, why: str) -> list[Verdict]:
-    """Property 6 per replica and per client (``liveness.py``); a crash is unknown."""
+def _client_rows(config: ClusterConfig, h: History,
+                 ) -> tuple[dict[str, list[tuple[int, Tuple]]], dict[str, str]]:
+    """Each client's log as ``(arrival, tuple)`` rows, and the run's problems (subject ->
+    why), with a client whose arrivals do not match its tuples among them."""
     problems = dict(h.problems)
     clients: dict[str, list[tuple[int, Tuple]]] = {}
     for c, rows in h.clients.items():
@@ -319,6 +327,13 @@ def _liveness(config: ClusterConfig, events: Sequence[Event], h: History,
         else:  # load_history reads both together: a bug of ours, the client's verdict unknown
             problems[client_subject(config.clients[c])] = (
                 f"{len(arrivals)} arrival times for {len(rows)} tuples")
+    return clients, problems
+
+
+def _liveness(config: ClusterConfig, events: Sequence[Event], h: History,
+              reference: dict[str, list[Tuple]] | None, why: str) -> list[Verdict]:
+    """Property 6 per replica and per client (``liveness.py``); a crash is unknown."""
+    clients, problems = _client_rows(config, h)
     if "history" in problems:  # unreadable: every liveness verdict is unknown, saying so
         for subject in [*(live_subject(r.name) for n in config.nodes.values() for r in n.replicas),
                         *(client_subject(c) for c in config.clients.values())]:
@@ -356,12 +371,13 @@ def check_run(config: ClusterConfig, events: Sequence[Event] | None,
     as :func:`load_events` gives them or as a simulation holds them in memory. Order:
     availability, no-duplicates, stable-never-undone, eventual-consistency (sources, then
     clients), replica-convergence of the streams and of the state digests, then liveness
-    (with a history only, like availability)."""
+    and masking (with a history only, like availability)."""
     available, delays = _availability(config, events, h)
     reference, why = _reference(config, h)
     verdicts = [*available, *_log_verdicts(config, h, reference, why), *_digests(config, events)]
     if events is not None:
         verdicts += _liveness(config, events, h, reference, why)
+        verdicts += masking_verdicts(config, events, *_client_rows(config, h))
     if not verdicts:
         verdicts.append(Verdict("run", Status.UNKNOWN, "the config has no client and no node"))
     return verdicts, _figures(h, events, delays)

@@ -81,6 +81,7 @@ __all__ = [
     "own_promise",
     "served",
     "stream_promise",
+    "upstream_nodes",
     "why_not_served",
 ]
 
@@ -357,7 +358,7 @@ def own_promise(node: NodeConfig) -> RecoveryType:
     return promised_recovery(node.settings.ha, network_class(node.network).cls)
 
 
-def _upstream_nodes(config: ClusterConfig, name: str) -> list[NodeConfig]:
+def upstream_nodes(config: ClusterConfig, name: str) -> list[NodeConfig]:
     """Node ``name`` and every node upstream of it, through node inputs, in config order."""
     seen: set[str] = set()
     todo = [name]
@@ -376,13 +377,13 @@ def flux_path(config: ClusterConfig, stream: str) -> bool:
     exactly-once property judges."""
     producer = config.producer_of(stream)
     return isinstance(producer, NodeConfig) and all(
-        n.settings.ha == "flux" for n in _upstream_nodes(config, producer.name))
+        n.settings.ha == "flux" for n in upstream_nodes(config, producer.name))
 
 
 def node_promise(config: ClusterConfig, name: str) -> Promise:
     """The promise of node ``name``'s outputs: the weakest (largest) of its own and every
     upstream node's (module docstring)."""
-    own = [(n, own_promise(n)) for n in _upstream_nodes(config, name)]
+    own = [(n, own_promise(n)) for n in upstream_nodes(config, name)]
     weakest = max(t for _, t in own)
     return Promise(weakest, tuple((n.name, n.settings.ha) for n, t in own if t is weakest))
 

@@ -21,25 +21,35 @@ when the cluster cannot have it. ``dpc torture`` (real processes) and ``dpc simu
   first lasts): the case CEC lifts DPC's n - 1 limit for;
 * :func:`long_source_pause`: a source paused for longer than it takes to fall a whole
   batch (``SOURCE_BATCH`` tuples) behind; the caller raises that source's rate so that the
-  pause stays a few seconds (issue 13: a source that falls behind must not end its stream).
+  pause stays a few seconds (issue 13: a source that falls behind must not end its stream);
+* :func:`subset_failure`: a failure of one replica of a DPC node, which its partners mask
+  (issue 46, the checker's masking property, ``ops_scripts/check/masking.py``): a source
+  cut from it, it isolated, or it killed, for 1.2-2 X (longer than alpha*X: unmasked, it
+  would bring tentative results), starting ``SUBSET_GAP`` X after every other fault of the
+  schedule healed, so that no other fault makes its window one the checker cannot judge.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from typing import Any
 
 from node.config.model import ClusterConfig
 
 __all__ = [
-    "RECOVERY_GAP", "SOURCE_BATCH", "cec_nodes", "kill_during_failure", "kills_at_once",
-    "kills_in_turn", "long_source_pause", "stabilization",
+    "RECOVERY_GAP", "SOURCE_BATCH", "SUBSET_GAP", "cec_nodes", "kill_during_failure",
+    "kills_at_once", "kills_in_turn", "long_source_pause", "stabilization", "subset_failure",
 ]
 
 RECOVERY_GAP = 3.0  # seconds between a restart and the partner's kill
 #: The most tuples a source produces in one batch (node/procs/source.py): a source paused
 #: for longer than SOURCE_BATCH / rate seconds catches up over several batches.
 SOURCE_BATCH = 10_000
+#: A subset failure starts 1.5-2.5 X (this range) after the schedule's last heal: past the
+#: masking checker's look-around (its bound B, about a second) and the reconciliations
+#: of what came before (a replica not STABLE when it starts leaves it unjudged).
+SUBSET_GAP = (1.5, 2.5)
 
 Tables = list[dict[str, Any]]
 
@@ -135,3 +145,37 @@ def long_source_pause(config: ClusterConfig, rng: random.Random, duration: float
     length = round(rng.uniform(1.2, 1.5) * SOURCE_BATCH / rate, 3)
     at = round(rng.uniform(0.0, max(duration - 1.0, 0.1)), 3)
     return source, [{"at": at, "for": length, "fault": "pause", "process": source}]
+
+
+def subset_failure(config: ClusterConfig, rng: random.Random, after: float,
+                   kinds: Sequence[str]) -> Tables:
+    """One failure of one replica of a DPC node of two or more replicas, starting
+    ``SUBSET_GAP`` X after ``after`` (the schedule's last heal): a source it reads cut from
+    it alone, it isolated (``kinds`` has "partition"), or it killed ("kill"). Nothing when
+    the cluster has no such node or ``kinds`` neither."""
+    nodes = [n for n in config.nodes.values()
+             if len(n.replicas) >= 2 and n.settings.ha == "dpc"]
+    shapes = [s for s, kind in (("source", "partition"), ("isolate", "partition"),
+                                ("kill", "kill")) if kind in kinds]
+    if not nodes or not shapes:
+        return []
+    shape = rng.choice(shapes)
+    if shape == "source":
+        fed = [(n, s) for n in nodes for s in n.inputs if s in config.sources]
+        if not fed:
+            return []
+        node, source = rng.choice(fed)
+    else:
+        node, source = rng.choice(nodes), ""
+    x = node.settings.x / 1e6
+    replica = rng.choice([r.name for r in node.replicas])
+    at = round(after + rng.uniform(*SUBSET_GAP) * x, 3)
+    table: dict[str, Any] = {"at": at, "for": round(rng.uniform(1.2, 2.0) * x, 3)}
+    if shape == "kill":
+        return [{**table, "fault": "kill", "process": replica}]
+    cut = rng.choice(("blackhole", "reset"))
+    if shape == "isolate":
+        return [{**table, "fault": "partition", "shape": "isolate", "process": replica,
+                 "cut": cut}]
+    return [{**table, "fault": "partition", "shape": "source", "source": source,
+             "replicas": [replica], "cut": cut}]

@@ -372,13 +372,18 @@ def _virtual_process(rd: RunDir, verbose: bool) -> Iterator[asyncio.Runner]:
 #: Probability of a kill of one of three replicas across a failure of the others' input.
 P_KILL_DURING_FAILURE = 0.3
 P_KILLS_AT_ONCE = 0.5  # of every replica of a CEC node killed at once (CEC clusters only)
+#: Of a failure of one replica after the rest (``extras.subset_failure``): what the masking
+#: property judges (issue 46; other faults overlap too often for it to judge theirs).
+P_SUBSET_FAILURE = 0.8
 
 
 def simulation_schedule(config: ClusterConfig, rng: random.Random, opts: SimOptions,
                         ) -> list[Fault]:
     """A run's faults, drawn from ``rng`` only: ``opts.faults`` random ones of
     ``opts.kinds`` and, with kills among them and a node of three replicas, sometimes a kill
-    of one of them across a source cut from the others (``extras.kill_during_failure``)."""
+    of one of them across a source cut from the others (``extras.kill_during_failure``);
+    then, with ``P_SUBSET_FAILURE``, a failure of one replica of a node after everything
+    healed (``extras.subset_failure``: what the masking property judges)."""
     faults = random_faults(config, rng, duration=opts.duration, count=opts.faults,
                            kinds=opts.kinds)
     if "kill" in opts.kinds and not crashes_only(config) and rng.random() < P_KILL_DURING_FAILURE:
@@ -392,6 +397,14 @@ def simulation_schedule(config: ClusterConfig, rng: random.Random, opts: SimOpti
         with contextlib.suppress(ScheduleError):
             faults = parse_faults([*(f.table() for f in faults),
                                    *extras.kills_at_once(config, rng, opts.duration)], config)
+    # Last, so that every draw above stays what it was for a seed: a failure of one replica
+    # after everything healed, for the masking property (not on a process pair's cluster).
+    if not crashes_only(config) and rng.random() < P_SUBSET_FAILURE:
+        last = max((f.heal_at for f in faults), default=0.0)
+        tables = extras.subset_failure(config, rng, last, opts.kinds)
+        if tables:
+            with contextlib.suppress(ScheduleError):  # (none expected: all healed by then)
+                faults = parse_faults([*(f.table() for f in faults), *tables], config)
     return faults
 
 

@@ -19,6 +19,7 @@ from tests.ops_scripts.check.world import (
     EC,
     HASHES,
     LV,
+    MK,
     N1,
     ND,
     RC,
@@ -79,9 +80,11 @@ def test_a_clean_run_with_a_history_is_valid_on_all_six_properties(world: World)
     config, _, ref = world
     verdicts, figures = check_run(config, clean_events(world), logs(world, corrected(ref)))
     assert [v for v in verdicts if v.status is not Status.VALID] == []
-    assert {v.name for v in verdicts} == {AV, ND, SU, EC, RC, LV}
-    # Changed: liveness per replica and per client, eventual consistency per source too.
+    assert {v.name for v in verdicts} == {AV, ND, SU, EC, RC, LV, MK}
+    # Changed: liveness per replica and per client, eventual consistency per source too;
+    # masking per client (the cut of n1a from c1 is a subset failure: n1b served it).
     assert {v.subject for v in verdicts if v.name == LV} == {"replica n1a", "replica n1b", C1}
+    assert {v.subject for v in verdicts if v.name == MK} == {C1}
     assert {v.subject for v in verdicts if v.name == EC} == {"source s1", "source s2", C1}
     by = keyed(verdicts)
     assert "every new result within the bound k*X = 3.000 s" in by[AV, C1].evidence

@@ -20,6 +20,7 @@ from tests.ops_scripts.check.world import (
     EC,
     HASHES,
     LV,
+    MK,
     ND,
     RC,
     SECOND,
@@ -124,7 +125,9 @@ def test_run_check_with_a_history_judges_availability_and_writes_figures(tmp_pat
         {"t": 0, "event": "start", "config": str(rd.config), "name": "basic"},
         {"t": 0, "event": "ready"},  # up at once: nothing before it to excuse
         state(0, "n1a", "STABLE"), state(0, "n1b", "STABLE"),
-        fault(SECOND, 1, config, **link("n1a", "c1")), heal(2 * SECOND, 1),
+        # (after the client's tentative stretch, about 1.7 s: masking, which judges this
+        # subset failure, would find it there)
+        fault(3 * SECOND, 1, config, **link("n1a", "c1")), heal(3_500_000, 1),
         {"t": 9 * SECOND, "event": "heal_all"},
         digest(10 * SECOND, "n1a", **HASHES), digest(10 * SECOND, "n1b", **HASHES),
         {"t": 11 * SECOND, "event": "end"},
@@ -132,8 +135,9 @@ def test_run_check_with_a_history_judges_availability_and_writes_figures(tmp_pat
     rd.history.write_text("".join(json.dumps(e) + "\n" for e in events))
     code, text, report = run(rd)
     assert code == 0, text
-    assert "dpc check: 13 valid, 0 invalid, 0 unknown -> PASS" in text  # was 7: sources, liveness
-    assert {v["property"] for v in report["verdicts"]} == {AV, ND, SU, EC, RC, LV}
+    # (was 7: sources, liveness; then 13: masking)
+    assert "dpc check: 14 valid, 0 invalid, 0 unknown -> PASS" in text
+    assert {v["property"] for v in report["verdicts"]} == {AV, ND, SU, EC, RC, LV, MK}
     figures = report["figures"]
     assert set(figures) == set(FIGURE_KEYS)
     n_data = sum(1 for t in client if t.kind in (Kind.STABLE, Kind.TENTATIVE))
@@ -149,7 +153,7 @@ def test_run_check_with_a_history_judges_availability_and_writes_figures(tmp_pat
     arrivals[r.line - 1] = r.tmax + 5 * SECOND
     write_client(rd, client, arrivals)
     code, text, report = run(rd)
-    assert code == 1 and "dpc check: 12 valid, 1 invalid, 0 unknown -> FAIL" in text
+    assert code == 1 and "dpc check: 13 valid, 1 invalid, 0 unknown -> FAIL" in text
     (v,) = [v for v in report["verdicts"] if v["status"] == "invalid"]
     assert v["property"] == AV and v["subject"] == C1
     assert v["evidence"].startswith(

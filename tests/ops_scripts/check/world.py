@@ -37,6 +37,7 @@ C1 = "client c1 (n1.out)"
 N1 = "node n1 (state digests)"
 AV, ND, SU = "availability", "no-duplicates", "stable-never-undone"
 EC, RC, LV = "eventual-consistency", "replica-convergence", "liveness"
+MK = "masking"
 HASHES = {"u": "1f", "agg": "2e", "out": "3d"}
 
 World = tuple[ClusterConfig, dict[str, list[Tuple]], list[Tuple]]

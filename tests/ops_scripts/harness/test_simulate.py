@@ -28,9 +28,17 @@ from node.replica.runtime import MUTATION_DUPLICATES
 from node.streams.mutation import Mutation
 from ops_scripts.cli import main
 from ops_scripts.harness.history import HistoryWriter
+from ops_scripts.harness.scenario import load_scenario
 from ops_scripts.harness.schedule import parse_faults
-from ops_scripts.harness.simulate import DEFAULT_CLUSTER, SimOptions, simulate_many, simulate_one
+from ops_scripts.harness.simulate import (
+    DEFAULT_CLUSTER,
+    SimOptions,
+    SimResult,
+    simulate_many,
+    simulate_one,
+)
 from protocol.tuples import DATA_KINDS
+from tests.paths import EXAMPLES
 
 #: Seeds run by the suite: a guard that keeps make test under 15 minutes on 2 cores (the
 #: three-replica n1 and kills of sources made each run dearer; 60 seeds still draw every
@@ -305,6 +313,42 @@ def test_liveness_catches_a_stuck_reconciliation(config, tmp_path: Path) -> None
     assert not stuck.ok
     live = [why for why in stuck.failures if why.startswith("liveness")]
     assert any("invalid" in why and "UP_FAILURE" in why for why in live), stuck.failures
+
+
+def test_masking_catches_a_late_up_failure(tmp_path: Path) -> None:
+    """Issue 46, the scenario examples/scenarios/masked-source-cut.toml in simulation: s3 cut
+    from n1a alone for 6 s (longer than alpha*X = 2.7 s) while n1b keeps every input, then
+    from n1b alone. The cut replica says UP_FAILURE as soon as its heartbeats to s3 go
+    unanswered, and the client moves to the other before anything tentative is released:
+    the masking property judges both cuts and finds them masked. With that early
+    UP_FAILURE off (``late-up-failure``, node/streams/mutation.py), n1a says so only at its
+    first tentative release, which the client reads (the join's results follow their input
+    at once): masking is invalid."""
+    scenario = load_scenario(EXAMPLES / "scenarios" / "masked-source-cut.toml")
+    cluster = tmp_path / "cluster.toml"
+    cluster.write_text(scenario.effective_config_text("keep"))
+    config = load_config(cluster)
+    opts = SimOptions(duration=6.0, settle=scenario.settle, quiet=scenario.quiet)
+
+    def masking(r: SimResult) -> dict[str, str]:
+        assert r.run_dir is not None
+        report = orjson.loads((r.run_dir / "check.json").read_bytes())
+        (v,) = [v for v in report["verdicts"] if v["property"] == "masking"]
+        return v  # type: ignore[no-any-return]
+
+    late = simulate_one(config, 0, tmp_path / "late", opts, faults=scenario.faults,
+                        mutation=Mutation.LATE_UP_FAILURE)
+    good = simulate_one(config, 0, tmp_path / "good", opts, faults=scenario.faults)
+    caught, masked = masking(late), masking(good)
+    assert caught["status"] == "invalid", caught
+    assert "a tentative result whose input came during fault #0 (partition source s3 from " \
+           "n1a (blackhole) for 6 s), a subset failure" in caught["evidence"], caught
+    assert masked["status"] == "valid", masked
+    assert masked["evidence"].startswith(
+        "2 subset failure(s) judged (#0 (partition source s3 from n1a (blackhole) for 6 s): "
+        "kept every input: n1b of n1; #1 (partition source s3 from n1b (blackhole) for 6 s): "
+        "kept every input: n1a of n1): no tentative result in them, "), masked
+    assert good.ok, good.failures
 
 
 def test_the_cli_prints_figures_and_the_failing_schedule(tmp_path: Path,
