@@ -201,7 +201,8 @@ def test_progress_and_replace(runs: dict[str, Path], tmp_path: Path) -> None:
     n = pq.read_table(tmp_path / "tables" / "sources").num_rows + \
         pq.read_table(tmp_path / "tables" / "logs").num_rows
     assert len(lines) == 2 and lines[0].startswith("run seed2: 2 sources, 6 logs, ")
-    assert lines[1].startswith("run seed4: 2 sources, 8 logs, ")
+    # (9: a third restarted incarnation, of issue 46's subset failure drawn last)
+    assert lines[1].startswith("run seed4: 2 sources, 9 logs, ")
     total = sum(int(line.split(", ")[-1].split()[0].replace(",", "")) for line in lines)
     assert total == n + 2 + pq.read_table(tmp_path / "tables" / "history").num_rows
     again = ingest([runs["seed5"]], tmp_path)  # replaces, does not add
