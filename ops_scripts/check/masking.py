@@ -29,7 +29,8 @@ when it is a *subset failure* for the client, conservatively:
   counts (a failure's effects outlast it by its detection and switch; one that starts just
   after may take a result in flight): under all of them, no source on the path is down,
   and every node on the path (the client's producer and every node upstream of it) has a
-  *clean* replica: not down, stalled or RECOVERING, STABLE when the window starts (no
+  *clean* replica: not down, stalled or RECOVERING, STABLE from ``B`` before the window
+  starts until it starts (no
   state logged counts as STABLE: start-up is not a failure), every input reachable over an
   edge no fault cuts or slows (a source's stream from the source, a node's from a clean
   replica of that node, both directions: heartbeats and subscriptions go back); and the
@@ -205,6 +206,15 @@ def _state_at(states: Sequence[tuple[int, str]], t: int) -> str:
     return now
 
 
+def _not_stable_in(states: Sequence[tuple[int, str]], lo: int, hi: int) -> str | None:
+    """The first state other than STABLE a replica was in during ``[lo, hi]`` (None: STABLE
+    all along; no state logged counts as STABLE)."""
+    first = _state_at(states, lo)
+    if first != STABLE:
+        return first
+    return next((s for at, s in states if lo < at <= hi and s != STABLE), None)
+
+
 class _Path:
     """The client's path: its nodes (upstream first), their sources, every process."""
 
@@ -226,9 +236,13 @@ class _Path:
 
 
 def _clean(path: _Path, broken: frozenset[Pair], gone: frozenset[str],
-           states: Mapping[str, Sequence[tuple[int, str]]], start: int,
+           states: Mapping[str, Sequence[tuple[int, str]]], lo: int, start: int,
            ) -> tuple[dict[str, list[str]], str]:
-    """Each path node's clean replicas (module docstring), or why some node has none."""
+    """Each path node's clean replicas (module docstring), or why some node has none. A
+    clean replica was STABLE throughout ``[lo, start]``: the look-around before the window
+    (whose tentative results the rule attributes to it) must not hold the tail of an
+    earlier failure (simulate seed 46473: a replica STABLE again 0.16 s before an isolation
+    of another, its last tentative result from before that judged as the isolation's)."""
     def cut(a: str, b: str) -> bool:
         return (a, b) in broken or (b, a) in broken
 
@@ -236,11 +250,11 @@ def _clean(path: _Path, broken: frozenset[Pair], gone: frozenset[str],
     for node in path.nodes:
         ok, out = [], []
         for r in node.replicas:
-            state = _state_at(states.get(r.name, ()), start)
+            state = _not_stable_in(states.get(r.name, ()), lo, start)
             if r.name in gone:
                 out.append(f"{r.name} down or stalled")
-            elif state != STABLE:
-                out.append(f"{r.name} {state} at the start")
+            elif state is not None:
+                out.append(f"{r.name} {state} within B before the start")
             else:
                 lost = [s for s in node.inputs if not _reaches(path, clean, cut, s, r.name)]
                 if lost:
@@ -305,7 +319,7 @@ def mask_windows(config: ClusterConfig, client: str, events: Sequence[Event],
         if dead:
             out.append(window(False, f"source {', '.join(dead)} down"))
             continue
-        clean, why = _clean(path, broken, gone, states, start)
+        clean, why = _clean(path, broken, gone, states, lo, start)
         if why:
             out.append(window(False, why))
             continue
