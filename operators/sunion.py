@@ -161,6 +161,7 @@ class SUnion(Operator, Serializer):
         self._first = 0  # the first_now of a bucket the current call opens
         self._buckets: dict[int, Bucket] = {}
         self._collect: list[Released] | None = None  # see replay_released
+        self._chain = False  # the chain rule in force for the current call (_wait)
 
     def clear(self) -> None:
         n = self._n_ports
@@ -230,6 +231,7 @@ class SUnion(Operator, Serializer):
         if not 0 <= port < self._n_ports:
             raise OperatorError(f"{self.describe()}: no input port {port}")
         self.now = now
+        self._chain = True in self._port_tent  # (as the call begins: see _wait)
         # A bucket this batch opens waited since the batch reached the node (module
         # docstring); arrived is set by the network for one call only.
         self._first = now if self.arrived is None else min(self.arrived, now)
@@ -247,10 +249,11 @@ class SUnion(Operator, Serializer):
 
     def next_deadline(self) -> int | None:
         mfn = self._min_first_now()
-        return None if mfn is None else mfn + self._cur_wait()
+        return None if mfn is None else mfn + self._wait(True in self._port_tent)
 
     def on_timer(self, now: int) -> list[Tuple]:
         self.now = self._first = now
+        self._chain = True in self._port_tent
         self._budget = self.replay_step or 0
         out: list[Tuple] = []
         self._drain(out)
@@ -269,9 +272,7 @@ class SUnion(Operator, Serializer):
             first = min(self._aged.values(), default=now)
             if arrived is not None:
                 first = min(first, arrived)
-            # (The batch may be an input's first tentative one: the chain rule's wait.)
-            wait = min(self.wait, self.process_wait) if self.mode == "process" else self.wait
-            if first + wait <= now:
+            if first + self._wait(True in self._port_tent) <= now:
                 return True
         deadline = self.next_deadline()
         return deadline is not None and deadline <= now
@@ -548,15 +549,26 @@ class SUnion(Operator, Serializer):
 
     # ------------------------------------------------------------------ release loop
     def _cur_wait(self) -> int:
+        """The wait this call's releases use: the chain rule as the call began."""
+        return self._wait(self._chain)
+
+    def _wait(self, chain: bool) -> int:
         """A pending bucket's wait: alpha*X, or in ``process`` mode ``process_wait`` once an
-        episode began here *or an input carries tentative tuples* (the chain rule, module
-        docstring)."""
+        episode began here, or ``min(alpha*X, process_wait)`` while an input carries
+        tentative tuples (``chain``: the chain rule, module docstring).
+
+        The chain rule takes effect from the call *after* the one in which an input turned
+        tentative (``_chain`` is read as each call begins; :meth:`next_deadline` already
+        says the shorter wait): a stable bucket pending for longer than ``process_wait``
+        would otherwise be released tentatively inside that very call, which
+        :meth:`may_begin_episode` cannot foresee without seeing the batch, and the node's
+        checkpoint before an episode (``on_failure``) would be missed (the partitioned
+        scenario: n2a reconciled with no checkpoint to restore)."""
         if self.mode != "process":
             return self.wait
         if self._ftb is not None:
             return self.process_wait
-        # (Never longer than alpha*X: the chain rule only ever shortens a wait.)
-        return min(self.wait, self.process_wait) if True in self._port_tent else self.wait
+        return min(self.wait, self.process_wait) if chain else self.wait
 
     def _min_first_now(self) -> int | None:
         if not self._mfn_ok:

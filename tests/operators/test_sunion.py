@@ -161,13 +161,8 @@ def test_a_held_batch_waits_from_its_arrival_at_the_node() -> None:
     assert u.next_deadline() == 120
     assert u.on_timer(120) == [o(T, 1, 0, 1, 5), tentative_boundary(10)]
     # Held longer than the wait: out at once, and may_begin_episode says so beforehand.
-    # (In delay mode exactly; in process mode from process_wait on, since the batch may be
-    # an input's first tentative one, which the chain rule lets wait only that long: an
-    # extra checkpoint at worst, never a missed one.)
-    w = sunion(2, mode="delay")
-    assert not w.may_begin_episode(100, True, 1) and w.may_begin_episode(100, True, 0)
     v = sunion(2)
-    assert not v.may_begin_episode(100, True, 71) and v.may_begin_episode(100, True, 70)
+    assert not v.may_begin_episode(100, True, 1) and v.may_begin_episode(100, True, 0)
     v.arrived = 0
     assert v.process(0, [d(0, 1, 5)], 100) == [o(T, 1, 0, 1, 5), tentative_boundary(10)]
     assert v.signals == [up_failure(100)]
@@ -598,6 +593,22 @@ def test_a_tentative_input_shortens_the_wait_to_process_wait_in_process_mode() -
     assert v.next_deadline() is None  # the bucket is empty again
     v.process(0, [d(0, 1, 15)], 25)
     assert v.next_deadline() == 10 + 100  # not tentative any more: alpha*X, kept age
+
+
+def test_the_chain_rule_never_releases_in_the_call_that_turned_an_input_tentative() -> None:
+    """A stable bucket pending longer than process_wait when an input's first tentative
+    tuple arrives: releasing it in that call would begin an episode that
+    may_begin_episode could not foresee, and the node's on_failure checkpoint would be
+    missed (partition-kill: n2a reconciled with no checkpoint). It goes out at the next
+    call, which may_begin_episode announces."""
+    u = sunion(2)  # wait 100, process_wait 30
+    u.process(1, [d(1, 1, 3)], 0)
+    assert not u.may_begin_episode(50, True)  # no input tentative yet: alpha*X
+    assert u.process(0, [d(0, 1, 15, T)], 50) == [] and not u.in_failure
+    assert u.next_deadline() == 30  # already past: the next call releases
+    assert u.may_begin_episode(50, False) and u.may_begin_episode(51, True)
+    assert u.on_timer(50) == [o(T, 1, 1, 1, 3), tentative_boundary(10)]
+    assert u.on_timer(80) == [o(T, 2, 0, 1, 15), tentative_boundary(20)]  # 50 + 30
 
 
 def test_delay_mode_keeps_the_full_wait_on_a_tentative_input() -> None:
