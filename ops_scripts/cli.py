@@ -14,6 +14,7 @@ sweep          an experiment's grid of settings on real runs: CSV, plots, report
 advise         X, alpha and strategies for a delay bound, from measured curves         sweep/advise*.py
 torture        seeded random schedules on real clusters, every run checked           torture.py
 soak           a long run under load and faults: memory and buffer growth per minute  soak.py
+collect        copy an ssh run's files back from its hosts into the run directory     hosts/ssh.py
 check          verify a run's logs against a reference evaluation                     check.py
 reconcile      the same on Spark, for many and large runs: report, differences        reconcile/run.py
 generate-run   a large consistent run directory (no cluster), for benches and tests   reconcile/generate.py
@@ -35,6 +36,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from ops_scripts.cluster.hosts.placement import HostsMode
 from protocol.errors import DPCError
 
 __all__ = ["main"]
@@ -69,6 +71,14 @@ def _size(text: str) -> int:
     return sizes[0]
 
 
+def hosts_option(p: argparse.ArgumentParser) -> None:
+    """``--hosts local|netns|ssh``: where a run's processes live (ops_scripts/cluster/hosts/)."""
+    p.add_argument("--hosts", choices=[m.value for m in HostsMode], default=HostsMode.LOCAL.value,
+                   help="local: this machine as the config says (default); netns: each "
+                        "process on a host of its own, a network namespace (root), with "
+                        "partitions cut by the kernel; ssh: each on its host over SSH")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="dpc",
@@ -92,10 +102,14 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--failure", type=float, default=5.0,
                       help="how long s3 is cut off from the replicas (alpha*X = 2.7 s)")
 
-    launch = sub.add_parser("launch", help="start every process of a cluster config locally")
-    launch.add_argument("config", type=Path, metavar="CLUSTER.toml")
+    launch = sub.add_parser("launch", help="start every process of a cluster config, each on its host")
+    launch.add_argument("config", type=Path, nargs="?", default=None, metavar="CLUSTER.toml")
     launch.add_argument("--duration", type=float, default=None, help="seconds to run (default: until Ctrl-C)")
     launch.add_argument("--run-dir", type=Path, default=None, help="where logs go (default: runs/NAME-TIME)")
+    hosts_option(launch)
+    launch.add_argument("--cleanup", type=Path, default=None, metavar="RUN_DIR",
+                        help="remove what a crashed launch of RUN_DIR left: its processes, "
+                             "namespaces and links")
 
     node = sub.add_parser("node", help="run one process of a cluster config (replica, source or client)")
     node.add_argument("config", type=Path, metavar="CLUSTER.toml")
@@ -133,11 +147,13 @@ def _parser() -> argparse.ArgumentParser:
     torture.add_argument("--faults", type=int, default=4, help="random faults per run (default 4)")
     torture.add_argument("--duration", type=float, default=8.0,
                          help="seconds within which the faults start (default 8)")
+    hosts_option(torture)
 
     soak = sub.add_parser(
         "soak", help="a long run under load with a fault every minute: does memory or a "
                      "buffer grow steadily?")
     soak.add_argument("config", type=Path, metavar="CLUSTER.toml")
+    hosts_option(soak)
     soak.add_argument("--minutes", type=float, default=30.0, help="how long (default 30)")
     soak.add_argument("--warmup", type=float, default=None, metavar="MINUTES",
                       help="minutes of each series not judged (default: min(5, M/3))")
@@ -154,8 +170,16 @@ def _parser() -> argparse.ArgumentParser:
 
     # `dpc simulate` (the deterministic simulation) registers here.
 
+    collect = sub.add_parser(
+        "collect", help="copy the files of a --hosts ssh run back from its hosts into RUN_DIR "
+                        "(dpc launch and dpc run do it at the end)")
+    collect.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+
     check = sub.add_parser("check", help="verify a run's logs against a reference evaluation")
     check.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    check.add_argument("--config", type=Path, default=None, metavar="CLUSTER.toml",
+                       help="the cluster config the run used (default: RUN_DIR/config.toml, "
+                            "which dpc launch, dpc run and every dpc node record)")
 
     rec = sub.add_parser(
         "reconcile", help="on Spark: each run's outputs against the failure-free reference, "
@@ -213,11 +237,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("scenario", type=Path, metavar="SCENARIO.toml")
     run.add_argument("--run-dir", type=Path, default=None,
                      help="where the run goes (default: runs/NAME-TIME; must be new or empty)")
+    hosts_option(run)
 
     sweep = sub.add_parser(
         "sweep", help="run an experiment's grid of settings on real processes: a CSV of "
         "Delay_new, N_tentative, ..., plots and an HTML report (resumable)")
     sweep.add_argument("experiment", type=Path, metavar="EXPERIMENT.toml")
+    hosts_option(sweep)
     sweep.add_argument("--out", type=Path, default=None,
                        help="where the results go (default: sweeps/NAME); the same --out "
                        "resumes an interrupted sweep")
@@ -404,9 +430,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_demo(seed=args.seed, method=args.method, cluster_seconds=args.seconds,
                             failure_seconds=args.failure)
         if args.command == "launch":
-            from ops_scripts.harness.supervisor import launch
+            from ops_scripts.harness.supervisor import launch, launch_cleanup
 
-            return launch(args.config, args.duration, args.run_dir)
+            if (args.config is None) == (args.cleanup is None):
+                print("dpc launch: error: give a CLUSTER.toml to launch, or --cleanup RUN_DIR",
+                      file=sys.stderr)
+                return 2
+            if args.cleanup is not None:
+                return launch_cleanup(args.cleanup)
+            return launch(args.config, args.duration, args.run_dir, hosts=HostsMode(args.hosts))
         if args.command == "node":
             from node.procs.entry import run_process
 
@@ -453,16 +485,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "sweep":
             from ops_scripts.sweep import run_sweep
 
-            return run_sweep(args.experiment, args.out, args.repeat, args.jobs)
+            return run_sweep(args.experiment, args.out, args.repeat, args.jobs,
+                             hosts=HostsMode(args.hosts))
         if args.command == "advise":
             from ops_scripts.sweep.advise_run import run_advise
 
             return run_advise(args.config, args.max_delay, args.failures, args.sweep,
                               args.validate, args.overlay, args.seed)
+        if args.command == "collect":
+            from ops_scripts.cluster.hosts.ssh import run_collect
+
+            return run_collect(args.run_dir)
         if args.command == "check":
             from ops_scripts.check.compose import run_check
 
-            return run_check(args.run_dir)
+            return run_check(args.run_dir, config_path=args.config)
         if args.command == "reconcile":
             from ops_scripts.reconcile.run import parse_conf, run_reconcile
 
@@ -488,14 +525,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_torture(TortureOptions(
                 seed=args.seed, runs=args.runs,
                 clusters=tuple(args.cluster) if args.cluster else DEFAULT_CLUSTERS,
-                run_dir=args.run_dir, faults=args.faults, duration=args.duration))
+                run_dir=args.run_dir, faults=args.faults, duration=args.duration,
+                hosts=HostsMode(args.hosts)))
         if args.command == "soak":
             from ops_scripts.harness.soak import SoakOptions, run_soak
 
             return run_soak(SoakOptions(
                 cluster=args.config, minutes=args.minutes, warmup=args.warmup,
                 fault_every=args.fault_every, sample=args.sample, rate=args.rate,
-                seed=args.seed, run_dir=args.run_dir))
+                seed=args.seed, run_dir=args.run_dir, hosts=HostsMode(args.hosts)))
         if args.command == "fuzz":
             from ops_scripts.harness.fuzz import replay, run_fuzz
 
@@ -505,7 +543,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "run":
             from ops_scripts.harness.runner import run_scenario
 
-            return run_scenario(args.scenario, args.run_dir)
+            return run_scenario(args.scenario, args.run_dir, hosts=HostsMode(args.hosts))
         if args.command == "bench" and args.which == "core":
             from ops_scripts.bench.core import run_core_bench
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from protocol.errors import DPCError
 
-__all__ = ["BenchFailed", "CheckError", "ClusterError", "FaultError", "FuzzError", "GenerateError", "HistoryError", "IngestError", "InjectError", "ProcessError", "ReferenceJobError", "ScenarioError", "ScheduleError", "SweepError", "Untranslatable"]
+__all__ = ["BenchFailed", "CheckError", "ClusterError", "FaultError", "FuzzError", "GenerateError", "HistoryError", "HostsError", "IngestError", "InjectError", "ProcessError", "ReferenceJobError", "ScenarioError", "ScheduleError", "SweepError", "Untranslatable"]
 
 
 class BenchFailed(DPCError):
@@ -25,6 +25,11 @@ class FaultError(DPCError):
 
 class HistoryError(DPCError):
     """A history file that cannot be read (the message names file and line)."""
+
+
+class HostsError(DPCError):
+    """A run's hosts cannot be made or reached (``--hosts netns|ssh``): not root, no
+    ``ip`` or ``nft``, an address that cannot be placed, an SSH host that does not answer."""
 
 
 class InjectError(DPCError):

@@ -11,6 +11,7 @@ everything downstream gets a :class:`ClusterConfig` whose times are integer micr
 * ``partitions.py``: partitioned nodes expanded into their partitions (docs/partitions.md);
 * ``roles.py``: who may send what to whom on the data plane (pure), read by node/net/auth.py;
 * ``read.py``: typed readers of TOML tables, with the file and key in every error;
+* ``text.py``: the config written back as self-contained TOML (a run directory's copy);
 * ``datafile.py``: a file source's data file (``package:`` files, column types, event
   times and their order), read at load and by the source's generator.
 """

@@ -142,13 +142,13 @@ def check_ports(
         seen[where] = key
 
     if controller is not None:
-        claim(controller.host, controller.control_port, "controller.control_port")
+        claim(controller.control_address, controller.control_port, "controller.control_port")
     for name, s in sources.items():
         claim(s.host, s.port, f"sources.{name}.port")
     for name, d in nodes.items():
         for i, r in enumerate(d.replicas):
             claim(r.host, r.data_port, f"nodes.{name}.replicas[{i}].data_port")
-            claim(r.host, r.control_port, f"nodes.{name}.replicas[{i}].control_port")
+            claim(r.control_address, r.control_port, f"nodes.{name}.replicas[{i}].control_port")
 
 
 def check_controller(file: Path, controller: ControllerConfig | None,

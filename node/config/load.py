@@ -12,7 +12,8 @@ The format (``examples/README.md`` has the long version)::
     [cluster]                  # required
     name = "basic"
     token = "change-me"        # shared secret for mutating control-plane requests, non-empty
-    control_host = "127.0.0.1" # optional
+    control_host = "127.0.0.1" # optional: the default of every control plane's host
+                               # (without it: each process's own host)
     consumer_grace = 30.0      # optional, seconds (> 0): how long a consumer never heard
                                # from holds output buffers' trimming (state/buffer.py)
 
@@ -93,10 +94,13 @@ The format (``examples/README.md`` has the long version)::
     host = "127.0.0.1"         # optional
     data_port = 7101
     control_port = 8101
+    # control_host = "..."     # optional: where its control plane binds (default: the
+                               # cluster's control_host, else its host)
     # partition = 0            # with partitions > 1: the partition it runs (0 .. P-1)
 
     [clients.c1]
     stream = "n1.out"          # a node output stream
+    host = "127.0.0.1"         # optional: where it runs (dpc launch --hosts netns|ssh)
 
 Invariants of the result: times are integer microseconds (seconds in the file, rounded to
 the nearest microsecond); every ``soutput`` of a node is an output, stream
@@ -169,7 +173,8 @@ _MAX_HEARTBEAT = 100_000  # the paper's 100 ms
 REPLAY_ENGINES = (*ENGINES, "auto")
 #: Every top-level table of a cluster file: what a copy of a cluster's tables keeps (a
 #: scenario's self-contained dump, a sweep's experiment: ops_scripts/harness/scenario.py).
-CLUSTER_TABLES = ("cluster", "defaults", "sources", "nodes", "clients", "spark", "controller")
+CLUSTER_TABLES = ("cluster", "defaults", "sources", "nodes", "clients", "spark", "controller",
+                  "hosts")
 #: How a node survives a crash (NodeSettings.ha).
 HA_MODES = ("dpc", "active_standby", "amnesia", "passive_standby", "upstream_backup", "flux")
 
@@ -197,13 +202,18 @@ def parse_config(raw: Mapping[str, Any], path: Path) -> ClusterConfig:
     sources_t, nodes_t = root.table("sources"), root.table("nodes")
     clients_t = root.table("clients")
     spark = _spark(root.table("spark"))
+    ssh = _hosts(root.table("hosts"))
     controller_t = root.table("controller") if root.has("controller") else None
     root.allow("controller")
     root.finish()
 
     name = cluster.string("name", nonempty=True)
     token = cluster.string("token", nonempty=True)
-    control_host = cluster.string("control_host", DEFAULT_HOST, nonempty=True)
+    # Only a default: each replica's and the controller's control plane binds on its own
+    # control_host, else this one, else its own host (so that a cluster spread over hosts
+    # reaches each control plane where it is: issue 47).
+    control_host = (cluster.string("control_host", nonempty=True)
+                    if cluster.has("control_host") else None)
     consumer_grace = cluster.seconds("consumer_grace", DEFAULT_CONSUMER_GRACE)
     authenticate = cluster.boolean("authenticate", True)
     tls = _tls(cluster.table("tls")) if cluster.has("tls") else None
@@ -212,7 +222,7 @@ def parse_config(raw: Mapping[str, Any], path: Path) -> ClusterConfig:
     defaults.finish()
 
     sources = {n: _source(t, n, base.bucket) for n, t in sources_t.entries()}
-    drafts = {n: _node(t, n, base) for n, t in nodes_t.entries()}
+    drafts = {n: _node(t, n, base, control_host) for n, t in nodes_t.entries()}
     clients = {n: _client(t, n) for n, t in clients_t.entries()}
     if not sources:
         raise config_error(
@@ -221,7 +231,7 @@ def parse_config(raw: Mapping[str, Any], path: Path) -> ClusterConfig:
     if not drafts:
         raise config_error(path, "nodes", "expected at least one [nodes.NAME] table, found none")
 
-    controller = _controller(controller_t) if controller_t is not None else None
+    controller = _controller(controller_t, control_host) if controller_t is not None else None
     check_controller(path, controller, drafts)
     check_names(path, sources, drafts, clients, controller)
     check_ports(path, sources, drafts, controller)
@@ -248,9 +258,20 @@ def parse_config(raw: Mapping[str, Any], path: Path) -> ClusterConfig:
         consumer_grace=consumer_grace,
         authenticate=authenticate,
         tls=tls,
+        ssh=ssh,
         spark=spark,
         controller=controller,
     )
+
+
+def _hosts(t: Table) -> dict[str, str]:
+    """``[hosts."ADDRESS"] ssh = "user@machine"``: the SSH destination of a host where it is
+    not the address itself (``dpc launch --hosts ssh``: ops_scripts/cluster/hosts/)."""
+    out: dict[str, str] = {}
+    for address, host in t.entries(names=False):
+        out[address] = host.string("ssh", nonempty=True)
+        host.finish()
+    return out
 
 
 def _spark(t: Table) -> dict[str, str]:
@@ -475,7 +496,7 @@ def _data_file(t: Table, schema: Schema, constants: Mapping[str, Any], time_colu
     return path
 
 
-def _node(t: Table, name: str, base: NodeSettings) -> NodeDraft:
+def _node(t: Table, name: str, base: NodeSettings, control_host: str | None) -> NodeDraft:
     inputs = t.names("inputs")
     ops: list[OperatorSpec] = []
     for i, raw in enumerate(t.array("operators")):
@@ -505,7 +526,7 @@ def _node(t: Table, name: str, base: NodeSettings) -> NodeDraft:
         raise t.fail_text("operators", "at least one soutput (the node's outputs)", f"only {kinds}")
     partitions = t.integer("partitions", 1, lo=1)
     by = t.names("partition_by") if t.has("partition_by") or partitions > 1 else ()
-    read = [_replica(r, name, partitions) for r in t.tables("replicas")]
+    read = [_replica(r, name, partitions, control_host) for r in t.tables("replicas")]
     if not read:
         raise t.fail_text("replicas", f"at least one [[{t.key('replicas')}]] table", "none")
     settings = _settings(t, base)
@@ -515,9 +536,10 @@ def _node(t: Table, name: str, base: NodeSettings) -> NodeDraft:
                      partition_by=by, replica_partitions=tuple(p for _, p in read))
 
 
-def _replica(t: Table, node: str, partitions: int) -> tuple[ReplicaConfig, int]:
+def _replica(t: Table, node: str, partitions: int,
+             control_host: str | None) -> tuple[ReplicaConfig, int]:
     """One replica, and the partition it runs (0 .. partitions - 1; required where the
-    node has partitions)."""
+    node has partitions); ``control_host`` is the cluster's default for its control plane."""
     partition = (t.integer("partition", 0 if partitions == 1 else MISSING, lo=0,
                            hi=partitions - 1))
     name = t.string("name", nonempty=True)
@@ -531,20 +553,25 @@ def _replica(t: Table, node: str, partitions: int) -> tuple[ReplicaConfig, int]:
         control_port=t.integer("control_port", lo=1, hi=65535),
         replay_engine=(t.string("replay_engine", choices=REPLAY_ENGINES)
                        if t.has("replay_engine") else None),
+        control_host=(t.string("control_host", nonempty=True) if t.has("control_host")
+                      else control_host),
     )
     t.finish()
     return r, partition
 
 
-def _controller(t: Table) -> ControllerConfig:
+def _controller(t: Table, control_host: str | None) -> ControllerConfig:
     """``[controller]``: where the Flux controller listens (node/flux/controller.py)."""
     c = ControllerConfig(host=t.string("host", DEFAULT_HOST, nonempty=True),
-                         control_port=t.integer("control_port", lo=1, hi=65535))
+                         control_port=t.integer("control_port", lo=1, hi=65535),
+                         control_host=(t.string("control_host", nonempty=True)
+                                       if t.has("control_host") else control_host))
     t.finish()
     return c
 
 
 def _client(t: Table, name: str) -> ClientConfig:
-    c = ClientConfig(name, t.string("stream", nonempty=True))
+    c = ClientConfig(name, t.string("stream", nonempty=True),
+                     host=t.string("host", DEFAULT_HOST, nonempty=True))
     t.finish()
     return c

@@ -52,6 +52,14 @@ class ReplicaConfig:
     control_port: int
     #: This replica's ``replay_engine``, overriding its node's (None: the node's).
     replay_engine: str | None = None
+    #: Where its control plane binds and is reached: its own ``control_host`` key, else the
+    #: ``[cluster]`` one, else its ``host`` (None only in hand-built configs: its host).
+    control_host: str | None = None
+
+    @property
+    def control_address(self) -> str:
+        """The host its control plane listens on (and every tool addresses)."""
+        return self.control_host or self.host
 
 
 #: ``buffer_memory``'s default: 256 MiB, about a million tuples of the basic example's
@@ -186,6 +194,9 @@ class SourceConfig:
 class ClientConfig:
     name: str
     stream: str  # a node output stream, e.g. "n1.out"
+    #: The host it runs on: it serves nothing, but ``dpc launch --hosts netns|ssh`` places
+    #: it there (ops_scripts/cluster/hosts.py).
+    host: str = "127.0.0.1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +219,12 @@ class ControllerConfig:
     host: str
     control_port: int
     name: str = "controller"
+    control_host: str | None = None  # as a replica's: its own, the cluster's, else its host
+
+    @property
+    def control_address(self) -> str:
+        """The host its control plane listens on (and every tool addresses)."""
+        return self.control_host or self.host
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +232,9 @@ class ClusterConfig:
     path: Path
     name: str
     token: str
-    control_host: str  # where control planes bind (127.0.0.1 unless the file says so)
+    #: ``[cluster] control_host``: where control planes bind unless a process names its own
+    #: (None: each process's control plane binds on that process's ``host``).
+    control_host: str | None
     sources: Mapping[str, SourceConfig]
     nodes: Mapping[str, NodeConfig]  # in topological order (upstream first)
     clients: Mapping[str, ClientConfig]
@@ -232,6 +251,8 @@ class ClusterConfig:
     spark: Mapping[str, str] = field(default_factory=dict)
     # [controller]: the Flux controller (nodes with ha = "flux"), or None.
     controller: ControllerConfig | None = None
+    # [hosts."ADDRESS"] ssh = "...": a host's SSH destination (dpc launch --hosts ssh).
+    ssh: Mapping[str, str] = field(default_factory=dict)
 
     def replica(self, name: str) -> ReplicaConfig:
         for node in self.nodes.values():

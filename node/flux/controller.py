@@ -140,7 +140,7 @@ class ControllerProcess:
             raise RuntimeError("the controller probes only while it runs")
         r = self.config.replica(name)
         try:
-            async with self._http.get(control_url(self.config, r.control_port, "health"),
+            async with self._http.get(control_url(self.config, r, "health"),
                                       ssl=url_context(self.config) or True) as resp:
                 body = await resp.json()
         except (aiohttp.ClientError, TimeoutError, ValueError):
@@ -161,7 +161,7 @@ class ControllerProcess:
         c = self.where
         timeout = aiohttp.ClientTimeout(total=self.settings.heartbeat_interval / 1e6)
         async with aiohttp.ClientSession(timeout=timeout) as self._http:
-            plane = ControlPlane("controller", c.host, c.control_port, self.config.token,
+            plane = ControlPlane("controller", c.control_address, c.control_port, self.config.token,
                                  self.controller.status, {}, queries={"events": self._events})
             await plane.start()
             self.run_dir.mark_ready("controller")

@@ -52,7 +52,7 @@ async def http_events(config: ClusterConfig, owner: str, log: logging.Logger,
     c = config.controller
     if c is None:
         raise RuntimeError(f"{config.path}: no [controller] to follow")
-    url = control_url(config, c.control_port, "events")
+    url = control_url(config, c, "events")
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
         failing = False
 

@@ -13,7 +13,7 @@ import os
 import random
 import socket
 
-__all__ = ["free_port"]
+__all__ = ["free_port", "is_local_address"]
 
 _LOW, _HIGH = 20_000, 32_000
 _rng = random.Random(os.getpid() ^ int.from_bytes(os.urandom(4), "big"))
@@ -33,3 +33,22 @@ def free_port(host: str = "127.0.0.1") -> int:
                 continue
             return port
     raise OSError(f"no free port on {host} in {_LOW}-{_HIGH}")
+
+
+def is_local_address(host: str) -> bool:
+    """Whether a socket can listen on ``host`` here: one of this machine's (this network
+    namespace's) addresses, a wildcard, or a name that resolves to one. Asked by binding
+    port 0, which is what the process will do: the kernel's answer, not a guess from a
+    list of interfaces."""
+    try:
+        infos = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        return False
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as s:
+            try:
+                s.bind(address)
+            except OSError:
+                continue
+            return True
+    return False

@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import ssl
 
-from node.config.model import ClusterConfig, TlsFiles
+from node.config.model import ClusterConfig, ControllerConfig, ReplicaConfig, TlsFiles
 
 __all__ = ["client_context", "control_url", "server_context", "url_context"]
 
@@ -45,10 +45,15 @@ def client_context(files: TlsFiles) -> ssl.SSLContext:
     return ctx
 
 
-def control_url(config: ClusterConfig, port: int, path: str) -> str:
-    """The URL of ``path`` on the control plane at ``port``."""
+def control_url(config: ClusterConfig, process: ReplicaConfig | ControllerConfig,
+                path: str) -> str:
+    """The URL of ``path`` on ``process``'s control plane: at *its* host (each process's
+    control plane binds on its own, ``control_address``), never a cluster-wide one."""
     scheme = "https" if config.tls is not None else "http"
-    return f"{scheme}://{config.control_host}:{port}/{path.lstrip('/')}"
+    host = process.control_address
+    if ":" in host:  # an IPv6 literal
+        host = f"[{host}]"
+    return f"{scheme}://{host}:{process.control_port}/{path.lstrip('/')}"
 
 
 def url_context(config: ClusterConfig) -> ssl.SSLContext | None:

@@ -10,7 +10,8 @@
   it: 401, with a wrong one: 403. The body, if any, is a JSON object handed to the action;
   a body that is not one, or an action's :class:`ActionError`, is a 400 with the reason.
 
-Bound to the config's ``control_host`` (127.0.0.1 by default). The process supplies its
+Bound to the process's own control host (its ``control_host``, else the cluster's, else
+its ``host``: ``control_address`` in node/config/model.py). The process supplies its
 status as a plain dict; metrics are derived from its ``counters`` and ``gauges`` sections.
 """
 

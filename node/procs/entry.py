@@ -8,6 +8,13 @@ cleanly on SIGINT or SIGTERM: links closed, logs flushed, exit 0. A source also 
 SIGUSR1: end your stream (publish the end-of-stream boundary) and keep serving replays.
 A replica restarted after a crash takes ``--recover`` (node/replica/recovery.py).
 
+Every process takes SIGUSR2: read ``RUN_DIR/status/<NAME>.skew`` again and offset the clock
+by it (the clock fault, issue 47: node/clock.py ``set_offset``; logged as "clock skew now
++2.000 s"). The same for every kind of process, because sources and clients have no
+control plane. The file is read at start too, before the component is built, so a
+restarted process keeps its skew; SIGUSR2 is ignored until the handler is installed, and
+the file is read once more right after, so no write is missed.
+
 The test-only switch ``DPC_TEST_MUTATION`` (node/streams/mutation.py's :class:`Mutation`) is
 read here, once, and handed to the replica (its input links and its consistency manager)
 and to the client's input link; nothing below the entry point reads the environment.
@@ -23,9 +30,12 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from node import clock
 from node.config.model import ClusterConfig
-from node.errors import NodeError
+from node.config.text import config_text
+from node.errors import NodeError, RunLogError
 from node.net.auth import authenticated
+from node.net.ports import is_local_address
 from node.net.tcp import TcpTransport
 from node.procs.heap import tune_gc
 from node.procs.rundir import RunDir
@@ -80,6 +90,27 @@ def _component(config: ClusterConfig, name: str, run_dir: RunDir, recover: bool,
     return Replica(config, name, run_dir, transport, recover=recover, mutation=mutation, loop_lag=lag)
 
 
+def _check_hosts(config: ClusterConfig, name: str) -> None:
+    """Every host ``name`` listens on is an address of this machine (of its network
+    namespace): a clear error at start, not a traceback from the first bind."""
+    if name in config.sources:
+        hosts = [config.sources[name].host]
+    elif config.controller is not None and name == config.controller.name:
+        hosts = [config.controller.control_address]
+    elif name in config.clients:
+        hosts = []  # a client listens on nothing
+    else:
+        try:
+            r = config.replica(name)
+        except KeyError:
+            return  # _component names the unknown process
+        hosts = [r.host, r.control_address]
+    for host in dict.fromkeys(hosts):
+        if not is_local_address(host):
+            raise NodeError(f"{name}: host {host} is not an address of this machine "
+                            f"({config.path})")
+
+
 def _check_recoverable(config: ClusterConfig, name: str) -> None:
     """``--recover`` rebuilds from another replica of the node (node/replica/recovery.py)."""
     node = next((n for n in config.nodes.values() if name in {r.name for r in n.replicas}), None)
@@ -99,7 +130,24 @@ def _setup_logging(run_dir: RunDir, name: str) -> None:
         root.addHandler(handler)
 
 
-async def _main(component: object) -> None:
+def _apply_skew(run_dir: RunDir, name: str) -> None:
+    """Set this process's clock offset from its skew file (the clock fault, issue 47); log
+    a change. At start a bad file is fatal; on SIGUSR2 it is logged and the offset kept."""
+    offset = round(run_dir.read_skew(name) * 1e6)
+    if offset != clock.offset_us():
+        clock.set_offset(offset)
+        logging.getLogger("dpc").warning("%s: clock skew now %+.3f s", name, offset / 1e6)
+
+
+def _on_skew_signal(run_dir: RunDir, name: str) -> None:
+    try:
+        _apply_skew(run_dir, name)
+    except RunLogError as e:  # a launcher's bad write must not stop a running process
+        logging.getLogger("dpc").error("%s: clock skew unchanged (%+.3f s): %s", name,
+                                       clock.offset_us() / 1e6, e)
+
+
+async def _main(component: object, run_dir: RunDir, name: str) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -107,6 +155,10 @@ async def _main(component: object) -> None:
     end_stream = getattr(component, "end_stream", None)
     if end_stream is not None:  # sources: SIGUSR1 ends the stream, the process keeps serving
         loop.add_signal_handler(signal.SIGUSR1, end_stream)
+    # Every process: SIGUSR2 says its skew file changed. Read it once more now: a write
+    # between the read at start and this handler came with a signal that was ignored.
+    loop.add_signal_handler(signal.SIGUSR2, _on_skew_signal, run_dir, name)
+    _apply_skew(run_dir, name)
     tune_gc()  # start-up objects frozen, a large young generation (node/procs/heap.py)
     await component.run(stop)  # type: ignore[attr-defined]
 
@@ -114,18 +166,26 @@ async def _main(component: object) -> None:
 def run_process(config_path: Path, name: str, run_dir: Path, *, recover: bool = False) -> int:
     from node.config.load import load_config
 
+    # SIGUSR2 (the skew file changed) kills by default: ignored until _main handles it.
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     config = load_config(config_path)
     rd = RunDir(run_dir)
     rd.ensure()
     _setup_logging(rd, name)
+    _check_hosts(config, name)
     if recover:
         _check_recoverable(config, name)
+    if not rd.record_config(config_text(config)):
+        logging.getLogger("dpc").warning(
+            "%s: %s holds another config than %s: dpc check judges the run by the one it holds",
+            name, rd.config, config.path)
+    _apply_skew(rd, name)  # before the component reads the clock; a restart stays skewed
     component = _component(config, name, rd, recover, mutation_from_env())
     try:
         import uvloop
 
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            runner.run(_main(component))
+            runner.run(_main(component, rd, name))
     except OSError as e:
         logging.getLogger("dpc").error("%s cannot start: %s", name, e)
         return 1

@@ -10,6 +10,7 @@ Layout of ``RUN_DIR``::
     status/<process>.ready          marker: the process is up (:meth:`RunDir.mark_ready`)
     status/<process>.done           marker: a client saw its stream's end (:meth:`RunDir.mark_done`)
     status/<process>.pid            the pid of the process's current incarnation (:meth:`RunDir.write_pid`)
+    status/<process>.skew           the process's clock skew in seconds (:meth:`RunDir.write_skew`)
     history.jsonl                   faults, heals, state changes (ops_scripts/check/history.py)
     scenario.toml                   the scenario ``dpc run`` played (ops_scripts/harness/scenario.py)
     sources/<source>.arrow          every tuple a source produced (Arrow IPC stream file);
@@ -77,7 +78,9 @@ non-empty and contain no path separator and no leading dot (``n1.out`` is fine).
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+import tomllib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -155,6 +158,29 @@ class RunDir:
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
+
+    def record_config(self, text: str) -> bool:
+        """Write ``config.toml`` (``text``: node/config/text.py) unless the run directory
+        has one; False if it has one whose tables differ (processes of one run directory
+        ran different configs: the caller says so). Atomic: processes starting together
+        each write a whole file or none."""
+        if self.config.exists():
+            return self._same_tables(text)
+        tmp = self.path / f".config.{os.getpid()}.tmp"
+        tmp.write_text(text, encoding="utf-8")
+        try:
+            os.link(tmp, self.config)  # fails if another process's copy got there first
+        except FileExistsError:
+            return self._same_tables(text)
+        finally:
+            tmp.unlink()
+        return True
+
+    def _same_tables(self, text: str) -> bool:
+        try:
+            return tomllib.loads(self.config.read_text(encoding="utf-8")) == tomllib.loads(text)
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            return False
 
     def process_log(self, process: str) -> Path:
         return self.logs / f"{_safe_name('process', process)}.log"
@@ -288,6 +314,42 @@ class RunDir:
         if not text.isdigit() or int(text) <= 0:
             raise RunLogError(f"pid file {path}: expected a pid, found {text[:40]!r}")
         return int(text)
+
+    def skew_file(self, process: str) -> Path:
+        """``status/<process>.skew``: the offset of ``process``'s clock (the clock fault, issue
+        47), in seconds, written by the launcher (``ops_scripts/harness/nemesis.py``) before it
+        sends the process SIGUSR2; read by the process at start and on SIGUSR2
+        (``node/procs/entry.py``). No file: no skew."""
+        return self._marker(process, "skew")
+
+    def write_skew(self, process: str, seconds: float) -> None:
+        """Record ``seconds`` (finite; 0: none) as ``process``'s clock offset, atomically."""
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not math.isfinite(seconds):
+            raise RunLogError(f"skew of {process!r}: expected a finite number of seconds, "
+                              f"got {seconds!r}")
+        self.status.mkdir(parents=True, exist_ok=True)
+        path = self.skew_file(process)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(f"{float(seconds)!r}\n")
+        tmp.replace(path)  # a process woken by SIGUSR2 never reads half a number
+
+    def read_skew(self, process: str) -> float:
+        """``process``'s clock offset in seconds (0.0 without a file); :class:`RunLogError`
+        naming the file if it holds anything but a finite number."""
+        path = self.skew_file(process)
+        try:
+            text = path.read_text().strip()
+        except FileNotFoundError:
+            return 0.0
+        except OSError as e:
+            raise RunLogError(f"skew file {path}: cannot read: {e}") from None
+        try:
+            seconds = float(text)
+        except ValueError:
+            seconds = math.nan
+        if not math.isfinite(seconds):
+            raise RunLogError(f"skew file {path}: expected seconds, found {text[:40]!r}")
+        return seconds
 
     @staticmethod
     def count_lines(path: str | os.PathLike[str]) -> int:

@@ -93,7 +93,7 @@ async def http_state_ask(config: ClusterConfig, owner: str, incarnation: int = 0
     async with aiohttp.ClientSession(timeout=timeout, headers=headers) as http:
 
         async def ask(p: ReplicaConfig) -> dict[str, Any] | str:
-            url = control_url(config, p.control_port, "state")
+            url = control_url(config, p, "state")
             try:
                 async with http.post(url, json={"for": owner, "incarnation": incarnation},
                                      ssl=url_context(config) or True) as resp:

@@ -296,7 +296,7 @@ class Replica(PairModes, FluxMode):
         control = None
         if self._control:
             control = ControlPlane(
-                self.me.name, self.config.control_host, self.me.control_port, self.config.token,
+                self.me.name, self.me.control_address, self.me.control_port, self.config.token,
                 self.status,
                 {"checkpoint": self._checkpoint_action, "shutdown": self._shutdown_action(stop),
                  "fault": self._fault_action, "digest": self._digest_action,
@@ -307,7 +307,7 @@ class Replica(PairModes, FluxMode):
             await control.start()
         log.info("replica %s of node %s serving data on %s:%d, control on %s:%d",
                  self.me.name, self.node.name, self.me.host, self.me.data_port,
-                 self.config.control_host, self.me.control_port)
+                 self.me.control_address, self.me.control_port)
         self.run_dir.mark_ready(self.me.name)
         if self.spark is not None and self.manager.engine_setting == "spark":
             # Every reconciliation of this replica replays on Spark: its session starts now,

@@ -340,7 +340,7 @@ class BenchReplica:
         return [NAN if c is None else c for c in cpus]
 
     def _status(self, r: _Replica) -> dict[str, Any]:
-        url = control_url(self.config, r.control_port, "status")
+        url = control_url(self.config, self.config.replica(r.name), "status")
         with urllib.request.urlopen(url, timeout=5, context=url_context(self.config)) as resp:
             status: dict[str, Any] = json.load(resp)
         return status

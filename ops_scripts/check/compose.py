@@ -438,22 +438,57 @@ def _availability_report(config: ClusterConfig, h: History, figures: Figures,
     return found
 
 
-def run_check(run_dir: Path, *, out: TextIO = sys.stdout) -> int:
-    """``dpc check RUN_DIR``: print the verdict table, write ``RUN_DIR/check.json``; return
-    0 if every verdict is valid, 1 otherwise, 2 if the run dir or its config is unusable."""
+def _not_gathered(rd: RunDir) -> str | None:
+    """Why an ``--hosts ssh`` run cannot be judged yet: a host's files are not in the run
+    directory (``dpc collect RUN_DIR`` copies them and lists the host in ``gathered.json``).
+    Plain JSON here: the checker imports no harness (tests/test_layers.py); the formats are
+    ops_scripts/cluster/hosts/placement.py's (``hosts.json``) and ssh.py's."""
+    try:
+        placement = json.loads((rd.path / "hosts.json").read_text())
+    except (OSError, ValueError):
+        return None  # no placement (a run of before --hosts): its files are all here
+    if not isinstance(placement, dict) or placement.get("mode") != "ssh":
+        return None
+    try:
+        gathered = json.loads((rd.path / "gathered.json").read_text())["hosts"]
+    except (OSError, ValueError, KeyError, TypeError):
+        gathered = {}
+    missing: dict[str, list[str]] = {}
+    for process, host in sorted(dict(placement.get("where", {})).items()):
+        if host not in gathered:
+            missing.setdefault(host, []).append(process)
+    if not missing:
+        return None
+    processes = ", ".join(p for ps in missing.values() for p in ps)
+    return (f"hosts.json says ssh and the logs of {processes} (on {', '.join(missing)}) are "
+            f"not gathered: run dpc collect {rd.path}")
+
+
+def run_check(run_dir: Path, *, out: TextIO = sys.stdout, config_path: Path | None = None) -> int:
+    """``dpc check RUN_DIR [--config CLUSTER.toml]``: print the verdict table, write
+    ``RUN_DIR/check.json``; return 0 if every verdict is valid, 1 otherwise, 2 if the run
+    dir or its config is unusable (or, an ``--hosts ssh`` run, its hosts' files are not
+    gathered). The config is the one the run recorded (``dpc launch``,
+    ``dpc run`` and every ``dpc node`` write ``config.toml``), or ``config_path``."""
     rd = RunDir(run_dir)
     if not rd.path.is_dir():
         print(f"dpc check: error: {rd.path} is not a run directory (no such directory)", file=out)
         return 2
-    if not rd.config.is_file():
-        print(f"dpc check: error: {rd.config} is missing (no cluster config)", file=out)
+    if (why := _not_gathered(rd)) is not None:  # --hosts ssh: its logs are on its hosts
+        print(f"dpc check: error: {why}", file=out)
+        return 2
+    source = config_path if config_path is not None else rd.config
+    if not source.is_file():
+        how = "no such file" if config_path is not None else (
+            "no cluster config: name the one the run used with --config CLUSTER.toml")
+        print(f"dpc check: error: {source} is missing ({how})", file=out)
         return 2
     from node.config.load import load_config
 
     try:
-        config = load_config(rd.config)
+        config = load_config(source)
     except ConfigError as e:  # unreadable, not TOML or invalid: load_config says which
-        print(f"dpc check: error: cannot load {rd.config}: {type(e).__name__}: {e}", file=out)
+        print(f"dpc check: error: cannot load {source}: {type(e).__name__}: {e}", file=out)
         return 2
     h = History()
     try:

@@ -1,8 +1,11 @@
-"""Running a cluster on this machine: its processes, ``dpc status``, ``dpc demo``.
+"""Running a cluster: its processes, each on its host, ``dpc status``, ``dpc demo``.
 
 * ``launch.py``: start every process of a config by group, progress, drain, stop by pid;
   restart a killed replica or source (``dpc launch`` itself: ``harness/supervisor.py``);
 * ``processes.py``: processes known by pid (liveness, identity, a handle on a non-child);
+* ``spawn.py``: a process started forked from a warm fork server (in its host's namespace);
+* ``hosts/``: where each process of a run lives (``--hosts local|netns|ssh``): placement,
+  network namespaces, SSH, a run's hosts from start to end (docs/hosts.md);
 * ``status.py``: each replica's state and streams, from the control planes;
 * ``demo.py``: the main job (``make demo``).
 """

@@ -17,6 +17,12 @@ The mechanics under ``dpc launch`` (``ops_scripts/harness/supervisor.py``), ``dp
 
 Every process's pid is recorded in ``RUN_DIR/status/<name>.pid`` as it starts, so that
 ``dpc inject RUN_DIR`` can kill, pause, resume and restart processes of a running cluster.
+
+Under ``--hosts ssh`` each process is started on its machine over SSH and signalled there
+(``hosts/ssh.py``), and every wait on a process's files (ready, done, a client's results)
+asks its host (:func:`watch`); the local and netns paths read the run directory as before.
+Every start, first or again, is on the process's host as the run's placement says
+(``RUN_DIR/hosts.json``: ops_scripts/cluster/hosts/).
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ from typing import Protocol, TextIO
 
 from node.config.model import ClusterConfig
 from node.procs.rundir import RunDir
+from ops_scripts.cluster.hosts.placement import HostsMode, read_placement
+from ops_scripts.cluster.hosts.ssh import HostWatch, SshProcess, start_node
 from ops_scripts.cluster.spawn import spawn_node
 from ops_scripts.cluster.status import fetch_status
 from ops_scripts.errors import BenchFailed, ProcessError
@@ -40,6 +48,7 @@ from ops_scripts.errors import BenchFailed, ProcessError
 __all__ = [
     "Launched",
     "ProcessHandle",
+    "RunWatch",
     "drain_streams",
     "log_tail",
     "progress",
@@ -47,6 +56,7 @@ __all__ = [
     "start_cluster",
     "stop_cluster",
     "wait_until",
+    "watch",
 ]
 
 READY_TIMEOUT = 30.0
@@ -76,11 +86,60 @@ class Launched:
 
 def _start(config_path: Path, name: str, kind: str, rd: RunDir, *, recover: bool = False) -> Launched:
     """``dpc node CONFIG NAME --run-dir RD``, forked from the warm fork server
-    (ops_scripts/cluster/spawn.py), its output in ``logs/NAME.out``."""
+    (ops_scripts/cluster/spawn.py), its output in ``logs/NAME.out``; on its host, where the
+    run placed it (``RUN_DIR/hosts.json``: ops_scripts/cluster/hosts/); under ``--hosts ssh``
+    on its machine over SSH (hosts/ssh.py: the pid recorded is the remote one)."""
+    placement = read_placement(rd.path)
+    if placement is not None and placement.mode is HostsMode.SSH:
+        proc: ProcessHandle = start_node(rd, placement, config_path, name, recover=recover)
+        rd.write_pid(name, proc.pid)
+        return Launched(name, kind, proc)
     argv = ["node", str(config_path), name, "--run-dir", str(rd.path)] + ["--recover"] * recover
-    proc = spawn_node(argv, rd.path / "logs" / f"{name}.out")
+    netns = None if placement is None else placement.netns_of(name)
+    proc = spawn_node(argv, rd.path / "logs" / f"{name}.out", netns=netns)
     rd.write_pid(name, proc.pid)
     return Launched(name, kind, proc)
+
+
+class RunWatch(Protocol):
+    """What the launcher's waits read of a run: the processes' markers (node/procs/rundir.py)
+    and the clients' logs."""
+
+    def is_ready(self, process: str) -> bool: ...
+
+    def is_done(self, process: str) -> bool: ...
+
+    def clear_ready(self, process: str) -> None: ...
+
+    def client_lines(self, client: str) -> int: ...
+
+
+class _LocalWatch:
+    """The run directory's own files (local and netns runs: one filesystem)."""
+
+    def __init__(self, rd: RunDir) -> None:
+        self.rd = rd
+
+    def is_ready(self, process: str) -> bool:
+        return self.rd.is_ready(process)
+
+    def is_done(self, process: str) -> bool:
+        return self.rd.is_done(process)
+
+    def clear_ready(self, process: str) -> None:
+        self.rd.clear_ready(process)
+
+    def client_lines(self, client: str) -> int:
+        return self.rd.count_lines(self.rd.client_log(client))
+
+
+def watch(rd: RunDir) -> RunWatch:
+    """Where the waits look: the run directory, or under ``--hosts ssh`` the hosts, where
+    each process's files are until ``dpc collect`` (hosts/ssh.py :class:`HostWatch`)."""
+    placement = read_placement(rd.path)
+    if placement is not None and placement.mode is HostsMode.SSH:
+        return HostWatch(rd, placement)
+    return _LocalWatch(rd)
 
 
 def wait_for(cond: Callable[[], bool], what: str, timeout: float,
@@ -129,6 +188,7 @@ def start_cluster(config: ClusterConfig, rd: RunDir, out: TextIO = sys.stdout,
     groups += [("replica", [r.name for r in n.replicas]) for n in config.nodes.values()]
     groups.append(("client", list(config.clients)))
     procs = [] if procs is None else procs
+    w = watch(rd)
     for kind, names in groups:
         started: list[Launched] = []
         for n in names:
@@ -136,11 +196,11 @@ def start_cluster(config: ClusterConfig, rd: RunDir, out: TextIO = sys.stdout,
             procs.append(started[-1])
             print(f"  started {kind:<8} {n:<12} pid {started[-1].proc.pid}", file=out, flush=True)
         def all_ready(group: list[Launched] = started) -> bool:
-            return all(rd.is_ready(p.name) for p in group)
+            return all(w.is_ready(p.name) for p in group)
 
         ok = wait_until(all_ready, READY_TIMEOUT, procs)
         if not ok:
-            bad = [p for p in procs if p.proc.poll() is not None] or [p for p in started if not rd.is_ready(p.name)]
+            bad = [p for p in procs if p.proc.poll() is not None] or [p for p in started if not w.is_ready(p.name)]
             for p in bad:
                 print(f"  {p.kind} {p.name} failed to start (exit {p.proc.poll()}):\n{log_tail(rd, p.name)}", file=out)
             stop_cluster(procs, rd, drain=False, out=out)
@@ -163,11 +223,12 @@ def restart_process(config: ClusterConfig, rd: RunDir, name: str,
         raise ProcessError(f"cannot restart {name!r}: not a source or replica of cluster "
                            f"{config.name!r}")
     kind = "replica" if name in replicas else "source"
-    rd.clear_ready(name)
+    w = watch(rd)
+    w.clear_ready(name)
     p = _start(config.path, name, kind, rd, recover=kind == "replica")
     how = "recovering" if kind == "replica" else "resuming from its log"
     print(f"  restarted {kind:<8} {name:<12} pid {p.proc.pid} ({how})", file=out, flush=True)
-    if not wait_until(lambda: rd.is_ready(name), READY_TIMEOUT, [p]):
+    if not wait_until(lambda: w.is_ready(name), READY_TIMEOUT, [p]):
         exit_code = p.proc.poll()
         # Stop what was started: left running, a slow start (a source decoding a long log)
         # came up later beside the next restart of the same name (a 30-minute soak: two
@@ -192,7 +253,8 @@ def progress(config: ClusterConfig, rd: RunDir, elapsed: float, out: TextIO = sy
             parts.append(f"{r.name}={st['state']:<13} out={sum(c['tuples_out'].values()):<7} "
                          f"tentative={sum(c['tentative_out'].values()):<6} "
                          f"undo={sum(c['undo_out'].values())} reconciled={c['reconciliations']}")
-    received = {c: rd.count_lines(rd.client_log(c)) for c in config.clients}
+    w = watch(rd)
+    received = {c: w.client_lines(c) for c in config.clients}
     clients = " ".join(f"{c}={n}" for c, n in received.items())
     print(f"  t={elapsed:5.1f}s  {'  '.join(parts)}  | clients: {clients}", file=out, flush=True)
 
@@ -206,7 +268,8 @@ def drain_streams(procs: list[Launched], rd: RunDir, *, out: TextIO = sys.stdout
             p.proc.send_signal(signal.SIGUSR1)  # end your stream, keep serving
     names = clients if clients is not None else [p.name for p in procs if p.kind == "client"]
     start = time.monotonic()
-    drained = wait_until(lambda: all(rd.is_done(c) for c in names), DRAIN_TIMEOUT, [])
+    w = watch(rd)
+    drained = wait_until(lambda: all(w.is_done(c) for c in names), DRAIN_TIMEOUT, [])
     print(f"  drain: {'every client saw the end of its stream' if drained else 'TIMED OUT'}", file=out)
     # A replica no client read from may still be catching up (a source's restart had it
     # resubscribe behind its partner): stopped now, its output would lack its last tuples
@@ -239,7 +302,10 @@ def stop_cluster(procs: list[Launched], rd: RunDir, *, drain: bool, out: TextIO 
         try:
             code = p.proc.wait(timeout=STOP_GRACE)
         except subprocess.TimeoutExpired:
-            os.killpg(p.proc.pid, signal.SIGKILL)
+            if isinstance(p.proc, SshProcess):  # its pid and group are on its host
+                p.proc.kill_group()
+            else:
+                os.killpg(p.proc.pid, signal.SIGKILL)
             code = p.proc.wait()
             print(f"  {p.kind} {p.name} did not stop within {STOP_GRACE:.0f} s: killed", file=out)
         if code != 0:

@@ -13,7 +13,9 @@ session of its own (``stop_cluster`` signals its group), its stdout and stderr a
 its ``.out`` file, in the launcher's working directory with the launcher's environment at
 the time of the start (not the fork server's, which was the launcher's when it began), and
 named as that command line (``setproctitle``: ``/proc/PID/cmdline``, which
-ops_scripts/cluster/processes.py reads before it signals a pid). :class:`Forked` is the
+ops_scripts/cluster/processes.py reads before it signals a pid), and, under ``--hosts
+netns``, inside its host's network namespace (``setns`` before it opens a socket:
+ops_scripts/cluster/hosts/). :class:`Forked` is the
 ``Popen``-like handle ``ops_scripts.cluster.launch`` keeps.
 
 A child outlives its launcher, as a ``Popen`` child does: ``dpc inject restart`` starts a
@@ -58,9 +60,15 @@ def command_line(argv: Sequence[str]) -> list[str]:
     return [sys.executable, "-m", "ops_scripts.cli", *argv]
 
 
-def _child(argv: list[str], out: str, cwd: str, env: dict[str, str]) -> None:
-    """In the forked process: become ``dpc node ...`` and run it to its exit code."""
+def _child(argv: list[str], out: str, cwd: str, env: dict[str, str], netns: str | None) -> None:
+    """In the forked process: become ``dpc node ...`` (inside network namespace ``netns``,
+    its host's under ``--hosts netns``) and run it to its exit code."""
     import setproctitle  # (before the environment changes: it finds argv's memory by it)
+
+    if netns is not None:  # before any socket: every one it opens is its host's
+        from pyroute2.netns import setns
+
+        setns(netns, flags=0)  # flags 0: the namespace must exist (never made here)
 
     setproctitle.setproctitle(shlex.join(command_line(argv)))
     os.setsid()
@@ -104,11 +112,11 @@ class Forked:
                 os.kill(self.pid, sig)
 
 
-def spawn_node(argv: Sequence[str], out: Path) -> Forked:
+def spawn_node(argv: Sequence[str], out: Path, netns: str | None = None) -> Forked:
     """Start ``dpc`` with ``argv`` (``node CLUSTER.toml NAME ...``), forked, its output
-    appended to ``out``."""
+    appended to ``out``; inside network namespace ``netns`` if given."""
     proc = _server().Process(target=_child, args=(list(argv), str(out), os.getcwd(),
-                                                  dict(os.environ)))
+                                                  dict(os.environ), netns))
     proc.start()
     multiprocessing.process._children.discard(proc)  # type: ignore[attr-defined]
     return Forked(proc, argv)

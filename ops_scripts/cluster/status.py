@@ -18,7 +18,7 @@ __all__ = ["fetch_status", "print_status", "resolve_config"]
 def fetch_status(config: ClusterConfig, replica: str, timeout: float = 1.0) -> dict[str, Any] | None:
     r = config.replica(replica)
     try:
-        with urllib.request.urlopen(control_url(config, r.control_port, "status"),
+        with urllib.request.urlopen(control_url(config, r, "status"),
                                     timeout=timeout, context=url_context(config)) as f:
             data: dict[str, Any] = json.load(f)
             return data

@@ -8,6 +8,7 @@ checkers of :mod:`ops_scripts.check` judge it.
 * ``timeline.py`` (pure): when each fault starts and heals, for both players;
 * ``rules.py`` (pure): the fault operations each replica must hold for the faults in force;
 * ``nemesis.py``: faults done to live processes (``POST /fault``, SIGKILL, SIGSTOP);
+* ``kernel.py``: partitions made by the kernel between hosts (nftables, ``--hosts netns``);
 * ``fault.py``: the control planes' HTTP client;
 * ``runner.py``: ``dpc run``; ``inject.py``: ``dpc inject``; ``torture.py``: ``dpc
   torture``; ``simulate.py``: ``dpc simulate`` (the cluster in one process, virtual time);

@@ -43,7 +43,7 @@ def post_action(config: ClusterConfig, replica: str, action: str, body: dict[str
     its JSON answer, or :class:`FaultError` naming the replica, the action and the reason."""
     r = config.replica(replica)
     req = urllib.request.Request(
-        control_url(config, r.control_port, action), data=json.dumps(body).encode(),
+        control_url(config, r, action), data=json.dumps(body).encode(),
         headers={"Authorization": f"Bearer {config.token}", "Content-Type": "application/json"},
         method="POST",
     )

@@ -47,9 +47,12 @@ class HistoryWriter:
         self._f.flush()
         return entry
 
-    def fault(self, fid: int, fault: Fault, config: ClusterConfig) -> None:
+    def fault(self, fid: int, fault: Fault, config: ClusterConfig, net: str | None = None) -> None:
+        """Record fault ``fid``; ``net`` names how a partition is made ("kernel" or
+        "process": ``Nemesis.net``)."""
+        how = {"net": net} if net is not None and fault.kind == "partition" else {}
         self.record("fault", id=fid, fault=fault.table(), describe=fault.describe(),
-                    **fault_effects(fault, config))
+                    **fault_effects(fault, config), **how)
 
     def close(self) -> None:
         self._f.close()

@@ -10,26 +10,33 @@ that plays ``dpc run`` schedules. Actions::
     partition --shape bridge A,B C,D --bridge P  the sides cut, P reaches both
     partition --shape source S [R ...]           source S from replicas R (default: all)
               [--cut blackhole|reset]            silence (default) or connections torn down
-    heal --all | NAMES                           every cut, shape and stall / those naming NAMES
+    heal --all | NAMES                           every cut, shape, stall and skew / those
+                                                 naming NAMES
     kill NAME, restart NAME                      SIGKILL a replica or source; start it again
                                                  (a replica --recover, a source resumes its log)
     pause NAME, resume NAME                      SIGSTOP / SIGCONT a replica or a source
     delay A B SECONDS, bandwidth A B BYTES_PER_S a slower link (at its replica ends)
     slow READER WRITER SECONDS                   READER reads WRITER at most 1 message / SECONDS
     stall NAME, unstall NAME                     hold / release NAME's reconciliations mid-replay
+    skew NAME OFFSET                             offset the clock of NAME (a source, replica
+                                                 or client) by +2s (ahead), -1.5s (behind),
+                                                 2 (seconds); heal NAME sets it true again
 
 Given a run directory (``dpc launch`` or ``dpc run`` made it), processes are found by the
 pids the launcher recorded (``status/<name>.pid``), and every action is appended to the
 run's ``history.jsonl`` (``fault`` with the next id, ``heal`` of the faults it ends, or
-``heal_all``). kill, restart, pause and resume need a run directory; the other actions
-take a cluster config too. Invariants: nothing is signalled but a live pid that runs that
-process of that run (``processes.find_pid``); an unknown name, a missing pid file, a dead
-pid or a refused request exits 2 with a message naming it; exit 0 means done.
+``heal_all``). kill, restart, pause, resume and skew need a run directory (a skew is
+written to the process's ``status/<name>.skew``, then it is sent SIGUSR2:
+node/procs/entry.py); the other actions take a cluster config too. Invariants: nothing is
+signalled but a live pid that runs that process of that run (``processes.find_pid``); an
+unknown name, a missing pid file, a dead pid, a bad OFFSET or a refused request exits 2 with
+a message naming it; exit 0 means done.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import signal
 import sys
 import time
@@ -42,16 +49,18 @@ from node.faults.ops import Heal, Unstall
 from node.procs.rundir import RunDir
 from ops_scripts.cluster.launch import Launched
 from ops_scripts.cluster.processes import PidProcess, alive, find_pid
-from ops_scripts.errors import FaultError, InjectError, ProcessError, ScheduleError
+from ops_scripts.errors import FaultError, HostsError, InjectError, ProcessError, ScheduleError
 from ops_scripts.harness.fault import send_fault
 from ops_scripts.harness.history import HistoryWriter, fault_effects, next_fault_id, open_faults
 from ops_scripts.harness.nemesis import Nemesis
 from ops_scripts.harness.schedule import CUTS, SHAPES, Fault, parse_faults
 from protocol.errors import DPCError
 
-__all__ = ["add_inject_parser", "run_inject"]
+__all__ = ["add_inject_parser", "parse_offset", "run_inject"]
 
-_NEEDS_PIDS = ("kill", "restart", "pause", "resume")
+_NEEDS_PIDS = ("kill", "restart", "pause", "resume", "skew")
+#: A skew's OFFSET: seconds, signed, with an optional ``s``: ``+2s``, ``-1.5s``, ``2``.
+_OFFSET = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)s?")
 
 
 def add_inject_parser(sub: Any) -> None:
@@ -68,9 +77,11 @@ def add_inject_parser(sub: Any) -> None:
                       help="blackhole: silence (default); reset: connections torn down")
     part.add_argument("--one-way", action="store_true", help="link: only A -> B is cut")
     part.add_argument("--bridge", default=None, help="bridge: the process that reaches both sides")
-    heal = acts.add_parser("heal", help="heal cuts and shapes (and stalls, paused processes: --all)")
+    heal = acts.add_parser("heal", help="heal cuts, shapes and skews (and stalls, paused "
+                                        "processes: --all)")
     heal.add_argument("--all", action="store_true", help="everything, everywhere")
-    heal.add_argument("names", nargs="*", help="every cut and shape naming these processes")
+    heal.add_argument("names", nargs="*",
+                      help="every cut and shape naming these processes, and their skews")
     for action, what in (("kill", "SIGKILL a replica or source"),
                          ("restart", "start a killed replica (--recover) or source again"),
                          ("pause", "SIGSTOP a replica or source"), ("resume", "SIGCONT it"),
@@ -82,6 +93,10 @@ def add_inject_parser(sub: Any) -> None:
         a.add_argument("a", metavar="A")
         a.add_argument("b", metavar="B")
         a.add_argument("value", type=float, metavar=unit)
+    skew = acts.add_parser("skew", help="offset NAME's clock by OFFSET seconds (+2s, -1.5s)")
+    skew.add_argument("name", metavar="NAME")
+    # REMAINDER: "-1.5s" is the offset, not an option (heal NAME ends the skew).
+    skew.add_argument("offset", nargs=argparse.REMAINDER, metavar="OFFSET")
     slow = acts.add_parser("slow", help="READER reads WRITER's messages at most one per SECONDS")
     slow.add_argument("a", metavar="READER")
     slow.add_argument("b", metavar="WRITER")
@@ -99,11 +114,26 @@ def _target(target: Path) -> tuple[ClusterConfig, RunDir | None]:
     return load_config(target), None
 
 
+def parse_offset(words: list[str]) -> float:
+    """A skew's OFFSET argument in seconds (``+2s``, ``-1.5s``, ``2``); :class:`InjectError`
+    for anything else, for 0 (no skew: ``heal NAME`` ends one), or for more words."""
+    if len(words) != 1 or not _OFFSET.fullmatch(words[0]):
+        raise InjectError(f"skew NAME OFFSET: OFFSET is seconds like +2s, -1.5s or 2; got "
+                          f"{' '.join(words) or 'nothing'!r}")
+    seconds = float(words[0].removesuffix("s"))
+    if seconds == 0:
+        raise InjectError("skew NAME OFFSET: an offset of 0 is no skew (`dpc inject RUN_DIR "
+                          "heal NAME` ends one)")
+    return seconds
+
+
 def _table(args: argparse.Namespace) -> dict[str, Any]:
     """The fault's TOML table (without at / for) from the command line."""
     a = args.action
     if a in ("kill", "pause", "stall"):
         return {"fault": a, "process": args.name}
+    if a == "skew":
+        return {"fault": a, "process": args.name, "seconds": parse_offset(args.offset)}
     if a in ("delay", "bandwidth"):
         key = "seconds" if a == "delay" else "bytes_per_second"
         return {"fault": a, "between": [args.a, args.b], key: args.value}
@@ -153,8 +183,12 @@ def _describe(fault: Fault) -> str:
 
 
 def _names_of(event: dict[str, Any]) -> set[str]:
+    """The processes a fault event names: its effects', and its own ``process`` (a skew
+    or a stall has no effects)."""
     pairs = [*event.get("cut", []), *event.get("impaired", [])]
-    return {x for pair in pairs for x in pair} | set(event.get("down", []))
+    own = event["fault"].get("process") if isinstance(event.get("fault"), dict) else None
+    return ({x for pair in pairs for x in pair} | set(event.get("down", []))
+            | ({own} if isinstance(own, str) else set()))
 
 
 class _Injector:
@@ -164,6 +198,12 @@ class _Injector:
         self.nemesis = Nemesis(config, rd, self.procs, out)
         self.history = HistoryWriter(rd.history, lambda: time.time_ns() // 1000) if rd else None
         self.processes = [*config.sources, *self.nemesis.replicas, *config.clients]
+        if self.nemesis.kernel is not None and rd is not None:
+            # The kernel's rules are the run's partitions in force, which this process did
+            # not make: the history's open ones (each apply renders them all).
+            for fid, e in open_faults(rd).items():
+                if e["fault"].get("fault") == "partition":
+                    self.nemesis.kernel.add(fid, _fault(dict(e["fault"]), config))
 
     def run_dir(self) -> RunDir:
         """The run directory, whose pid files find the processes to signal (``run_inject``
@@ -174,7 +214,8 @@ class _Injector:
         return self.rd
 
     def adopt(self, name: str) -> None:
-        kind = "replica" if name in self.nemesis.replicas else "source"
+        kind = ("replica" if name in self.nemesis.replicas
+                else "client" if name in self.config.clients else "source")
         self.procs.append(Launched(name, kind, PidProcess(find_pid(self.run_dir(), name))))
 
     def healed(self, ids: list[int]) -> None:
@@ -194,11 +235,21 @@ class _Injector:
             if why is not None:
                 raise InjectError(f"refused: {why}")
             self.adopt(fault.params["process"])
+        if fault.kind == "skew":
+            name = fault.params["process"]
+            if not self.run_dir().is_ready(name):  # until then SIGUSR2 may find no handler
+                raise InjectError(f"{name} is not up (no {self.run_dir().status / name}.ready)")
+            if self.run_dir().read_skew(name):
+                raise InjectError(f"{name} is skewed already ({self.run_dir().read_skew(name):+g} "
+                                  f"s): `heal {name}` first")
+            self.adopt(name)
+        fid = next_fault_id(self.rd) if self.rd is not None else 0
         if self.history is not None and self.rd is not None:
-            self.history.record("fault", id=next_fault_id(self.rd), fault=table,
-                                describe=_describe(fault), **fault_effects(fault, self.config))
+            how = {"net": self.nemesis.net} if fault.kind == "partition" else {}
+            self.history.record("fault", id=fid, fault=table, describe=_describe(fault),
+                                **fault_effects(fault, self.config), **how)
         try:
-            self.nemesis.inject(0, fault)
+            self.nemesis.inject(fid, fault)
         except InjectError as e:
             if self.history is not None:
                 self.history.record("note", text=f"refused: {e}")
@@ -237,6 +288,23 @@ class _Injector:
                 send_fault(self.config, r, Heal(peers))
             except FaultError as e:
                 problems.append(str(e))
+        if self.rd is not None:  # clocks true again (everything: every skewed one)
+            for name in self.processes if everything else names:
+                if self.rd.read_skew(name):
+                    self.rd.write_skew(name, 0.0)
+                    pid = self.rd.read_pid(name)
+                    if pid is not None and alive(pid):
+                        PidProcess(pid).send_signal(signal.SIGUSR2)
+        kernel = self.nemesis.kernel
+        if kernel is not None:
+            if everything:
+                kernel.clear()
+            for fid in self.open_ids("partition", set(names)):
+                kernel.remove(fid)
+            try:
+                kernel.apply(everywhere=everything)
+            except HostsError as e:
+                problems.append(str(e))
         if everything and self.rd is not None:
             for name in self.processes:  # continue whatever was paused
                 pid = self.rd.read_pid(name)
@@ -246,7 +314,7 @@ class _Injector:
             if everything:
                 self.history.record("heal_all")
             else:
-                ids = [fid for kind in ("partition", "delay", "bandwidth", "slow")
+                ids = [fid for kind in ("partition", "delay", "bandwidth", "slow", "skew")
                        for fid in self.open_ids(kind, set(names))]
                 self.healed(sorted(ids))
         if problems:

@@ -17,7 +17,16 @@ kill       SIGKILL by pid                              ``launch.restart_process`
                                                        then the rules in force at it, again
 pause      SIGSTOP by pid                              SIGCONT, then the rules changed meanwhile
 stall      a ``Stall``                                 an ``Unstall``
+skew       ``RunDir.write_skew``, then SIGUSR2 (the    an offset of 0, then SIGUSR2
+           process reads its skew file: node/procs/
+           entry.py)
 =========  ==========================================  =========================================
+
+When the run's hosts are network namespaces (``--hosts netns``), a partition is made by
+the kernel instead (``kernel.py``: nftables drop or reject rules in the hosts' namespaces;
+its heal recomputes them from the partitions still in force), and the history names the
+mechanism (``"net": "kernel"`` or ``"process"``: :attr:`Nemesis.net`). Shapes and stalls
+stay at the replicas either way.
 
 Cut, Shape, Heal, Stall and Unstall are the operations of the fault vocabulary
 (node/faults/ops.py); ``rules.ActiveRules.plan`` computes them and ``fault.send_fault`` makes
@@ -42,17 +51,28 @@ from typing import TextIO
 from node.config.model import ClusterConfig
 from node.faults.ops import Heal
 from node.procs.rundir import RunDir
+from ops_scripts.cluster.hosts.placement import HostsMode, read_placement
 from ops_scripts.cluster.launch import Launched, restart_process
 from ops_scripts.cluster.status import fetch_status
-from ops_scripts.errors import FaultError, InjectError, ProcessError
+from ops_scripts.errors import FaultError, HostsError, InjectError, ProcessError
 from ops_scripts.harness.fault import send_fault
+from ops_scripts.harness.kernel import KernelCuts
 from ops_scripts.harness.rules import ActiveRules
 from ops_scripts.harness.schedule import Fault, node_of
 from ops_scripts.harness.timeline import blocked, recovers_alone
 
-__all__ = ["Nemesis"]
+__all__ = ["Nemesis", "kernel_cuts"]
 
 KILL_WAIT = 10.0  # seconds for a SIGKILLed process to be gone
+
+
+def kernel_cuts(config: ClusterConfig, rd: RunDir | None) -> KernelCuts | None:
+    """The kernel's cuts for a run whose hosts are network namespaces (its placement says),
+    else None; :class:`HostsError` if the kernel cannot cut here (no ``nft``)."""
+    placement = None if rd is None else read_placement(rd.path)
+    if placement is None or placement.mode is not HostsMode.NETNS:
+        return None
+    return KernelCuts(config, placement)
 
 
 # ---------------------------------------------------------------- the nemesis
@@ -68,6 +88,15 @@ class Nemesis:
         self.active: dict[int, Fault] = {}
         self.down: dict[str, str] = {}  # process (replica or source) -> "killed" | "paused"
         self._node_of = node_of(config)
+        #: Partitions in the kernel when the run's hosts are namespaces (kernel.py), else
+        #: None: at the replicas' fault rules, in the processes.
+        self.kernel = kernel_cuts(config, rd)
+
+    @property
+    def net(self) -> str:
+        """How partitions are made: "kernel" (nftables between hosts) or "process" (the
+        replicas' fault rules); the run's history names it with each partition."""
+        return "process" if self.kernel is None else "kernel"
 
     @property
     def replicas(self) -> list[str]:
@@ -111,6 +140,11 @@ class Nemesis:
                 else:
                     p.proc.send_signal(signal.SIGSTOP)
                     self.down[name] = "paused"
+            elif fault.kind == "skew":
+                self.skew(fault.params["process"], fault.params["seconds"])
+            elif fault.kind == "partition" and self.kernel is not None:
+                self.kernel.add(fid, fault)
+                self._apply_kernel()
             else:
                 self.rules.add(fid, fault)
                 self.sync()
@@ -127,6 +161,11 @@ class Nemesis:
                 self.restart(fault.params["process"])
             elif fault.kind == "pause":
                 self.resume(fault.params["process"])
+            elif fault.kind == "skew":
+                self.skew(fault.params["process"], 0.0)
+            elif fault.kind == "partition" and self.kernel is not None:
+                self.kernel.remove(fid)
+                self._apply_kernel()
             else:
                 self.rules.remove(fid)
                 self.sync()
@@ -145,6 +184,17 @@ class Nemesis:
         self.down.pop(name, None)
         self.rules.forget(name)
         self.sync([name])
+
+    def skew(self, name: str, seconds: float) -> None:
+        """Offset ``name``'s clock by ``seconds`` (0: none): its skew file, then SIGUSR2, on
+        which it reads the file (node/procs/entry.py). A killed process gets no signal: its
+        restart reads the file; a paused one gets it when continued."""
+        if self.rd is None:
+            raise InjectError(f"cannot skew {name}: the process reads its skew from the run "
+                              "directory")
+        self.rd.write_skew(name, seconds)
+        if self.down.get(name) != "killed":
+            self.handle(name).proc.send_signal(signal.SIGUSR2)
 
     def resume(self, name: str) -> None:
         """SIGCONT ``name``; a replica then gets what changed while it was stopped."""
@@ -168,10 +218,22 @@ class Nemesis:
         if problems:
             raise InjectError("; ".join(problems))
 
+    def _apply_kernel(self) -> None:
+        assert self.kernel is not None
+        try:
+            self.kernel.apply()
+        except HostsError as e:
+            raise InjectError(str(e)) from None
+
     def heal_all(self) -> list[str]:
-        """Resume every paused process, heal everything at every replica, restart every
-        killed one; returns what failed (empty: all healed)."""
+        """Set every skewed clock true, resume every paused process, heal everything at
+        every replica, restart every killed one; returns what failed (empty: all healed)."""
         problems: list[str] = []
+        for f in [f for f in self.active.values() if f.kind == "skew"]:  # clocks true again
+            try:
+                self.skew(f.params["process"], 0.0)
+            except InjectError as e:
+                problems.append(f"unskew of {f.params['process']}: {e}")
         for name, how in list(self.down.items()):
             if how == "paused":
                 self.handle(name).proc.send_signal(signal.SIGCONT)
@@ -183,6 +245,12 @@ class Nemesis:
             try:
                 send_fault(self.config, r, Heal())
             except FaultError as e:
+                problems.append(str(e))
+        if self.kernel is not None:
+            self.kernel.clear()
+            try:
+                self.kernel.apply(everywhere=True)
+            except HostsError as e:
                 problems.append(str(e))
         self.rules.clear()
         self.active.clear()

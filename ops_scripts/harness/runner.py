@@ -16,8 +16,9 @@ logs. Steps, each printed as it happens:
    timeline's rules, ``timeline.py``, which ``dpc simulate`` plays too);
 5. heal of everything (``heal_all``), ``quiet`` seconds, the drain (the sources end their
    streams; every client sees the end), each replica's ``digest`` once all are STABLE (or
-   after ``STABLE_TIMEOUT``), every process stopped by pid, the replicas' state changes
-   merged into the history, ``end``;
+   after ``STABLE_TIMEOUT``), every process stopped by pid, ``end``, under ``--hosts ssh``
+   the hosts' files gathered (``dpc collect``), the replicas' state changes merged into
+   the history;
 6. ``dpc check`` on the run directory, and a summary of its figures.
 
 A fault is recorded before it is injected and its heal after it is healed, so the
@@ -42,6 +43,9 @@ from node.config.load import load_config
 from node.config.model import ClusterConfig
 from node.procs.rundir import RunDir
 from ops_scripts.check.compose import run_check
+from ops_scripts.cluster.hosts.placement import HostsMode
+from ops_scripts.cluster.hosts.session import run_hosts
+from ops_scripts.cluster.hosts.ssh import connect_hosts, gather
 from ops_scripts.cluster.launch import (
     Launched,
     drain_streams,
@@ -49,9 +53,10 @@ from ops_scripts.cluster.launch import (
     start_cluster,
     stop_cluster,
     wait_until,
+    watch,
 )
 from ops_scripts.cluster.status import fetch_status
-from ops_scripts.errors import FaultError, InjectError, ProcessError, ScenarioError
+from ops_scripts.errors import FaultError, HostsError, InjectError, ProcessError, ScenarioError
 from ops_scripts.harness.fault import post_action
 from ops_scripts.harness.history import HistoryWriter, merge_states
 from ops_scripts.harness.nemesis import Nemesis
@@ -162,7 +167,8 @@ def start_recorded(config: ClusterConfig, rd: RunDir, history: HistoryWriter,
     :data:`FIRST_RESULTS_TIMEOUT` (``ready`` is recorded then all the same)."""
     history.record("start", config=str(rd.config), **start)
     start_cluster(config, rd, out, procs)
-    got = wait_until(lambda: all(rd.count_lines(rd.client_log(c)) for c in config.clients),
+    w = watch(rd)  # the run directory, or the clients' hosts (--hosts ssh)
+    got = wait_until(lambda: all(w.client_lines(c) for c in config.clients),
                      FIRST_RESULTS_TIMEOUT)
     history.record("ready")
     return got
@@ -274,7 +280,7 @@ class _Player:
 
     def inject(self, fid: int, fault: Fault) -> None:
         self.say(f"fault #{fid}: {fault.describe()}")
-        self.history.fault(fid, fault, self.config)
+        self.history.fault(fid, fault, self.config, net=self.nemesis.net)
         try:
             self.nemesis.inject(fid, fault)
             self.injected += 1
@@ -324,11 +330,13 @@ class _Player:
 
 
 def play_scenario(scenario: Scenario, run_dir: Path, out: TextIO | None = None, *,
-                  check: bool = True, progress_every: float | None = None) -> RunOutcome:
+                  check: bool = True, progress_every: float | None = None,
+                  hosts: HostsMode = HostsMode.LOCAL) -> RunOutcome:
     """Play ``scenario`` in ``run_dir`` (created; new, or holding only a scenario.toml,
     which is replaced by the self-contained dump of ``scenario``) and check the run
     (``check=False``: leave that to ``dpc check RUN_DIR``, as ``dpc soak`` does: a long
-    run's reference evaluation is a job of its own)."""
+    run's reference evaluation is a job of its own). ``hosts``: where the processes live
+    (ops_scripts/cluster/hosts/; under ``netns`` the kernel makes the partitions)."""
     out = sys.stdout if out is None else out  # read at call time: capture may replace it
     rd = RunDir(run_dir)
     if rd.path.exists() and any(p.name != "scenario.toml" for p in rd.path.iterdir()):
@@ -341,22 +349,26 @@ def play_scenario(scenario: Scenario, run_dir: Path, out: TextIO | None = None, 
     print(f"dpc run: scenario {scenario.name!r}: {n} fault(s) over "
           f"{round(scenario.schedule_length, 3):g} s, settle {scenario.settle:g} s, quiet "
           f"{scenario.quiet:g} s; run dir {rd.path}", file=out, flush=True)
-    player = _Player(scenario, rd, out, progress_every)
     outcome = RunOutcome(0, rd.path)
-    try:
-        player.run()
-    except KeyboardInterrupt:
-        print("  interrupted: stopping every process", file=out, flush=True)
-        player.history.record("note", text="interrupted (Ctrl-C)")
-        outcome.code = 130
-    except ProcessError:  # start_cluster: a process did not start (it printed why, stopped all)
-        player.procs.clear()
-        player.problem("the cluster did not start")
-        outcome.code = 1
-    finally:
-        player.stop()
-        player.history.record("end")
-        player.history.close()
+    with run_hosts(rd, hosts, out) as placement:
+        connect_hosts(placement, out)  # --hosts ssh: every host answers (hosts/ssh.py)
+        player = _Player(scenario, rd, out, progress_every)
+        try:
+            player.run()
+        except KeyboardInterrupt:
+            print("  interrupted: stopping every process", file=out, flush=True)
+            player.history.record("note", text="interrupted (Ctrl-C)")
+            outcome.code = 130
+        except ProcessError:  # start_cluster: a process did not start (it printed why, stopped all)
+            player.procs.clear()
+            player.problem("the cluster did not start")
+            outcome.code = 1
+        finally:
+            player.stop()
+            player.history.record("end")
+            player.history.close()
+            if not gather(rd, out):  # --hosts ssh: the hosts' files into the run directory
+                player.problems.append("the hosts' files were not all gathered (see above)")
     outcome.injected, outcome.problems = player.injected, player.problems
     if outcome.code in (1, 130):
         return outcome
@@ -371,13 +383,16 @@ def play_scenario(scenario: Scenario, run_dir: Path, out: TextIO | None = None, 
     return outcome
 
 
-def run_scenario(path: Path, run_dir: Path | None = None, out: TextIO | None = None) -> int:
-    """``dpc run SCENARIO.toml [--run-dir DIR]``: the exit code (module docstring)."""
+def run_scenario(path: Path, run_dir: Path | None = None, out: TextIO | None = None,
+                 hosts: HostsMode = HostsMode.LOCAL) -> int:
+    """``dpc run SCENARIO.toml [--run-dir DIR] [--hosts MODE]``: the exit code (module
+    docstring)."""
     out = sys.stdout if out is None else out  # read at call time: capture may replace it
     try:
         scenario = load_scenario(path)
-        outcome = play_scenario(scenario, run_dir or default_run_dir(scenario.name), out)
-    except ScenarioError as e:
+        outcome = play_scenario(scenario, run_dir or default_run_dir(scenario.name), out,
+                                hosts=hosts)
+    except (ScenarioError, HostsError) as e:
         print(f"dpc run: error: {e}", file=sys.stderr)
         return 2
     if outcome.code == 130:

@@ -61,12 +61,12 @@ from typing import Any, Literal
 
 import tomli_w
 
-from node.config.datafile import PACKAGE_PREFIX
 from node.config.load import CLUSTER_TABLES, parse_config
 from node.config.model import ClusterConfig, NodeSettings
 from node.config.read import Table
+from node.config.text import self_contained
 from node.errors import ConfigError
-from node.net.ports import free_port
+from node.net.ports import free_port, is_local_address
 from ops_scripts.errors import ScenarioError, ScheduleError
 from ops_scripts.harness.schedule import Fault, cut_pairs, dump_faults, parse_faults, replica_rules
 
@@ -115,7 +115,7 @@ class Scenario:
         file = Path(cluster).resolve()
         raw = _read_toml(file, "cluster config")
         s = cls(file.with_name(f"{name}.scenario.toml"), name,
-                _absolute_files(raw, file.parent), file, tuple(faults), float(settle),
+                self_contained(raw, file.parent), file, tuple(faults), float(settle),
                 float(quiet), source_rate, dict(settings or {}), seed)
         try:
             parse_config(raw, file)
@@ -172,39 +172,30 @@ class Scenario:
 
 def move_to_free_ports(raw: dict[str, Any]) -> None:
     """Move every listening port of a cluster's tables (sources, replica data and control
-    ports, the controller's) to a free one (``node/net/ports.py``), in place: other runs on this machine may
-    hold the file's ports."""
-    control_host = raw.get("cluster", {}).get("control_host", "127.0.0.1")
+    ports, the controller's) on this machine to a free one (``node/net/ports.py``), in
+    place: other runs on this machine may hold the file's ports. A port on a host that is
+    not this machine's (a host of its own: ``--hosts netns|ssh``) is left as the file says:
+    nothing else of this machine listens there."""
+    default_control = raw.get("cluster", {}).get("control_host")
+
+    def moved(host: str, port: Any) -> Any:
+        return free_port(host) if is_local_address(host) else port
+
     for src in raw.get("sources", {}).values():
-        src["port"] = free_port(src.get("host", "127.0.0.1"))
+        src["port"] = moved(src.get("host", "127.0.0.1"), src.get("port"))
     for node in raw.get("nodes", {}).values():
         for r in node.get("replicas", []):
-            r["data_port"] = free_port(r.get("host", "127.0.0.1"))
-            r["control_port"] = free_port(control_host)
+            r["data_port"] = moved(r.get("host", "127.0.0.1"), r.get("data_port"))
+            r["control_port"] = moved(r.get("control_host") or default_control
+                                      or r.get("host", "127.0.0.1"), r.get("control_port"))
     controller = raw.get("controller")
     if isinstance(controller, dict):  # the Flux controller's (docs/flux.md)
-        controller["control_port"] = free_port(controller.get("host", "127.0.0.1"))
+        controller["control_port"] = moved(controller.get("control_host") or default_control
+                                           or controller.get("host", "127.0.0.1"),
+                                           controller.get("control_port"))
 
 
 # ---------------------------------------------------------------- loading
-def _absolute_files(raw: Mapping[str, Any], anchor: Path) -> dict[str, Any]:
-    """``raw`` with every source's data ``file`` and the ``[cluster.tls]`` files made
-    absolute (relative to ``anchor``): a run's config lives in its run directory."""
-    out: dict[str, Any] = copy.deepcopy(dict(raw))
-    tls = out.get("cluster", {}).get("tls") if isinstance(out.get("cluster"), dict) else None
-    if isinstance(tls, dict):
-        for key, value in tls.items():
-            if isinstance(value, str):
-                tls[key] = str((anchor / value).resolve())
-    sources = out.get("sources")
-    if isinstance(sources, dict):
-        for src in sources.values():
-            if (isinstance(src, dict) and isinstance(src.get("file"), str)
-                    and not src["file"].startswith(PACKAGE_PREFIX)):  # package files stay named
-                src["file"] = str((anchor / src["file"]).resolve())
-    return out
-
-
 def _read_toml(path: Path, what: str) -> dict[str, Any]:
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
@@ -248,7 +239,7 @@ def _cluster(path: Path, h: Mapping[str, Any], raw: Mapping[str, Any],
                 f"{path}: scenario.cluster: missing: name a cluster config (relative to this "
                 "file), or put the cluster's tables ([cluster], [sources.*], [nodes.*], "
                 "[clients.*]) in this file")
-        return _absolute_files(inline, path.parent), None
+        return self_contained(inline, path.parent), None
     if inline:
         raise ScenarioError(
             f"{path}: scenario.cluster: the cluster is named ({h['cluster']!r}) and also "
@@ -262,7 +253,7 @@ def _cluster(path: Path, h: Mapping[str, Any], raw: Mapping[str, Any],
         parse_config(cluster, file)
     except ConfigError as e:
         raise ScenarioError(f"{path}: scenario.cluster: {e}") from None
-    return _absolute_files(cluster, file.parent), file
+    return self_contained(cluster, file.parent), file
 
 
 def _check_connections(path: Path, raw_faults: Sequence[Any], config: ClusterConfig) -> None:
@@ -335,9 +326,9 @@ def dump_scenario(
         if not inline:
             head["cluster"] = os.path.relpath(file, Path(base).resolve()) if base else str(file)
         elif isinstance(cluster, ClusterConfig):
-            tables = _absolute_files(cluster.raw, path.parent)
+            tables = self_contained(cluster.raw, path.parent)
         else:
-            tables = _absolute_files(_read_toml(file, "cluster config"), file.parent)
+            tables = self_contained(_read_toml(file, "cluster config"), file.parent)
     head |= {"settle": float(settle), "quiet": float(quiet)}
     if source_rate is not None:
         head["source_rate"] = float(source_rate)

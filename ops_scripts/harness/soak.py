@@ -58,9 +58,10 @@ from typing import Any, TextIO
 from node.config.load import load_config
 from node.config.model import ClusterConfig
 from node.procs.rundir import RunDir
+from ops_scripts.cluster.hosts.placement import HostsMode
 from ops_scripts.cluster.processes import alive, read_rss, runs_node
 from ops_scripts.cluster.status import fetch_status
-from ops_scripts.errors import ScenarioError, ScheduleError
+from ops_scripts.errors import HostsError, ScenarioError, ScheduleError
 from ops_scripts.harness.growth import MIB, default_warmup
 from ops_scripts.harness.runner import RunOutcome, play_scenario
 from ops_scripts.harness.scenario import Scenario
@@ -85,6 +86,7 @@ class SoakOptions:
     rate: float | None = None
     seed: int = 1
     run_dir: Path | None = None
+    hosts: HostsMode = HostsMode.LOCAL  # where the processes live (--hosts)
 
     @property
     def seconds(self) -> float:
@@ -270,8 +272,8 @@ def run_soak(opts: SoakOptions, out: TextIO | None = None) -> int:
     sampler = Sampler(rd, config, opts, out)
     sampler.start()
     try:
-        outcome = play_scenario(scenario, rd.path, out, check=False)
-    except ScenarioError as e:  # a run dir that is not empty
+        outcome = play_scenario(scenario, rd.path, out, check=False, hosts=opts.hosts)
+    except (ScenarioError, HostsError) as e:  # a run dir that is not empty; no namespaces
         print(f"dpc soak: error: {e}", file=sys.stderr)
         return 2
     finally:

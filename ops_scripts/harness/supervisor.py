@@ -12,8 +12,9 @@
    with ``--recover``, a source resumes its ids and log) and the crash is recorded as a kill
    fault healed by the restart, so that the checker's outage model sees it. A client that
    dies ends the run (its log is the run's evidence).
-4. Drain (the sources end their streams), stop every process by pid, merge the replicas'
-   state logs into the history, ``end``.
+4. Drain (the sources end their streams), stop every process by pid, ``end``; under
+   ``--hosts ssh`` gather the hosts' files into the run directory (``dpc collect``,
+   ops_scripts/cluster/hosts/ssh.py); merge the replicas' state logs into the history.
 
 The run directory keeps the config, every process's log, the source, client and replica
 logs and the history: ``dpc check RUN_DIR`` judges it.
@@ -22,24 +23,27 @@ logs and the history: ``dpc check RUN_DIR`` judges it.
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 import time
 from pathlib import Path
 from typing import TextIO
 
 from node.config.model import ClusterConfig
+from node.config.text import config_text
 from node.procs.rundir import RunDir
 from operators.network import network_class
 from operators.taxonomy import RecoveryType
 from ops_scripts.check.paths import node_promise
+from ops_scripts.cluster.hosts.placement import HostsMode
+from ops_scripts.cluster.hosts.session import cleanup, run_hosts
+from ops_scripts.cluster.hosts.ssh import connect_hosts, gather
 from ops_scripts.cluster.launch import Launched, log_tail, progress, restart_process, stop_cluster
 from ops_scripts.cluster.processes import PidProcess, alive, runs_node
-from ops_scripts.errors import ProcessError
+from ops_scripts.errors import HostsError, ProcessError
 from ops_scripts.harness.history import HistoryWriter, merge_states, next_fault_id, open_faults
 from ops_scripts.harness.runner import FIRST_RESULTS_TIMEOUT, now_us, start_recorded
 
-__all__ = ["RESTART_AFTER", "Supervisor", "launch", "promised"]
+__all__ = ["RESTART_AFTER", "Supervisor", "launch", "launch_cleanup", "promised"]
 
 #: Seconds a crashed process stays down before ``dpc launch`` restarts it: time for a user
 #: who restarts it by hand (``dpc node ... --run-dir``) to be adopted instead.
@@ -124,17 +128,29 @@ def promised(config: ClusterConfig, node: str) -> str:
 
 
 def launch(config_path: Path, duration: float | None, run_dir: Path | None,
-           out: TextIO = sys.stdout) -> int:
-    """``dpc launch``: 0 if the cluster ran and stopped cleanly, 1 otherwise."""
+           out: TextIO = sys.stdout, hosts: HostsMode = HostsMode.LOCAL) -> int:
+    """``dpc launch``: 0 if the cluster ran and stopped cleanly, 1 otherwise. Every process
+    runs the run directory's copy of the config, placed on ``hosts``
+    (ops_scripts/cluster/hosts/: their namespaces are removed at the end)."""
     from node.config.load import load_config
 
     config = load_config(config_path)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     rd = RunDir(run_dir if run_dir is not None else Path("runs") / f"{config.name}-{stamp}")
     rd.ensure()
-    shutil.copyfile(config_path, rd.path / "config.toml")
+    rd.config.write_text(config_text(config))  # self-contained: its files by absolute path
     (rd.path / "run.json").write_text(json.dumps({"config": str(config_path.resolve()),
-                                                  "started": stamp}))
+                                                  "started": stamp, "hosts": hosts.value}))
+    try:
+        with run_hosts(rd, hosts, out) as placement:
+            connect_hosts(placement, out)  # --hosts ssh: every host answers (hosts/ssh.py)
+            return _launch(load_config(rd.config), rd, duration, out)
+    except HostsError as e:
+        print(f"dpc launch: error: {e}", file=out)
+        return 1
+
+
+def _launch(config: ClusterConfig, rd: RunDir, duration: float | None, out: TextIO) -> int:
     n = (len(config.sources) + sum(len(n.replicas) for n in config.nodes.values())
          + len(config.clients))
     print(f"dpc launch: cluster {config.name!r}, {n} processes, run dir {rd.path}", file=out)
@@ -151,6 +167,7 @@ def launch(config_path: Path, duration: float | None, run_dir: Path | None,
                           "start", file=out, flush=True)
             except ProcessError as e:  # it printed why and stopped what it had started
                 print(f"dpc launch: {e}; run dir {rd.path}", file=out)
+                gather(rd, out)  # --hosts ssh: the logs that say why, into the run directory
                 return 1
             supervisor = Supervisor(config, rd, procs, history, out)
             start = time.monotonic()
@@ -166,7 +183,22 @@ def launch(config_path: Path, duration: float | None, run_dir: Path | None,
         print("  stopping: draining sources", file=out, flush=True)
         ok = stop_cluster(procs, rd, drain=True, out=out)
         history.record("end")
+    # --hosts ssh: the hosts' files into the run directory, before anything reads them.
+    ok = gather(rd, out) and ok
     merge_states(rd, config)
     print(f"dpc launch: {'stopped cleanly' if ok else 'stopped WITH ERRORS'}; run dir {rd.path}",
           file=out)
     return 0 if ok else 1
+
+
+def launch_cleanup(run_dir: Path, out: TextIO = sys.stdout) -> int:
+    """``dpc launch --cleanup RUN_DIR``: stop what a crashed launch left running and remove
+    its hosts (namespaces, links); 0 when done (also when nothing was left)."""
+    if not run_dir.is_dir():
+        print(f"dpc launch: error: {run_dir}: no such run directory", file=out)
+        return 2
+    removed = cleanup(RunDir(run_dir))
+    for what in removed:
+        print(f"  removed {what}", file=out)
+    print(f"dpc launch: cleanup of {run_dir}: {len(removed) or 'nothing'} removed", file=out)
+    return 0

@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from node.config.model import ClusterConfig
-from ops_scripts.errors import ScenarioError, ScheduleError
+from ops_scripts.cluster.hosts.placement import HostsMode
+from ops_scripts.errors import HostsError, ScenarioError, ScheduleError
 from ops_scripts.examples import EXAMPLES
 from ops_scripts.harness import extras
 from ops_scripts.harness.runner import RunOutcome, describe_delay, describe_figures, play_scenario
@@ -90,6 +91,8 @@ class TortureOptions:
     run_dir: Path | None = None
     faults: int = 4
     duration: float = 8.0
+    #: Where each run's processes live (``--hosts``; netns: partitions in the kernel).
+    hosts: HostsMode = HostsMode.LOCAL
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,7 +203,11 @@ def run_torture(opts: TortureOptions, out: TextIO | None = None) -> int:
               f"{len(faults)} faults ===", file=out, flush=True)
         started = time.monotonic()
         try:
-            outcome = play_scenario(load_scenario(rd / "scenario.toml"), rd, out)
+            outcome = play_scenario(load_scenario(rd / "scenario.toml"), rd, out,
+                                    hosts=opts.hosts)
+        except HostsError as e:
+            print(f"dpc torture: error: {e}", file=sys.stderr)
+            return 2
         except ScenarioError as e:  # a schedule we drew and cannot play: our bug
             print(f"dpc torture: error: seed {seed}: {e}", file=sys.stderr)
             return 2

@@ -34,6 +34,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, TextIO
 
+from ops_scripts.cluster.hosts.placement import HostsMode
 from ops_scripts.errors import SweepError
 from ops_scripts.harness.runner import play_scenario
 from ops_scripts.harness.scenario import load_scenario
@@ -53,21 +54,23 @@ def sweep_columns(exp: Experiment) -> list[str]:
 
 
 def run_sweep(path: Path, out_dir: Path | None = None, repeat: int | None = None,
-              jobs: int = 1, out: TextIO | None = None) -> int:
+              jobs: int = 1, out: TextIO | None = None,
+              hosts: HostsMode = HostsMode.LOCAL) -> int:
     """The ``dpc sweep`` command: 0 when every run was valid, 1 if one was not, 130 when
-    interrupted (resume with the same command)."""
+    interrupted (resume with the same command); each run's processes on ``hosts``."""
     out = sys.stdout if out is None else out
     if jobs < 1:
         raise SweepError(f"--jobs must be >= 1, got {jobs}")
     exp = load_experiment(path, repeat)
     out_dir = out_dir or Path("sweeps") / exp.name
-    sweep = Sweep(exp, out_dir, out)
+    sweep = Sweep(exp, out_dir, out, hosts)
     return sweep.run(jobs)
 
 
 class Sweep:
-    def __init__(self, exp: Experiment, out_dir: Path, out: TextIO) -> None:
-        self.exp, self.dir, self.out = exp, out_dir, out
+    def __init__(self, exp: Experiment, out_dir: Path, out: TextIO,
+                 hosts: HostsMode = HostsMode.LOCAL) -> None:
+        self.exp, self.dir, self.out, self.hosts = exp, out_dir, out, hosts
         self.columns = sweep_columns(exp)
         self.csv = out_dir / RESULTS
         self.lock = threading.Lock()
@@ -171,7 +174,8 @@ class Sweep:
                      f"{point.label()} · run {rep}/{exp.repeat} · {self.left(point)}")
         began = time.monotonic()
         with (self.dir / "runs" / f"{name}.log").open("w") as log:
-            outcome = play_scenario(load_scenario(run_dir / "scenario.toml"), run_dir, log)
+            outcome = play_scenario(load_scenario(run_dir / "scenario.toml"), run_dir, log,
+                                    hosts=self.hosts)
         wall = time.monotonic() - began
         if outcome.code == 130:
             return 130

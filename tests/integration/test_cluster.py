@@ -213,7 +213,7 @@ def test_control_plane_status_metrics_and_token(cluster: Callable[..., tuple[Clu
                                                  tmp_path: Path) -> None:
     config, rd, _procs = cluster(small("basic.toml", tmp_path, limit=10**9))
     replica = next(iter(config.nodes.values())).replicas[0]
-    base = f"http://{config.control_host}:{replica.control_port}"
+    base = f"http://{replica.control_address}:{replica.control_port}"
     assert json.loads(_http(base + "/health")[1])["ok"] is True
 
     def out_count() -> int:

@@ -711,10 +711,35 @@ def test_parse_config_keeps_raw_and_names_the_given_path() -> None:
 
     raw = tomllib.loads(BASE)
     cfg = parse_config(raw, Path("virtual.toml"))
-    assert cfg.raw is raw and cfg.token == "secret" and cfg.control_host == "127.0.0.1"
+    assert cfg.raw is raw and cfg.token == "secret" and cfg.control_host is None
     raw["clients"]["c1"]["stream"] = "nope"
     with pytest.raises(ConfigError, match=r"^virtual\.toml: clients\.c1\.stream: "):
         parse_config(raw, Path("virtual.toml"))
+
+
+def test_each_control_plane_is_on_its_own_host_the_cluster_one_only_a_default() -> None:
+    """Issue 47: a replica's control plane binds (and is addressed) at its own host, not a
+    cluster-wide one; [cluster] control_host is the default, a replica's own key wins."""
+    import tomllib
+
+    from node.net.tls import control_url
+
+    raw = tomllib.loads(BASE)
+    a, b = raw["nodes"]["n1"]["replicas"]
+    a["host"], b["host"] = "198.18.0.21", "198.18.0.22"
+    cfg = parse_config(raw, Path("hosts.toml"))
+    ra, rb = cfg.nodes["n1"].replicas
+    assert (ra.control_address, rb.control_address) == ("198.18.0.21", "198.18.0.22")
+    assert control_url(cfg, rb, "/status") == f"http://198.18.0.22:{rb.control_port}/status"
+    raw["cluster"]["control_host"] = "0.0.0.0"
+    b["control_host"] = "198.18.0.99"
+    ra, rb = parse_config(raw, Path("hosts.toml")).nodes["n1"].replicas
+    assert (ra.control_address, rb.control_address) == ("0.0.0.0", "198.18.0.99")
+    raw["clients"]["c1"]["host"] = "198.18.0.30"
+    assert parse_config(raw, Path("hosts.toml")).clients["c1"].host == "198.18.0.30"
+    b["control_host"] = 7
+    with pytest.raises(ConfigError, match=r"replicas\[1\]\.control_host: expected a string"):
+        parse_config(raw, Path("hosts.toml"))
 
 
 # ------------------------------------------------------------------------------ event time
@@ -840,3 +865,17 @@ def test_cluster_tables_are_every_table_the_loader_reads() -> None:
         parse_config({**raw, "bogus": {}}, Path("t.toml"))
     listed = str(e.value).split("expected one of ")[1].split(" (")[0]
     assert sorted(listed.split(", ")) == sorted(CLUSTER_TABLES)
+
+
+def test_a_hosts_table_names_ssh_destinations() -> None:
+    import tomllib
+
+    raw = tomllib.loads(BASE)
+    raw["hosts"] = {"10.0.0.5": {"ssh": "dpc@node-a"}}
+    assert parse_config(raw, Path("ssh.toml")).ssh == {"10.0.0.5": "dpc@node-a"}
+    raw["hosts"] = {"10.0.0.5": {"ssh": "dpc@node-a", "port": 22}}
+    with pytest.raises(ConfigError, match=r"hosts\.\"10\.0\.0\.5\"\.port: unknown key"):
+        parse_config(raw, Path("ssh.toml"))
+    raw["hosts"] = {"10.0.0.5": {"ssh": ""}}
+    with pytest.raises(ConfigError, match="non-empty"):
+        parse_config(raw, Path("ssh.toml"))
