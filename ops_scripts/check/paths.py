@@ -26,6 +26,10 @@ node producing a client's stream -> the client. At a time tau:
   serving nothing new. Its partner still serves the client if live (the client reads fresh
   data there, through ``state/buffer.py`` ``AheadView`` if it took part of the stalled
   corrections), so a stall excuses nothing while another replica of the node can serve.
+* a client is not judged while the clock of a process on its path (or its own) is
+  **skewed** (a ``skew`` fault in force): the bound k*X speaks of synchronized clocks. A
+  source ahead stamps results in the client's future; taken as new results they would hide
+  every later one from the tmax rule, so the skew's window is an outage, said to be one.
 * a source is **live** if not down; a replica is live if neither down nor stalled and at
   least one of its node's input streams has a live producer over an unbroken edge (SUnion
   releases results, tentative, with an input missing); a client is **served** if a live
@@ -112,6 +116,7 @@ class FaultSpan:
     down: frozenset[str]
     impaired: frozenset[Pair]
     stalled: frozenset[str] = frozenset()  # a stall: that replica's reconciliation held
+    skewed: frozenset[str] = frozenset()  # a skew: that process's clock offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +128,7 @@ class Conditions:
     impaired: frozenset[Pair] = frozenset()
     down: frozenset[str] = frozenset()
     stalled: frozenset[str] = frozenset()
+    skewed: frozenset[str] = frozenset()
 
     def edge_ok(self, x: str, y: str) -> bool:
         """The edge x-y is usable: both ends up, neither direction cut nor slowed."""
@@ -184,12 +190,14 @@ def fault_spans(events: Iterable[Mapping[str, Any]]) -> list[FaultSpan]:
         if not isinstance(down, list | tuple):
             raise HistoryError(f"{where}: down must be a list of names, got {down!r}")
         stalled: frozenset[str] = frozenset()
-        if kind == "stall" and isinstance(raw, Mapping) and "process" in raw:
-            stalled = frozenset([str(raw["process"])])
+        skewed: frozenset[str] = frozenset()
+        if kind in ("stall", "skew") and isinstance(raw, Mapping) and "process" in raw:
+            who = frozenset([str(raw["process"])])
+            stalled, skewed = (who, skewed) if kind == "stall" else (stalled, who)
         out.append(FaultSpan(
             e["id"], kind, Span(e["t"], ends.get(i)), str(e.get("describe", "")),
             _pairs(e["cut"], where), frozenset(str(p) for p in down),
-            _pairs(e["impaired"], where), stalled))
+            _pairs(e["impaired"], where), stalled, skewed))
     return out
 
 
@@ -235,6 +243,7 @@ def conditions_at(faults: Sequence[FaultSpan], down: Mapping[str, Sequence[Span]
         impaired=frozenset().union(*(f.impaired for f in active)),
         down=frozenset(p for p, spans in down.items() if any(s.covers(t) for s in spans)),
         stalled=frozenset().union(*(f.stalled for f in active)),
+        skewed=frozenset().union(*(f.skewed for f in active)),
     )
 
 
@@ -298,6 +307,20 @@ def why_not_served(config: ClusterConfig, client: str, cond: Conditions,
     return "; ".join(reasons)
 
 
+def upstream_of(config: ClusterConfig, client: str) -> frozenset[str]:
+    """Every process whose output reaches ``client``, transitively, and the client."""
+    seen = {client}
+    todo = [config.clients[client].stream]
+    while todo:
+        stream = todo.pop()
+        producer = config.producer_of(stream)
+        for p in _producers(config, stream):
+            seen.add(p)
+        if isinstance(producer, NodeConfig):
+            todo.extend(producer.inputs)
+    return frozenset(seen)
+
+
 def client_outages(config: ClusterConfig,
                    events: Sequence[Mapping[str, Any]]) -> dict[str, list[Outage]]:
     """Every client of ``config`` -> its outages, in time order (module docstring)."""
@@ -308,13 +331,17 @@ def client_outages(config: ClusterConfig,
                        for t in (s.start, s.end) if t is not None})
     out: dict[str, list[Outage]] = {c: [] for c in config.clients}
     started: dict[str, tuple[int, str]] = {}  # client -> (start, why) of an open outage
+    upstream = {c: upstream_of(config, c) for c in config.clients}
     for t in points:
         cond = conditions_at(faults, down, t)
         live = live_processes(config, cond)
         for c in config.clients:
-            ok = served(config, c, cond, live)
+            skewed = sorted(cond.skewed & upstream[c])
+            ok = served(config, c, cond, live) and not skewed
             if not ok and c not in started:
-                started[c] = (t, why_not_served(config, c, cond, live))
+                started[c] = (t, why_not_served(config, c, cond, live) if not skewed else
+                              f"the clock of {', '.join(skewed)} skewed (k*X assumes "
+                              "synchronized clocks)")
             elif ok and c in started:
                 start, why = started.pop(c)
                 out[c].append(Outage(c, start, t, why))

@@ -26,6 +26,11 @@ always heal); a run also ends with a heal of everything and a quiet period. Kind
     slow       reader = replica, writer = p, seconds = per message read (a slow reader)
     stall      process = replica (its reconciliations hold mid-replay: a fault that starts
                during STABILIZATION is one that starts while a stall lasts)
+    skew       process = a source, replica or client, seconds = its clock's offset,
+               + ahead or - behind (not 0): the clock fault (node/clock.py; healed by an
+               offset of 0). Real processes only (``dpc simulate`` refuses it), never
+               drawn at random (:data:`RANDOM_KINDS`): a skew is not a failure DPC's
+               model masks.
 
 Theory of operation. A partition resolves (:func:`cut_pairs`) to a set of directed pairs
 ``(a, b)``: messages from ``a`` to ``b`` vanish. Every connection of a cluster has a replica
@@ -37,7 +42,8 @@ carry no connection and are dropped.
 Invariants: :func:`parse_faults` refuses unknown kinds, shapes, keys and process names,
 kills and pauses of a client (a stopped client would stall its producers
 through back-pressure, which is not a failure DPC masks), a kill or pause of a process
-that is down already, and schedules that would leave a
+that is down already, a skew of a process skewed already (its heal would end both), and
+schedules that would leave a
 node with no live replica to recover from (overlapping kills or pauses of all its
 replicas), unless its replicas recover from their own disks (``checkpointing = "cec"``):
 random schedules then draw kills of all of them at once on purpose.
@@ -46,6 +52,7 @@ random schedules then draw kills of all of them at once on purpose.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -58,6 +65,7 @@ from ops_scripts.errors import ScheduleError
 __all__ = [
     "CUTS",
     "KINDS",
+    "RANDOM_KINDS",
     "SHAPES",
     "Fault",
     "cut_pairs",
@@ -69,7 +77,10 @@ __all__ = [
     "replica_rules",
 ]
 
-KINDS = ("partition", "kill", "pause", "delay", "bandwidth", "slow", "stall")
+KINDS = ("partition", "kill", "pause", "delay", "bandwidth", "slow", "stall", "skew")
+#: What :func:`random_faults` draws (all but skew: random torture and simulation schedules
+#: stay as they were, and a skewed clock is no failure the checkers' model knows).
+RANDOM_KINDS = ("partition", "kill", "pause", "delay", "bandwidth", "slow", "stall")
 SHAPES = ("link", "isolate", "split", "bridge", "source")
 CUTS = tuple(kind.value for kind in CutKind)  # a partition's ``cut``: "blackhole", "reset"
 
@@ -86,6 +97,7 @@ _KEYS: dict[str, set[str]] = {
     "bandwidth": {"between", "bytes_per_second"},
     "slow": {"reader", "writer", "seconds"},
     "stall": {"process"},
+    "skew": {"process", "seconds"},
 }
 
 
@@ -134,6 +146,8 @@ class Fault:
             body = f"{self.kind} {p['between'][0]} <-> {p['between'][1]} {value}"
         elif self.kind == "slow":
             body = f"slow reader {p['reader']} of {p['writer']} {p['seconds']} s/message"
+        elif self.kind == "skew":
+            body = f"skew {p['process']} {p['seconds']:+g} s"
         else:
             body = f"{self.kind} {p['process']}"
         return f"{body} for {self.duration:g} s"
@@ -273,11 +287,22 @@ def _parse_one(i: int, raw: Mapping[str, Any], config: ClusterConfig) -> Fault:
         p["writer"] = _name(i, "writer", raw["writer"], procs, "a process")
         if p["writer"] == p["reader"]:
             raise _err(i, "reader and writer must differ")
-    if "seconds" in raw:
+    if kind == "skew":
+        p["seconds"] = _offset(i, raw["seconds"])
+    elif "seconds" in raw:
         p["seconds"] = _number(i, "seconds", raw["seconds"])
     if "bytes_per_second" in raw:
         p["bytes_per_second"] = _number(i, "bytes_per_second", raw["bytes_per_second"])
     return Fault(at, duration, str(kind), p)
+
+
+def _offset(i: int, value: Any) -> float:
+    """A skew's ``seconds``: a finite number, negative (behind) or positive (ahead), not 0."""
+    if (isinstance(value, bool) or not isinstance(value, int | float) or value == 0
+            or not math.isfinite(value)):
+        raise _err(i, f"seconds must be a clock offset, a non-zero number of seconds (+ ahead, "
+                      f"- behind), got {value!r}")
+    return float(value)
 
 
 def _consumers(config: ClusterConfig, stream: str) -> set[str]:
@@ -288,7 +313,20 @@ def parse_faults(raw: Iterable[Mapping[str, Any]], config: ClusterConfig) -> lis
     """Validate a scenario's ``[[faults]]`` against ``config``; sorted by start time."""
     faults = sorted((_parse_one(i, r, config) for i, r in enumerate(raw)), key=lambda f: f.at)
     _check_live_partner(faults, config)
+    _check_one_skew(faults)
     return faults
+
+
+def _check_one_skew(faults: Sequence[Fault]) -> None:
+    """Refuse overlapping skews of one process: a process has one offset, and the first
+    heal (an offset of 0) would end the other skew too."""
+    skews = [f for f in faults if f.kind == "skew"]
+    for i, f in enumerate(skews):
+        for g in skews[i + 1:]:
+            if g.params["process"] == f.params["process"] and g.at < f.heal_at:
+                raise ScheduleError(
+                    f"faults at {f.at:g} s and {g.at:g} s: {f.params['process']} is skewed "
+                    "already when the second skew starts (one offset per process)")
 
 
 #: Seconds after a process pair's killed replica is restarted before the schedule may kill
@@ -434,13 +472,17 @@ def crashes_only(config: ClusterConfig) -> bool:
 
 
 def random_faults(config: ClusterConfig, rng: random.Random, *, duration: float,
-                  count: int, kinds: Sequence[str] = KINDS, max_fault: float | None = None,
+                  count: int, kinds: Sequence[str] = RANDOM_KINDS,
+                  max_fault: float | None = None,
                   ) -> list[Fault]:
     """``count`` random, possibly overlapping faults within ``duration`` seconds, each of
     a kind in ``kinds`` (every shape and both cut kinds for partitions; kills of node
     replicas only where :func:`crashes_only`), drawn from ``rng`` only. Lengths go up to ``max_fault`` (default: 3 X of the slowest node), so that some
     outlast alpha*X and reconcile, and some stalls make the next fault start during
-    STABILIZATION. Retries a draw that ``parse_faults`` would refuse."""
+    STABILIZATION. Retries a draw that ``parse_faults`` would refuse. ``kinds`` outside
+    :data:`RANDOM_KINDS` (a skew) are refused."""
+    if unknown := sorted(set(kinds) - set(RANDOM_KINDS)):
+        raise ScheduleError(f"random schedules draw {', '.join(RANDOM_KINDS)}; not {unknown}")
     procs, replicas, links = _processes(config), _replicas(config), _links(config)
     if crashes_only(config):
         kinds = ("kill",)

@@ -25,8 +25,10 @@ the client log and the history to prove it. A failing seed is run again with log
 and its schedule printed as a scenario that ``dpc run`` plays on real processes.
 
 Not simulated: pauses (SIGSTOP has no in-process equivalent that keeps connections open;
-``dpc torture`` covers them). Kills in the simulation cancel the replica's tasks, so its
-connections end cleanly, where a SIGKILL lets the kernel reset them.
+``dpc torture`` covers them), and clock skews (every process runs on the one virtual clock:
+a schedule with a ``skew`` is refused, ``dpc run`` plays it on real processes). Kills in
+the simulation cancel the replica's tasks, so its connections end cleanly, where a SIGKILL
+lets the kernel reset them.
 
 The test-only mutation switch (``DPC_TEST_MUTATION``, node/streams/mutation.py) is read once, by
 :func:`simulate_many`, as ``dpc node`` reads it at its entry, and handed to every replica
@@ -412,10 +414,15 @@ def simulate_one(config: ClusterConfig, seed: int, run_dir: Path, opts: SimOptio
                  *, verbose: bool = False, faults: Sequence[Fault] | None = None,
                  mutation: Mutation | None = None) -> SimResult:
     """One run: draw the schedule from ``seed`` (or play ``faults``) on the simulated
-    cluster, then check it. ``mutation``: a test-only breakage of every input link."""
+    cluster, then check it. ``mutation``: a test-only breakage of every input link. A skew
+    (in ``faults`` or ``opts.kinds``) raises :class:`ScheduleError`."""
     from ops_scripts.check.compose import run_check
 
     started = time.perf_counter()
+    if "skew" in opts.kinds or any(f.kind == "skew" for f in faults or ()):
+        # One virtual clock for every process (node/clock.py): no process can be skewed.
+        raise ScheduleError("skew needs real processes (dpc run): the simulation runs every "
+                            "process on one virtual clock")
     if faults is None:
         faults = simulation_schedule(config, random.Random(seed), opts)
     if run_dir.exists():

@@ -272,6 +272,20 @@ def test_a_slowed_link_counts_as_broken(basic: ClusterConfig) -> None:
     assert (o.start, o.end) == (SECOND, 2 * SECOND) and o.why == "n1a-c1 slowed; n1b-c1 cut"
 
 
+def test_a_skewed_clock_on_the_path_is_an_outage_said_to_be_one(basic: ClusterConfig) -> None:
+    """The bound k*X assumes synchronized clocks: a source 2 s ahead stamps results in the
+    client's future, which the tmax rule took as new, hiding every later result from the
+    check (a run with corrections 7 s late judged valid, unseen). The skew's window is now
+    an outage, and says why."""
+    events = [fault(1 * SECOND, 1, basic, fault="skew", process="s3", seconds=2.0),
+              heal(3 * SECOND, 1)]
+    (o,) = client_outages(basic, events)["c1"]
+    assert (o.start, o.end) == (SECOND, 3 * SECOND)
+    assert o.why == "the clock of s3 skewed (k*X assumes synchronized clocks)"
+    own = [fault(SECOND, 1, basic, fault="skew", process="c1", seconds=-1.0), heal(2 * SECOND, 1)]
+    assert spans(basic, own) == [(SECOND, 2 * SECOND)]  # its arrivals are stamped by it
+
+
 def test_a_bridge_keeps_a_path_and_a_split_does_not(basic: ClusterConfig) -> None:
     sources, rest = ["s1", "s2", "s3"], ["n1b", "c1"]
     bridge = {"fault": "partition", "shape": "bridge", "sides": [sources, rest], "bridge": "n1a"}
