@@ -192,6 +192,11 @@ class Nemesis:
         if self.rd is None:
             raise InjectError(f"cannot skew {name}: the process reads its skew from the run "
                               "directory")
+        placement = read_placement(self.rd.path)
+        if placement is not None and placement.mode is HostsMode.SSH:
+            # Its skew file would be written here, and the process reads its host's.
+            raise InjectError(f"cannot skew {name}: under --hosts ssh its run directory is on "
+                              "its host (a clock fault over SSH is not built yet)")
         self.rd.write_skew(name, seconds)
         if self.down.get(name) != "killed":
             self.handle(name).proc.send_signal(signal.SIGUSR2)

@@ -31,7 +31,6 @@ checker says). Ctrl-C stops every process by pid (paused ones are continued firs
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 import time
@@ -45,7 +44,7 @@ from node.procs.rundir import RunDir
 from ops_scripts.check.compose import run_check
 from ops_scripts.cluster.hosts.placement import HostsMode
 from ops_scripts.cluster.hosts.session import run_hosts
-from ops_scripts.cluster.hosts.ssh import connect_hosts, gather
+from ops_scripts.cluster.hosts.ssh import SshProcess, connect_hosts, gather
 from ops_scripts.cluster.launch import (
     Launched,
     drain_streams,
@@ -55,6 +54,7 @@ from ops_scripts.cluster.launch import (
     wait_until,
     watch,
 )
+from ops_scripts.cluster.processes import read_cpu_seconds
 from ops_scripts.cluster.status import fetch_status
 from ops_scripts.errors import FaultError, HostsError, InjectError, ProcessError, ScenarioError
 from ops_scripts.harness.fault import post_action
@@ -94,18 +94,6 @@ class RunOutcome:
     problems: list[str] = field(default_factory=list)
     figures: dict[str, Any] = field(default_factory=dict)
     verdict: str = "not checked"
-
-
-def cpu_seconds(pid: int | None) -> float | None:
-    """The CPU time (user + system, seconds) process ``pid`` used so far, from Linux's
-    /proc (None elsewhere, or if it is gone): ``dpc sweep`` reports what fault tolerance
-    costs a replica."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def default_run_dir(name: str) -> Path:
@@ -313,9 +301,13 @@ class _Player:
                 self.history.record("note", text=f"no digest of {r}: {e}")
                 continue
             node = self.config.replica(r).node
-            pid = next((p.proc.pid for p in self.procs if p.name == r), None)
+            # CPU time from this machine's /proc: a process on another host (--hosts ssh)
+            # has a pid of that host's, which would name someone else's here.
+            pid = next((p.proc.pid for p in self.procs
+                        if p.name == r and not isinstance(p.proc, SshProcess)), None)
             self.history.record("digest", process=r, node=node, state=d["state"],
-                                hashes=d["state_hashes"], cpu_s=cpu_seconds(pid))
+                                hashes=d["state_hashes"],
+                                cpu_s=None if pid is None else read_cpu_seconds(pid))
             by_node.setdefault(node, set()).add(json.dumps(d["state_hashes"], sort_keys=True))
         for node, hashes in by_node.items():
             self.say(f"digests of node {node}: {'equal' if len(hashes) == 1 else 'DIFFERENT'}")
