@@ -191,6 +191,7 @@ class BenchReplica:
         self.moved = asyncio.Event()  # set when an output's watermark moves or a replica dies
         self.halted = ""  # why the search cannot go on
         self.tasks: list[asyncio.Task[None]] = []
+        self.running = config  # until start() writes the bench's own
 
     def _check_alive(self, problem: str = "", at: _Replica | None = None) -> None:
         """Raise if a replica died (or ``problem`` at replica ``at``), with the end of its output."""
@@ -212,6 +213,7 @@ class BenchReplica:
         cfg = self.dir / "config.toml"
         config = await asyncio.to_thread(bench_config, self.config, self.layout, ports, cfg,
                                          self.settings, self.boundary_us)
+        self.running = config  # what the replicas run: their ports and hosts
         for s in self.sources:
             buf = OutputBuffer(s.name)
             buf.set_consumers(list(config.consumers_of(s.name)))
@@ -340,7 +342,8 @@ class BenchReplica:
         return [NAN if c is None else c for c in cpus]
 
     def _status(self, r: _Replica) -> dict[str, Any]:
-        url = control_url(self.config, self.config.replica(r.name), "status")
+        # The config the replicas run (its ports picked at start), not the one benched.
+        url = control_url(self.running, self.running.replica(r.name), "status")
         with urllib.request.urlopen(url, timeout=5, context=url_context(self.config)) as resp:
             status: dict[str, Any] = json.load(resp)
         return status
