@@ -65,8 +65,8 @@ unit: $(STAMP) bytecode
 	$(VENV)/bin/pytest $(XDIST) --basetemp=$(SUITE_RUNS)
 	DPC_SUITE_RUNS=$(SUITE_RUNS) $(VENV)/bin/pytest tests/ops_scripts/reconcile/test_agreement.py
 
-# The suite without the real-process tests of tests/integration/ (marked slow): a quick loop
-# while developing. `make test` runs everything.
+# The suite without the real-process tests of tests/integration/ and Spark's (marked slow:
+# tests/conftest.py): a quick loop while developing. `make test` runs everything.
 fast: $(STAMP) bytecode
 	$(VENV)/bin/pytest $(XDIST) -m 'not slow'
 
