@@ -108,7 +108,7 @@ from ops_scripts.check.properties import (
     replica_subject,
     seconds,
 )
-from ops_scripts.check.recorded import History, load_events, load_history
+from ops_scripts.check.recorded import History, load_events, load_history, not_gathered
 from ops_scripts.check.reference import reference_outputs
 from ops_scripts.check.sources import check_source_log, source_subject
 from ops_scripts.errors import CheckError
@@ -438,32 +438,6 @@ def _availability_report(config: ClusterConfig, h: History, figures: Figures,
     return found
 
 
-def _not_gathered(rd: RunDir) -> str | None:
-    """Why an ``--hosts ssh`` run cannot be judged yet: a host's files are not in the run
-    directory (``dpc collect RUN_DIR`` copies them and lists the host in ``gathered.json``).
-    Plain JSON here: the checker imports no harness (tests/test_layers.py); the formats are
-    ops_scripts/cluster/hosts/placement.py's (``hosts.json``) and ssh.py's."""
-    try:
-        placement = json.loads((rd.path / "hosts.json").read_text())
-    except (OSError, ValueError):
-        return None  # no placement (a run of before --hosts): its files are all here
-    if not isinstance(placement, dict) or placement.get("mode") != "ssh":
-        return None
-    try:
-        gathered = json.loads((rd.path / "gathered.json").read_text())["hosts"]
-    except (OSError, ValueError, KeyError, TypeError):
-        gathered = {}
-    missing: dict[str, list[str]] = {}
-    for process, host in sorted(dict(placement.get("where", {})).items()):
-        if host not in gathered:
-            missing.setdefault(host, []).append(process)
-    if not missing:
-        return None
-    processes = ", ".join(p for ps in missing.values() for p in ps)
-    return (f"hosts.json says ssh and the logs of {processes} (on {', '.join(missing)}) are "
-            f"not gathered: run dpc collect {rd.path}")
-
-
 def run_check(run_dir: Path, *, out: TextIO = sys.stdout, config_path: Path | None = None) -> int:
     """``dpc check RUN_DIR [--config CLUSTER.toml]``: print the verdict table, write
     ``RUN_DIR/check.json``; return 0 if every verdict is valid, 1 otherwise, 2 if the run
@@ -474,7 +448,7 @@ def run_check(run_dir: Path, *, out: TextIO = sys.stdout, config_path: Path | No
     if not rd.path.is_dir():
         print(f"dpc check: error: {rd.path} is not a run directory (no such directory)", file=out)
         return 2
-    if (why := _not_gathered(rd)) is not None:  # --hosts ssh: its logs are on its hosts
+    if (why := not_gathered(rd)) is not None:  # --hosts ssh: its logs are on its hosts
         print(f"dpc check: error: {why}", file=out)
         return 2
     source = config_path if config_path is not None else rd.config

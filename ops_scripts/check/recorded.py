@@ -37,7 +37,7 @@ from ops_scripts.errors import HistoryError
 from protocol.errors import DPCError
 from protocol.tuples import Tuple
 
-__all__ = ["History", "load_events", "load_history"]
+__all__ = ["History", "load_events", "load_history", "not_gathered"]
 
 
 @dataclass
@@ -209,3 +209,29 @@ def load_events(rd: RunDir, h: History) -> list[dict[str, Any]] | None:
     except (HistoryError, OSError, ValueError) as e:  # malformed; unreadable; not UTF-8
         h.problems["history"] = f"unreadable history {rd.history}: {e}"
         return []
+
+
+def not_gathered(rd: RunDir) -> str | None:
+    """Why an ``--hosts ssh`` run cannot be judged yet (``dpc check`` and ``dpc reconcile``
+    both ask; None: it can): a host's files are not in the run directory (``dpc collect RUN_DIR`` copies them and lists the host in ``gathered.json``).
+    Plain JSON here: the checker imports no harness (tests/test_layers.py); the formats are
+    ops_scripts/cluster/hosts/placement.py's (``hosts.json``) and ssh.py's."""
+    try:
+        placement = json.loads((rd.path / "hosts.json").read_text())
+    except (OSError, ValueError):
+        return None  # no placement (a run of before --hosts): its files are all here
+    if not isinstance(placement, dict) or placement.get("mode") != "ssh":
+        return None
+    try:
+        gathered = json.loads((rd.path / "gathered.json").read_text())["hosts"]
+    except (OSError, ValueError, KeyError, TypeError):
+        gathered = {}
+    missing: dict[str, list[str]] = {}
+    for process, host in sorted(dict(placement.get("where", {})).items()):
+        if host not in gathered:
+            missing.setdefault(host, []).append(process)
+    if not missing:
+        return None
+    processes = ", ".join(p for ps in missing.values() for p in ps)
+    return (f"hosts.json says ssh and the logs of {processes} (on {', '.join(missing)}) are "
+            f"not gathered: run dpc collect {rd.path}")

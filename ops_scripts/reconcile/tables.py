@@ -51,6 +51,7 @@ from node.config.model import ClusterConfig
 from node.errors import ConfigError
 from node.procs.rundir import RunDir, decode_row
 from ops_scripts.check.history import iter_history
+from ops_scripts.check.recorded import not_gathered
 from ops_scripts.errors import HistoryError, IngestError
 from protocol.tuples import Kind
 from state.errors import StateError
@@ -134,6 +135,8 @@ def run_labels(run_dirs: Sequence[Path]) -> dict[str, Path]:
             raise IngestError(f"{d} is not a run directory (not a directory)")
         if not (p / "config.toml").is_file():
             raise IngestError(f"{d} is not a run directory (no config.toml in it)")
+        if (why := not_gathered(RunDir(p))) is not None:  # --hosts ssh: logs on their hosts
+            raise IngestError(why)
         dirs.append((Path(d), p))
     # The parents' common path, not the directories': a run nested in another keeps a name.
     parent = Path(os.path.commonpath([p.parent for _, p in dirs]))

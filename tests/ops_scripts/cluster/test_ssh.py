@@ -39,7 +39,8 @@ from ops_scripts.cluster.hosts.ssh import (
     run_collect,
     start_node,
 )
-from ops_scripts.errors import HostsError
+from ops_scripts.errors import HostsError, IngestError
+from ops_scripts.reconcile.tables import run_labels
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
@@ -216,6 +217,8 @@ def test_collect_merges_each_hosts_files_into_the_run_directory(
     assert run_check(rd.path, out=before) == 2
     assert (f"hosts.json says ssh and the logs of c1, n1a, s1 (on B, A) are not gathered: "
             f"run dpc collect {rd.path}") in before.getvalue()
+    with pytest.raises(IngestError, match=r"not gathered: run dpc collect"):  # reconcile too
+        run_labels([rd.path])
 
     assert collect(rd.path, out, fake_ssh()) == {"A": 3, "B": 4}
     assert (rd.logs / "s1.log").read_text() == "s1 log\n"
