@@ -75,6 +75,14 @@ def kernel_cuts(config: ClusterConfig, rd: RunDir | None) -> KernelCuts | None:
     return KernelCuts(config, placement)
 
 
+def _apply(kernel: KernelCuts) -> None:
+    """The kernel's rules brought to the partitions in force; a refusal is the fault's."""
+    try:
+        kernel.apply()
+    except HostsError as e:
+        raise InjectError(str(e)) from None
+
+
 # ---------------------------------------------------------------- the nemesis
 class Nemesis:
     """Injects and heals faults in the cluster of ``config`` whose processes are ``procs``
@@ -144,7 +152,7 @@ class Nemesis:
                 self.skew(fault.params["process"], fault.params["seconds"])
             elif fault.kind == "partition" and self.kernel is not None:
                 self.kernel.add(fid, fault)
-                self._apply_kernel()
+                _apply(self.kernel)
             else:
                 self.rules.add(fid, fault)
                 self.sync()
@@ -165,7 +173,7 @@ class Nemesis:
                 self.skew(fault.params["process"], 0.0)
             elif fault.kind == "partition" and self.kernel is not None:
                 self.kernel.remove(fid)
-                self._apply_kernel()
+                _apply(self.kernel)
             else:
                 self.rules.remove(fid)
                 self.sync()
@@ -222,13 +230,6 @@ class Nemesis:
             self.rules.commit(replica)
         if problems:
             raise InjectError("; ".join(problems))
-
-    def _apply_kernel(self) -> None:
-        assert self.kernel is not None
-        try:
-            self.kernel.apply()
-        except HostsError as e:
-            raise InjectError(str(e)) from None
 
     def heal_all(self) -> list[str]:
         """Set every skewed clock true, resume every paused process, heal everything at

@@ -178,7 +178,7 @@ def on_usr2(*_):
 signal.signal(signal.SIGUSR2, on_usr2)
 rd.mark_ready("s3")
 while True:
-    time.sleep(1)
+    signal.pause()  # until a signal: SIGUSR2 is handled, SIGTERM ends it
 """
 
 
