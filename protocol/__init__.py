@@ -2,11 +2,13 @@
 
 ``protocol`` is the bottom package: it imports nothing else of the project, and everything
 else imports it. It is sans-IO: no sockets, no asyncio, no clock. This module re-exports
-the public API of :mod:`.tuples`, :mod:`.undo_rule` (the UNDO rule), :mod:`.errors`,
-:mod:`.messages` and :mod:`.codec`.
+the public API of :mod:`.tuples`, :mod:`.columns` (tuples as Arrow columns: a Batch's form
+on the wire), :mod:`.undo_rule` (the UNDO rule), :mod:`.errors`, :mod:`.messages` and
+:mod:`.codec`.
 """
 
 from .codec import DEFAULT_MAX_FRAME_SIZE, HEADER_SIZE, VERSION, FrameDecoder, decode_frame, encode
+from .columns import Columns
 from .errors import DPCError, LocalProtocolError, ProtocolError, RemoteProtocolError
 from .messages import (
     MESSAGE_CLASSES,
@@ -48,6 +50,7 @@ __all__ = [
     "VERSION",
     "Ack",
     "Batch",
+    "Columns",
     "ConsistencyState",
     "DPCError",
     "FrameDecoder",

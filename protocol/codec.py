@@ -8,7 +8,8 @@ Frame layout (big-endian)::
 
 ``length`` counts everything after itself and is at most the receiver's ``max_frame_size``;
 ``version`` is :data:`VERSION`; ``type`` is a :class:`~protocol.messages.MessageType`; the
-payload is the message's positional orjson array (:mod:`protocol.payloads`).
+payload is the message's positional orjson array, except a Batch's: its stream name and its
+tuples as one Arrow IPC stream (:mod:`protocol.payloads`, :mod:`protocol.columns`).
 
 Invariants:
 
@@ -48,8 +49,9 @@ __all__ = [
 #: 5: the stream state STANDBY (a process pair's secondary, node/replica/pair.py);
 #: 6: Subscribe's ``live`` and Unsubscribe's ``release`` (amnesia, node/replica/runtime.py);
 #: 7: StandbyCheckpoint and StandbyAck (passive standby, node/replica/standby.py);
-#: 8: StandbyCheckpoint's ``leaves`` (upstream backup's restart points as leaf deltas).
-VERSION: Final = 8
+#: 8: StandbyCheckpoint's ``leaves`` (upstream backup's restart points as leaf deltas);
+#: 9: a Batch's tuples travel as columns, one Arrow IPC stream (protocol/columns.py).
+VERSION: Final = 9
 #: Default limit on a frame's length field (version + type + payload bytes).
 DEFAULT_MAX_FRAME_SIZE: Final = 16 * 1024 * 1024
 #: Bytes before the payload: 4-byte length, version byte, message-type byte.

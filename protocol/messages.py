@@ -18,11 +18,12 @@ Wire codes are part of the protocol: never renumber one, only add new ones.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 from typing import Any, TypeAlias
 
+from .columns import Columns
 from .tuples import Tuple
 
 __all__ = [
@@ -88,12 +89,59 @@ class MessageType(IntEnum):
     STANDBY_ACK = 14
 
 
-@dataclass(frozen=True, slots=True)
-class Batch:
-    """Consecutive tuples of one stream, in stream order (data and control tuples alike)."""
+def _value_types(tuples: Sequence[Tuple]) -> list[tuple[type, ...]]:
+    return [tuple(map(type, t[4])) for t in tuples]
 
-    stream: str
-    tuples: tuple[Tuple, ...]
+
+class Batch:
+    """Consecutive tuples of one stream, in stream order (data and control tuples alike).
+
+    On the wire the tuples are columns (:class:`~protocol.columns.Columns`, protocol
+    version 9). A batch holds whichever of the two views it was built with and makes the
+    other once, when it is first asked for: a sender that has columns never builds tuples,
+    and a receiver reading tuples pays for them once. Immutable by convention (the views
+    are never replaced); equal when stream and tuples are equal.
+    """
+
+    __slots__ = ("_columns", "_tuples", "stream")
+
+    def __init__(self, stream: str, tuples: Sequence[Tuple] | None = None, *,
+                 columns: Columns | None = None) -> None:
+        if (tuples is None) == (columns is None):
+            raise TypeError("a Batch has tuples or columns, not both and not neither")
+        self.stream = stream
+        self._tuples = tuples
+        self._columns = columns
+
+    @property
+    def tuples(self) -> tuple[Tuple, ...]:
+        if type(self._tuples) is not tuple:
+            self._tuples = tuple(self._tuples if self._tuples is not None
+                                 else self._columns.to_tuples())  # type: ignore[union-attr]
+        return self._tuples
+
+    @property
+    def columns(self) -> Columns:
+        """The tuples as columns (:class:`~protocol.errors.LocalProtocolError` if they
+        cannot be carried: protocol/columns.py)."""
+        if self._columns is None:
+            self._columns = Columns.from_tuples(self._tuples)  # type: ignore[arg-type]
+        return self._columns
+
+    def __len__(self) -> int:
+        return len(self._tuples) if self._tuples is not None else len(self.columns)
+
+    def __eq__(self, other: object) -> bool:
+        # Exact: 1, 1.0 and True are equal in Python, not on the wire.
+        return (type(other) is Batch and self.stream == other.stream
+                and self.tuples == other.tuples
+                and _value_types(self.tuples) == _value_types(other.tuples))
+
+    def __hash__(self) -> int:
+        return hash((self.stream, self.tuples))
+
+    def __repr__(self) -> str:
+        return f"Batch(stream={self.stream!r}, {len(self)} tuples)"
 
 
 @dataclass(frozen=True, slots=True)

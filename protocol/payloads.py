@@ -1,10 +1,13 @@
-"""Message payloads: each message as a positional orjson array, and the checks both ways.
+"""Message payloads: each message as a positional orjson array (a Batch as columns), and
+the checks both ways.
 
 :mod:`protocol.codec` wraps these payloads in frames; this module knows what is inside one.
 A payload is an orjson array of the message's fields in declaration order (positional:
-dicts would halve decode speed):
+dicts would halve decode speed), except a Batch's:
 
-* a tuple is ``[kind, id, time, tmax, [values...]]`` and a Batch ``[stream, [tuple, ...]]``;
+* a Batch is binary (protocol version 9): a 2-byte big-endian length, the stream name in
+  UTF-8, then its tuples as one Arrow IPC stream (:mod:`protocol.columns`, which validates
+  it); elsewhere a tuple is ``[kind, id, time, tmax, [values...]]``;
 * a HeartbeatResponse is ``[replica, seq, state, [[stream, state, frontier], ...]]``,
   states as their integer values, each stream at most once, frontiers >= 0 (protocol
   version 2: version 1 had no frontiers);
@@ -23,13 +26,14 @@ Invariants:
   beyond 64 bits, lone surrogates) raises :class:`LocalProtocolError` naming the field.
 * :func:`decode_payload` raises nothing but :class:`RemoteProtocolError`, whatever the bytes,
   and says what was wrong and where. Every field is type-checked; ints are never bools.
-* Batch decoding is the hot path: one pass over the rows, checks that cost a few type
-  comparisons per tuple, and a slow exact re-walk only to explain a failure.
+* Batch decoding is the hot path: no per-tuple work at all (the columns are views of the
+  frame, checked column by column); its tuples are built only if a reader asks for them.
 """
 
 from __future__ import annotations
 
 import reprlib
+import struct
 from collections.abc import Callable, Mapping
 from itertools import chain
 from math import isfinite
@@ -60,6 +64,7 @@ from .messages import (
     Subscribe,
     Unsubscribe,
 )
+from .columns import decode_columns, encode_columns
 from .tuples import KINDS, Kind, Tuple
 
 __all__ = ["decode_payload", "encode_payload", "is_known_type", "show"]
@@ -74,6 +79,8 @@ _TUPLE_LAYOUT = "[kind, id, time, tmax, values]"
 _WHAT = {str: "a string", int: "an integer", bool: "a boolean"}
 _values_of = itemgetter(4)
 
+_NAME_LENGTH = struct.Struct(">H")  # a Batch's stream name length
+_MAX_STREAM_NAME = 2**16 - 1
 _repr = reprlib.Repr()  # bounded: a peer's 16 MiB string must not become our log line
 _repr.maxstring = _repr.maxother = 60
 _repr.maxlist = _repr.maxdict = 6
@@ -97,7 +104,8 @@ def encode_payload(msg: Message) -> tuple[MessageType, bytes]:
 
 def is_known_type(code: int) -> bool:
     """Whether ``code`` (a frame's message-type byte) names a message this side decodes."""
-    return 0 <= code < len(_DECODERS) and _DECODERS[code] is not None
+    return code == MessageType.BATCH or (0 <= code < len(_DECODERS)
+                                         and _DECODERS[code] is not None)
 
 
 def _dumps(name: str, obj: Any) -> bytes:
@@ -108,19 +116,26 @@ def _dumps(name: str, obj: Any) -> bytes:
 
 
 def _encode_batch(msg: Batch) -> bytes:
-    stream, tuples = msg.stream, msg.tuples
+    """``[u16 stream length][stream, UTF-8][the tuples as one Arrow IPC stream]``: the one
+    binary payload (protocol version 9; protocol/columns.py)."""
+    stream = msg.stream
     if type(stream) is not str:
         raise LocalProtocolError(
             f"cannot encode Batch: field 'stream' must be a string, got {show(stream)}"
         )
-    rows, has_float = _tuple_rows(stream, tuples)
-    body = _dumps("Batch", [stream, rows])
-    # orjson writes NaN and infinities as null; only then is the exact (slower) scan needed.
-    if has_float and b"null" in body:
-        for t in tuples:
-            if any(type(x) is float and not isfinite(x) for x in t[4]):
-                raise _local_batch_error(stream, tuples)
-    return body
+    try:
+        name = stream.encode()
+    except UnicodeEncodeError:
+        raise LocalProtocolError("cannot encode Batch: the stream name is not valid UTF-8 "
+                                 f"({show(stream)})") from None
+    if len(name) > _MAX_STREAM_NAME:
+        raise LocalProtocolError(f"cannot encode Batch: a stream name of {len(name)} bytes "
+                                 f"(at most {_MAX_STREAM_NAME})")
+    try:
+        columns = msg.columns
+    except LocalProtocolError as e:
+        raise LocalProtocolError(f"cannot encode Batch: {e} (stream {show(stream)})") from None
+    return _NAME_LENGTH.pack(len(name)) + name + encode_columns(columns)
 
 
 def _tuple_rows(stream: str, tuples: Any) -> tuple[list[tuple[Any, ...]], bool]:
@@ -336,36 +351,23 @@ _Raw = bytes | bytearray
 _Decoder = Callable[[Any, _Raw], Message]
 
 
-def _decode_batch(p: Any, raw: _Raw) -> Batch:
-    if type(p) is not list or len(p) != 2:
-        raise RemoteProtocolError(f"Batch: payload must be a list [stream, tuples], got {show(p)}")
-    stream, rows = p
-    if type(stream) is not str:
-        raise RemoteProtocolError(f"Batch: field 'stream' must be a string, got {show(stream)}")
-    if type(rows) is not list:
-        raise RemoteProtocolError(f"Batch: field 'tuples' must be a list, got {show(rows)}")
-    # Hot path: one comprehension, a few type comparisons per tuple. Unpacking 5 items out
-    # of anything but a 5-item list fails or yields items that fail the int checks (a str
-    # yields strs, a dict its str keys), so the checks are exact; a row that fails them is
-    # left out, which the length check catches. Any failure re-walks the rows to explain.
+def _decode_batch(raw: _Raw) -> Batch:
+    if len(raw) < _NAME_LENGTH.size:
+        raise RemoteProtocolError(f"Batch: a payload of {len(raw)} bytes has no stream name")
+    size = _NAME_LENGTH.unpack_from(raw)[0]
+    end = _NAME_LENGTH.size + size
+    if len(raw) < end:
+        raise RemoteProtocolError(f"Batch: a stream name of {size} bytes in a payload of "
+                                  f"{len(raw)}")
     try:
-        out = [
-            _new(Tuple, (_KIND_OF[k], i, t, m, tuple(v)))  # make_tuple, inlined
-            for k, i, t, m, v in rows
-            if type(k) is type(i) is type(t) is type(m) is int and type(v) is list
-        ]
-    except (TypeError, ValueError, KeyError):
-        raise _remote_batch_error(stream, rows) from None
-    # Values must be scalars. orjson makes only lists and dicts besides scalars, and the rows
-    # that passed prove 2 + 2n arrays exist (payload, rows, each row, each value list): if
-    # the raw bytes hold exactly that many '[' and no '{' at all, no value is a container.
-    # A '[' or '{' inside a string only sends us to the exact check.
-    if len(out) != len(rows) or (
-        (raw.count(b"[") != 2 + 2 * len(out) or b"{" in raw)
-        and not set(map(type, chain.from_iterable(map(_values_of, out)))) <= _SCALARS
-    ):
-        raise _remote_batch_error(stream, rows)
-    return Batch(stream, tuple(out))
+        stream = bytes(raw[_NAME_LENGTH.size:end]).decode()
+    except UnicodeDecodeError:
+        raise RemoteProtocolError("Batch: the stream name is not UTF-8") from None
+    try:
+        columns = decode_columns(memoryview(raw)[end:])
+    except RemoteProtocolError as e:
+        raise RemoteProtocolError(f"Batch (stream {show(stream)}): {e}") from None
+    return Batch(stream, columns=columns)
 
 
 def _remote_batch_error(stream: str, rows: list[Any]) -> RemoteProtocolError:
@@ -539,7 +541,6 @@ def _simple_decoder(cls: type[Message], spec: _Spec) -> _Decoder:
 _DECODERS: list[_Decoder | None] = [None] * 256
 for _cls, _spec in _SIMPLE.items():
     _DECODERS[MESSAGE_TYPES[_cls]] = _simple_decoder(_cls, _spec)
-_DECODERS[MessageType.BATCH] = _decode_batch
 _DECODERS[MessageType.HEARTBEAT_RESPONSE] = _decode_heartbeat_response
 _DECODERS[MessageType.HEARTBEAT_REQUEST] = _decode_heartbeat_request
 _DECODERS[MessageType.STANDBY_CHECKPOINT] = _decode_standby_checkpoint
@@ -551,6 +552,8 @@ def decode_payload(code: int, raw: bytes | bytearray) -> Message:
     Raises :class:`RemoteProtocolError` (and nothing else) if ``code`` is unknown or the
     payload is not valid JSON or not a valid message of that type.
     """
+    if code == MessageType.BATCH:
+        return _decode_batch(raw)
     decoder = _DECODERS[code] if 0 <= code < len(_DECODERS) else None
     if decoder is None:
         raise RemoteProtocolError(f"unknown message type {code}")

@@ -27,9 +27,12 @@ from itertools import pairwise
 from typing import Any
 
 import orjson
+import pyarrow as pa
+import pyarrow.ipc as ipc
 
 from ops_scripts.errors import FuzzError
 from protocol.codec import DEFAULT_MAX_FRAME_SIZE, VERSION, decode_frame, encode
+from protocol.columns import encode_columns
 from protocol.errors import LocalProtocolError, RemoteProtocolError
 from protocol.messages import (
     MESSAGE_CLASSES,
@@ -70,7 +73,11 @@ SAMPLES: dict[type[Message], tuple[Message, ...]] = {
         Batch("out", (tentative_boundary(4000), undo(1), make_tuple(_T.UNDO_START, 0, 0, 0, ()),
                       rec_done(5000), make_tuple(_T.UP_FAILURE, 0, 6000, 6000, ()),
                       make_tuple(_T.REC_REQUEST, 0, 0, 0, ()))),
-        Batch("", (make_tuple(_T.STABLE, _U64, _I64, 0, (2**63 - 1, _I64, 1e308, 5e-324, "☃")),)),
+        Batch("", (make_tuple(_T.STABLE, 2**63 - 1, _I64, 0, (2**63 - 1, _I64, 1e308, 5e-324, "☃")),)),
+        # mixed-type columns travel as orjson text per cell (protocol/columns.py)
+        Batch("m", (make_tuple(_T.STABLE, 1, 10, 10, (1, "a", None, _U64)),
+                    make_tuple(_T.TENTATIVE, 2, 20, 20, (2.5, 3, True, 1)), boundary(30),
+                    make_tuple(_T.STABLE, 3, 40, 40, (None, None, False, -1)))),
     ),
     Subscribe: (Subscribe("s1", "n2a", 0, 0), Subscribe("", "é", _U64, 2**63, 7),
                 Subscribe("s1", "n1b", 0, 0, live=True)),
@@ -130,6 +137,10 @@ class Mutation(Enum):
     NON_UTF8 = "json non-utf-8"
     DUPLICATE_KEY = "json duplicate key"
     UNKNOWN_CODE = "json unknown code"
+    COLUMN_TYPE = "columns: a column of another Arrow type"
+    COLUMN_LAYOUT = "columns: a column dropped, added, renamed or moved"
+    COLUMN_VALUES = "columns: hostile values"
+    IPC_STRUCTURE = "columns: IPC messages and options"
 
 
 _Path = tuple[int, ...]
@@ -137,7 +148,8 @@ _Path = tuple[int, ...]
 
 @dataclass(frozen=True, slots=True)
 class _Sample:
-    """A sample's frame and its payload as a tree of lists, with the paths of its nodes."""
+    """A sample's frame and its payload as a tree of lists, with the paths of its nodes (a
+    Batch: the message itself as the tree, no paths: its payload is binary)."""
 
     frame: bytes
     code: int
@@ -159,6 +171,8 @@ class _Sample:
 
 def _prepare(msg: Message) -> _Sample:
     frame = encode(msg)
+    if isinstance(msg, Batch):  # binary: mutated as columns (_COLUMN_MUTATORS), not as JSON
+        return _Sample(frame, frame[5], msg, (), (), (), (), (), (), ())
     tree = orjson.loads(frame[6:])
     found: list[tuple[_Path, Any]] = []
 
@@ -370,6 +384,175 @@ def _ints(*xs: int) -> tuple[bytes, ...]:
     return tuple(str(x).encode() for x in xs)
 
 
+# ------------------------------------------------------------- columns (a Batch's payload)
+def _batch_frame(stream: str, body: bytes) -> bytes:
+    name = stream.encode()
+    payload = struct.pack(">H", len(name)) + name + body
+    return struct.pack(">IBB", len(payload) + 2, VERSION, MESSAGE_TYPES[Batch]) + payload
+
+
+def _ipc(batches: Sequence[pa.RecordBatch], schema: pa.Schema | None = None,
+         **options: Any) -> bytes:
+    sink = pa.BufferOutputStream()
+    with ipc.new_stream(sink, schema or batches[0].schema,
+                        options=ipc.IpcWriteOptions(**options)) as w:
+        for b in batches:
+            w.write_batch(b)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def _with(rb: pa.RecordBatch, i: int, array: pa.Array, field: pa.Field | None = None
+          ) -> pa.RecordBatch:
+    arrays, fields = list(rb.columns), list(rb.schema)
+    arrays[i] = array
+    fields[i] = field or pa.field(fields[i].name, array.type)
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def _other_array(rng: random.Random, n: int) -> pa.Array:
+    """``n`` values of a random Arrow type, mostly of types a Batch never holds."""
+    ints = [rng.randint(-3, 9) for _ in range(n)]
+    return rng.choice((
+        lambda: pa.array(ints, pa.int32()), lambda: pa.array(ints, pa.int8()),
+        lambda: pa.array([abs(x) for x in ints], pa.uint64()),
+        lambda: pa.array(ints, pa.float64()), lambda: pa.array(ints, pa.float32()),
+        lambda: pa.array(map(str, ints), pa.string()),
+        lambda: pa.array(map(str, ints), pa.large_string()),
+        lambda: pa.array([str(x).encode() for x in ints], pa.binary()),
+        lambda: pa.array([x > 0 for x in ints], pa.bool_()), lambda: pa.nulls(n),
+        lambda: pa.array([[x] for x in ints], pa.list_(pa.int64())),
+        lambda: pa.array(map(str, ints)).dictionary_encode(),
+        lambda: pa.array(ints, pa.timestamp("us")),
+        lambda: pa.array([{"a": x} for x in ints]),
+        lambda: pa.array(ints, pa.int64()),
+    ))()
+
+
+def _column_type(rng: random.Random, s: _Sample, _pool: SamplePool) -> bytes:
+    msg: Batch = s.tree
+    rb = msg.columns.batch
+    i = rng.randrange(rb.num_columns)
+    meta = {"dpc": "json"} if rng.random() < 0.2 else None
+    array = _other_array(rng, rb.num_rows)
+    field = pa.field(rb.schema.field(i).name, array.type, metadata=meta)
+    return _batch_frame(msg.stream, _ipc([_with(rb, i, array, field)]))
+
+
+def _column_layout(rng: random.Random, s: _Sample, _pool: SamplePool) -> bytes:
+    msg: Batch = s.tree
+    rb = msg.columns.batch
+    arrays, fields = list(rb.columns), list(rb.schema)
+    roll, i = rng.random(), rng.randrange(len(arrays))
+    if roll < 0.25 and len(arrays) > 1:
+        del arrays[i], fields[i]
+    elif roll < 0.5:
+        j = rng.randrange(len(arrays) + 1)
+        arrays.insert(j, arrays[i])
+        fields.insert(j, fields[i].with_name(rng.choice((fields[i].name, f"v{len(fields) - 4}"))))
+    elif roll < 0.75:
+        name = rng.choice(("", "kind", "id", "v0", "v1", "v00", "V0", "kind ", "é", "v-1"))
+        fields[i] = fields[i].with_name(name)
+    else:
+        j = rng.randrange(len(arrays))
+        arrays[i], arrays[j], fields[i], fields[j] = arrays[j], arrays[i], fields[j], fields[i]
+    return _batch_frame(msg.stream, _ipc([pa.RecordBatch.from_arrays(
+        arrays, schema=pa.schema(fields))]))
+
+
+_BAD_CELLS = (b"{", b"[1]", b'{"a":1}', b"NaN", b"Infinity", b"1e999", b"18446744073709551616",
+              b"-9223372036854775809", b'"\\ud800"', b"\xff", b"", b"nul", b"1 2", b'"a', b"true ")
+
+
+def _column_values(rng: random.Random, s: _Sample, _pool: SamplePool) -> bytes:
+    msg: Batch = s.tree
+    rb = msg.columns.batch
+    n = rb.num_rows
+    if not n:
+        return _batch_frame(msg.stream, _ipc([rb]))
+    row = rng.randrange(n)
+    roll = rng.random()
+    if roll < 0.2:  # an unknown kind
+        kinds = rb.column(0).to_pylist()
+        kinds[row] = rng.choice((8, 9, 127, -1, -128))
+        rb = _with(rb, 0, pa.array(kinds, pa.int8()))
+    elif roll < 0.35:  # a null in a key column
+        i = rng.randrange(4)
+        col = rb.column(i).to_pylist()
+        col[row] = None
+        rb = _with(rb, i, pa.array(col, rb.schema.field(i).type))
+    elif roll < 0.5 and rb.num_columns > 4:  # a value on any row (control rows too)
+        i = rng.randrange(4, rb.num_columns)
+        col = rb.column(i).to_pylist()
+        typ = rb.schema.field(i).type
+        col[row] = {pa.int64(): 7, pa.float64(): 1.5, pa.string(): "x", pa.bool_(): True,
+                    pa.binary(): b"1"}.get(typ)
+        rb = _with(rb, i, pa.array(col, typ), rb.schema.field(i))
+    elif roll < 0.65:  # a non-finite float
+        vals = [rng.choice((float("nan"), float("inf"), -float("inf"), 1.0)) for _ in range(n)]
+        i = rng.randrange(4, rb.num_columns + 1) if rb.num_columns > 4 else 4
+        array = pa.array(vals, pa.float64())
+        if i == rb.num_columns:
+            rb = pa.RecordBatch.from_arrays([*rb.columns, array],
+                                            schema=rb.schema.append(pa.field(f"v{i - 4}", array.type)))
+        else:
+            rb = _with(rb, i, array)
+    elif roll < 0.85:  # a bad orjson cell
+        cells: list[bytes | None] = [b"1"] * n
+        cells[row] = rng.choice(_BAD_CELLS)
+        i = 4 if rb.num_columns == 4 else rng.randrange(4, rb.num_columns)
+        kinds = rb.column(0).to_pylist()
+        cells = [None if k > 1 else c for k, c in zip(kinds, cells, strict=True)]
+        field = pa.field(f"v{i - 4}", pa.binary(), metadata={"dpc": "json"})
+        array = pa.array(cells, pa.binary())
+        rb = (_with(rb, i, array, field) if i < rb.num_columns else pa.RecordBatch.from_arrays(
+            [*rb.columns, array], schema=rb.schema.append(field)))
+    else:  # invalid UTF-8 in a string column (Arrow's full validation refuses it)
+        raw = [rng.choice((b"ok", b"\xff", b"\xc3", b"\xed\xa0\x80")) for _ in range(n)]
+        array = pa.array(raw, pa.binary()).view(pa.string())
+        field = pa.field("v0", pa.string())
+        rb = (_with(rb, 4, array, field) if rb.num_columns > 4 else pa.RecordBatch.from_arrays(
+            [*rb.columns, array], schema=rb.schema.append(field)))
+    return _batch_frame(msg.stream, _ipc([rb]))
+
+
+def _ipc_structure(rng: random.Random, s: _Sample, _pool: SamplePool) -> bytes:
+    msg: Batch = s.tree
+    rb = msg.columns.batch
+    body = encode_columns(msg.columns)
+    roll = rng.random()
+    if roll < 0.2:
+        body = _ipc([rb], compression=rng.choice(("lz4", "zstd")))
+    elif roll < 0.35:
+        body = _ipc([rb] * rng.randint(0, 3), rb.schema)  # no batch, or several
+    elif roll < 0.45:
+        body = body[:-8] if rng.random() < 0.5 else body + body[-8:]  # EOS missing / twice
+    elif roll < 0.55:
+        body = _ipc([rb], metadata_version=ipc.MetadataVersion.V4)
+    elif roll < 0.65:
+        body = _ipc([rb.replace_schema_metadata({"k": "v" * rng.randint(0, 64)})])
+    elif roll < 0.75:  # the Arrow file format instead of the stream format
+        sink = pa.BufferOutputStream()
+        with ipc.new_file(sink, rb.schema) as w:
+            w.write_batch(rb)
+        body = sink.getvalue().to_pybytes()
+    elif roll < 0.85:  # a sliced batch (buffers with offsets)
+        body = _ipc([rb.slice(rng.randint(0, rb.num_rows))])
+    else:  # the stream name's length says too much or too little
+        name = msg.stream.encode()
+        size = max(0, len(name) + rng.choice((-2, -1, 1, 2, 1000)))
+        payload = struct.pack(">H", min(size, 65535)) + name + body
+        return struct.pack(">IBB", len(payload) + 2, VERSION, MESSAGE_TYPES[Batch]) + payload
+    return _batch_frame(msg.stream, body)
+
+
+_COLUMN_MUTATORS: dict[Mutation, _Mutator] = {
+    Mutation.COLUMN_TYPE: _column_type,
+    Mutation.COLUMN_LAYOUT: _column_layout,
+    Mutation.COLUMN_VALUES: _column_values,
+    Mutation.IPC_STRUCTURE: _ipc_structure,
+}
+
+
 _HUGE = _ints(2**63 - 1, 2**63, _U64, 2**64, _I64, _I64 - 1, 10**20, -(10**30), 10**400)
 _NEGATIVE = (*_ints(-1, _I64, -(2**31), -(10**9)), b"-0")
 _FLOATS = (b"NaN", b"-NaN", b"Infinity", b"-Infinity", b"1e400", b"-1e400", b"1.0", b"-0.0",
@@ -403,7 +586,10 @@ _MUTATORS: dict[Mutation, _Mutator] = {
 }
 for _op in (Mutation.BIT_FLIP, Mutation.INSERT, Mutation.DELETE, Mutation.OVERWRITE):
     _MUTATORS[_op] = partial(_bytes_edit, _op)
-_MUTATIONS = tuple(Mutation)
+_MUTATORS.update(_COLUMN_MUTATORS)
+_COLUMN_MUTATIONS = tuple(_COLUMN_MUTATORS)
+_JSON_MUTATIONS = frozenset(m for m in Mutation if m.value.startswith("json"))
+_MUTATIONS = tuple(m for m in Mutation if m not in _COLUMN_MUTATORS)
 
 
 # ----------------------------------------------------------------------------- frames
@@ -424,8 +610,11 @@ def draw(seed: int, index: int, pool: SamplePool) -> Case:
     """Frame ``index`` of a run with ``seed`` on ``pool`` (the module docstring's rules)."""
     rng = random.Random((seed << 32) | index)
     mutation = rng.choice(_MUTATIONS)
-    name, samples = rng.choice(pool.classes)
-    frame = _MUTATORS[mutation](rng, rng.choice(samples), pool)
+    name, samples = pool.classes[0] if rng.random() < 0.5 else rng.choice(pool.classes)
+    sample = rng.choice(samples)
+    if isinstance(sample.tree, Batch) and mutation in _JSON_MUTATIONS:
+        mutation = rng.choice(_COLUMN_MUTATIONS)
+    frame = _MUTATORS[mutation](rng, sample, pool)
     n = len(frame)
     if n <= 32 and rng.random() < 0.05:  # a byte at a time: every header split
         chunks: tuple[int, ...] = (1,) * n

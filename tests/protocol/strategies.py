@@ -44,6 +44,7 @@ from protocol.undo_rule import apply_undo
 __all__ = [
     "MESSAGE_STRATEGIES",
     "any_values",
+    "batch_tuples",
     "ints",
     "messages",
     "names",
@@ -66,18 +67,37 @@ values = st.one_of(
     st.floats(allow_nan=False, allow_infinity=False),
     st.text(max_size=16),
 )
+#: Tuple ids, times and tmax: signed 64-bit (int64 columns on the wire).
+int64s = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 tuples: st.SearchStrategy[Tuple] = st.builds(
-    make_tuple,
+    lambda kind, i, t, m, vals: make_tuple(
+        kind, i, t, m, vals if kind in (Kind.STABLE, Kind.TENTATIVE) else ()),
     st.sampled_from(Kind),
-    ints,
-    ints,
-    ints,
+    int64s,
+    int64s,
+    int64s,
     st.lists(values, max_size=6).map(tuple),
-)
+)  # (control tuples carry no values)
+
+
+@st.composite
+def batch_tuples(draw: st.DrawFn, max_size: int = 20) -> tuple[Tuple, ...]:
+    """What one Batch carries: data tuples of one arity (a stream has one schema) and
+    control tuples, which carry no values."""
+    arity = draw(st.integers(0, 6))
+    out = []
+    for kind, i, t, m in draw(st.lists(st.tuples(st.sampled_from(Kind), int64s, int64s,
+                                                  int64s), max_size=max_size)):
+        data = kind in (Kind.STABLE, Kind.TENTATIVE)
+        vals = tuple(draw(st.lists(values, min_size=arity, max_size=arity))) if data else ()
+        out.append(make_tuple(kind, i, t, m, vals))
+    return tuple(out)
+
+
 states = st.sampled_from(ConsistencyState)
 
 MESSAGE_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
-    Batch: st.builds(Batch, names, st.lists(tuples, max_size=20).map(tuple)),
+    Batch: st.builds(Batch, names, batch_tuples()),
     Subscribe: st.builds(Subscribe, names, names, ints, ints, ints, st.booleans()),
     Unsubscribe: st.builds(Unsubscribe, names, names, st.booleans()),
     HeartbeatRequest: st.builds(

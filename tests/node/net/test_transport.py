@@ -143,7 +143,7 @@ SAMPLES: list[Message] = [
         "s1",
         (
             make_tuple(Kind.STABLE, 1, 10, 10, ("a", 1, 2.5, True, None)),
-            make_tuple(Kind.TENTATIVE, 2, 20, 20, ("é", -3)),
+            make_tuple(Kind.TENTATIVE, 2, 20, 20, ("é", -3, None, False, 0.5)),
             undo(1),
             boundary(30),
             tentative_boundary(31),

@@ -31,9 +31,9 @@ CASES: dict[str, tuple[bytes, bool, str]] = {
     "garbage": (b"GET / HTTP/1.1\r\nHost: dpc\r\n\r\n", False, "exceeds the limit"),
     "zeros": (bytes(64), False, "too short"),
     "unknown version": (
-        struct.pack(">IBB", 4, 9, MessageType.ACK) + b"[]",
+        struct.pack(">IBB", 4, VERSION + 1, MessageType.ACK) + b"[]",
         False,
-        "unknown protocol version 9",
+        f"unknown protocol version {VERSION + 1}",
     ),
     "unknown type": (struct.pack(">IBB", 4, VERSION, 200) + b"[]", False, "unknown message type 200"),
     "bad payload": (

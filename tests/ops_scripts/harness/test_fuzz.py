@@ -47,7 +47,9 @@ def test_100k_frames_pass_and_reach_every_class_and_mutation() -> None:
     assert set(report.mutations) == set(Mutation)
     assert min(report.mutations.values()) > 100_000 / len(Mutation) / 2, report.mutations
     assert set(report.classes) == {cls.__name__ for cls in MESSAGE_CLASSES.values()}
-    assert min(report.classes.values()) > 100_000 / len(MESSAGE_CLASSES) / 2, report.classes
+    # Batch frames half the time (the hot path), the other classes share the rest evenly
+    assert report.classes["Batch"] > 100_000 * 0.45, report.classes
+    assert min(report.classes.values()) > 50_000 / len(MESSAGE_CLASSES) / 2, report.classes
     assert report.summary().endswith("0 accepted malformed, 0 crashes -> PASS")
 
 
