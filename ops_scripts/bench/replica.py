@@ -57,6 +57,7 @@ from ops_scripts.bench.layout import CLIENT, Layout, Ports, bench_config, bench_
 from ops_scripts.cluster.processes import read_cpu_seconds, read_rss
 from ops_scripts.errors import BenchFailed
 from protocol.exchange import Split
+from protocol.messages import ConsistencyState, HeartbeatRequest, HeartbeatResponse, Message
 from protocol.tuples import Kind, boundary, make_tuple
 from state.buffer import OutputBuffer
 
@@ -107,6 +108,14 @@ class Step:
     cpu_us: float = NAN
     #: Each replica's figures (one per partition; one for the whole node).
     parts: list[PartStep] = field(default_factory=list)
+
+
+def _answer(name: str, frontiers: dict[str, int], msg: Message) -> Message | None:
+    """A source's answer to a replica's heartbeat: STABLE, at the largest time published."""
+    if not isinstance(msg, HeartbeatRequest):
+        return None
+    return HeartbeatResponse(name, msg.seq, ConsistencyState.STABLE,
+                             {name: ConsistencyState.STABLE}, {name: frontiers[name]})
 
 
 @dataclass
@@ -184,6 +193,7 @@ class BenchReplica:
         self.sources = [config.sources[s] for s in self.node.inputs]
         self.base_rate = sum(s.rate for s in self.sources)
         self.feeds: list[_Feed] = []  # at start: the splits are the written config's
+        self.frontiers: dict[str, int] = {}  # per source: the largest time it published
         self.boundary_us = boundary_us or min(s.boundary_interval for s in self.sources)
         self.rate, self.t0, self.outputs = 0.0, 0, 0
         self.window = (0, 0)  # outputs with tmax in [lo, hi) count for latency
@@ -218,7 +228,11 @@ class BenchReplica:
             buf = OutputBuffer(s.name)
             buf.set_consumers(list(config.consumers_of(s.name)))
             splits = config.splits(s.name)
-            pub = Publisher(f"bench-{s.name}", {s.name: buf}, splits={s.name: splits}, log=log)
+            # The stand-in answers heartbeats as a source does (node/procs/source.py): a
+            # replica watches its sources and goes UP_FAILURE when one is silent (issue 46).
+            self.frontiers[s.name] = 0
+            pub = Publisher(f"bench-{s.name}", {s.name: buf}, splits={s.name: splits}, log=log,
+                            responder=functools.partial(_answer, s.name, self.frontiers))
             self.feeds.append(_Feed(s, s.rate / self.base_rate, pub,
                                     [splits[r.name] for r in self.replicas if r.name in splits]))
             as_source = authenticated(self.transport, config, s.name, log=log)
@@ -293,8 +307,10 @@ class BenchReplica:
                     f.pub.publish(f.src.name, [make_tuple(STABLE, i, now, now, pool[i % n])
                                                for i in range(i0, i0 + due)])
                     f.next_id, f.sent = i0 + due, f.sent + due
+                    self.frontiers[f.src.name] = now
                 if now >= next_boundary:
                     f.pub.publish(f.src.name, [boundary(now)])
+                    self.frontiers[f.src.name] = now
             if now >= next_boundary:
                 next_boundary = next_multiple(now, self.boundary_us)
             await asyncio.sleep(0.002)  # like a source's generator loop

@@ -42,6 +42,10 @@ def test_bench_throughput_reports_raw_replica_and_ratio() -> None:
     assert rows and all(int(rate.replace(",", "")) <= 4000 for rate, _, _ in rows), out
     # Each step took the replica's CPU time per tuple: a replica that works costs some.
     assert all(float(cpu) > 0 for _, cpu, _ in rows), out
+    # Nothing fails in a bench: its stand-in sources answer heartbeats as sources do, so
+    # the replica never leaves STABLE (since issue 46 it watches its sources; stand-ins
+    # that did not answer made every step "NOT sustained: replica UP_FAILURE", rate 0).
+    assert "UP_FAILURE" not in out and "left STABLE" not in out, out
 
 
 def test_bench_throughput_partitions_reports_per_partition_cpu_and_scaling() -> None:
