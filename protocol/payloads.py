@@ -42,6 +42,7 @@ from typing import Any, get_type_hints
 
 import orjson
 
+from .columns import decode_columns, encode_columns
 from .errors import LocalProtocolError, RemoteProtocolError
 from .messages import (
     MESSAGE_CLASSES,
@@ -64,7 +65,6 @@ from .messages import (
     Subscribe,
     Unsubscribe,
 )
-from .columns import decode_columns, encode_columns
 from .tuples import KINDS, Kind, Tuple
 
 __all__ = ["decode_payload", "encode_payload", "is_known_type", "show"]
