@@ -52,6 +52,7 @@ __all__ = ["KEY_COLUMNS", "Columns", "decode_columns", "encode_columns"]
 KEY_COLUMNS = ("kind", "id", "time", "tmax")
 _KEY_TYPES = (pa.int8(), pa.int64(), pa.int64(), pa.int64())
 _EXACT = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_()}
+_FLOAT64 = pa.float64()
 _NUMPY = {int: np.int64, float: np.float64, bool: np.bool_}
 _VALUE_TYPES = frozenset({pa.int64(), pa.float64(), pa.string(), pa.bool_(), pa.null()})
 _JSON_META = {b"dpc": b"json"}
@@ -293,8 +294,7 @@ def decode_columns(data: bytes | bytearray | memoryview) -> Columns:
         first = ipc.read_message(reader)
         if first.type != "schema":
             raise RemoteProtocolError(f"columns: expected the schema message first, got a {first.type}")
-        schema = ipc.read_schema(first)
-        _check_schema(schema)
+        schema = _schema_of(first)
         second = ipc.read_message(reader)
         if second.type != "record batch":
             raise RemoteProtocolError(f"columns: expected a record batch after the schema, "
@@ -318,6 +318,24 @@ def decode_columns(data: bytes | bytearray | memoryview) -> Columns:
 def _short(e: BaseException) -> str:
     text = str(e).splitlines()[0] if str(e) else type(e).__name__
     return text[:200]
+
+
+# Schemas already checked, by their message's bytes: a stream sends the same schema in
+# every frame, and reading and checking it again was a tenth of a replica's decoding.
+_SCHEMAS: dict[bytes, pa.Schema] = {}
+_SCHEMAS_KEPT = 256
+
+
+def _schema_of(message: ipc.Message) -> pa.Schema:
+    key = message.metadata.to_pybytes()
+    schema = _SCHEMAS.get(key)
+    if schema is None:
+        schema = ipc.read_schema(message)
+        _check_schema(schema)
+        if len(_SCHEMAS) >= _SCHEMAS_KEPT:  # (a hostile peer's many schemas: start over)
+            _SCHEMAS.clear()
+        _SCHEMAS[key] = schema
+    return schema
 
 
 def _check_schema(schema: pa.Schema) -> None:
@@ -355,18 +373,21 @@ def _check_batch(batch: pa.RecordBatch) -> None:
         row = int(np.flatnonzero(bad)[0])
         raise RemoteProtocolError(f"columns: row {row}: unknown tuple kind {int(kinds[row])}")
     control = kinds > _LAST_DATA_KIND
+    has_control = bool(control.any())
     for c in range(4, batch.num_columns):
         col, field = batch.column(c), batch.schema.field(c)
-        if control.any() and col.null_count != len(col):
-            valid = ~col.is_null().to_numpy(zero_copy_only=False)
-            if (valid & control).any():
-                row = int(np.flatnonzero(valid & control)[0])
+        nulls = col.null_count
+        if has_control and nulls != len(col):
+            carried = control if not nulls else control & _valid(col)
+            if carried.any():
+                row = int(np.flatnonzero(carried)[0])
                 raise RemoteProtocolError(f"columns: row {row}: a "
                                           f"{KINDS[int(kinds[row])].name} carries values")
-        if col.type == pa.float64():
-            finite = np.isfinite(col.to_numpy(zero_copy_only=False))  # (a null reads as NaN)
-            if col.null_count:
-                finite |= col.is_null().to_numpy(zero_copy_only=False)
+        if col.type == _FLOAT64:
+            values = col.to_numpy(zero_copy_only=False)  # (a null reads as NaN)
+            finite = np.isfinite(values)
+            if nulls:
+                finite |= ~_valid(col)
             if not finite.all():
                 raise RemoteProtocolError(f"columns: column {field.name!r} holds a NaN or an "
                                           "infinity")
@@ -374,6 +395,16 @@ def _check_batch(batch: pa.RecordBatch) -> None:
             for row, cell in enumerate(col.to_pylist()):
                 if cell is not None:
                     _check_cell(cell, field.name, row)
+
+
+def _valid(col: pa.Array) -> np.ndarray:
+    """Which rows of ``col`` hold a value, from its validity bitmap (no compute kernel:
+    dispatching one cost more than the whole check of a frame)."""
+    bitmap = col.buffers()[0]
+    if bitmap is None:
+        return np.ones(len(col), dtype=bool) if col.type != pa.null() else np.zeros(len(col), bool)
+    bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), bitorder="little")
+    return bits[col.offset: col.offset + len(col)].astype(bool)
 
 
 def _check_cell(cell: bytes, name: str, row: int) -> None:
