@@ -365,6 +365,12 @@ class Operator(ABC):
         self._rebuild = _Rebuild(list(cut), feet, [False] * self._n_ports)
 
     @property
+    def tainted(self) -> bool:
+        """Sticky taint: every output is tentative until an UNDO or a restore (module
+        docstring)."""
+        return self._tainted
+
+    @property
     def rebuilding(self) -> bool:
         """Some port's replay has not passed the cut of :meth:`start_rebuild` yet."""
         return self._rebuild is not None

@@ -1,6 +1,14 @@
 """SUnion's buckets, and the memory bound on the ones it keeps for a replay.
 
-A :class:`Bucket` holds one list per input port, in id order. Once SUnion released it, a
+A :class:`Bucket` holds one list per input port, in id order. A port's STABLE input that
+arrived as columns (a Batch off the wire: protocol/columns.py) is kept as such, runs of
+:class:`~protocol.columns.Columns` before the port's list (``cols``): a bucket whose ports
+hold only runs is released by one stable sort of their concatenation
+(:func:`release_columns`), no tuple built. Whatever else needs a port's tuples one by one
+(an UNDO's cut, a spill, a snapshot, a replay) first turns its runs into tuples, in
+front of its list (:meth:`Bucket.materialize`): the order of a port's sequence is spilled
+chunks, runs, then the list, and a run never follows a tuple of the list (SUnion appends
+such a run to the list as tuples). Once SUnion released it, a
 bucket is *kept* while a reconciliation may replay it (operators/sunion.py, "Keeping for
 replay"); during a long failure the kept buckets are the whole failure's input. With a
 :class:`Spiller` (the runtime's ``buffer_memory``), SUnion moves the oldest kept tuples
@@ -19,6 +27,10 @@ from itertools import count, repeat
 from operator import itemgetter
 from typing import TypeVar
 
+import numpy as np
+import pyarrow as pa
+
+from protocol.columns import Columns
 from protocol.tuples import Kind, Tuple
 from state.spill import Chunk, ChunkReader, SpillStats, SpillStore, estimate_tuple_bytes
 
@@ -26,7 +38,7 @@ from .errors import OperatorError
 
 R = TypeVar("R", bound=ChunkReader)
 
-__all__ = ["Bucket", "Released", "Spiller", "release_order"]
+__all__ = ["Bucket", "Released", "Spiller", "release_columns", "release_order"]
 
 _TIME = itemgetter(2)
 _TMAX = itemgetter(3)
@@ -41,16 +53,45 @@ class Bucket:
     arrival ``now`` of its first tuple, and how many TENTATIVE tuples it holds (a bucket
     with any is never stable-ready)."""
 
-    __slots__ = ("first_now", "n_tent", "ports", "spilled")
+    __slots__ = ("cols", "first_now", "n_tent", "ports", "spilled")
 
     def __init__(self, n_ports: int, first_now: int) -> None:
         self.ports: list[list[Tuple]] = [[] for _ in range(n_ports)]
         self.first_now = first_now
         self.n_tent = 0
         self.spilled: list[list[Chunk]] | None = None  # per port, once anything spilled
+        #: Per port, its STABLE runs of columns (before ``ports[p]``), once one arrived.
+        self.cols: list[list[Columns]] | None = None
+
+    def add_columns(self, port: int, run: Columns) -> bool:
+        """Keep a STABLE run as columns; False (nothing done) when the port's list holds
+        tuples already: a run must not follow them (the caller appends it as tuples)."""
+        if self.ports[port]:
+            return False
+        if self.cols is None:
+            self.cols = [[] for _ in self.ports]
+        self.cols[port].append(run)
+        return True
+
+    def columnar(self) -> bool:
+        """Whether the bucket holds runs of columns and nothing else (what
+        :func:`release_columns` releases)."""
+        return self.cols is not None and self.spilled is None and not any(self.ports)
+
+    def materialize(self) -> None:
+        """Every port's runs of columns as tuples, in front of its list."""
+        if self.cols is not None:
+            for p, runs in enumerate(self.cols):
+                if runs:
+                    items = [t for run in runs for t in run.to_tuples()]
+                    self.ports[p] = items + self.ports[p]
+            self.cols = None
 
     def in_memory(self) -> int:
-        return sum(map(len, self.ports))
+        n = sum(map(len, self.ports))
+        if self.cols is not None:
+            n += sum(len(run) for runs in self.cols for run in runs)
+        return n
 
     def size(self) -> int:
         n = self.in_memory()
@@ -59,7 +100,14 @@ class Bucket:
         return n
 
     def port_items(self, port: int, store: SpillStore | None) -> list[Tuple]:
-        """Port ``port``'s tuples, in id order, read back from disk where spilled."""
+        """Port ``port``'s tuples, in id order, read back from disk where spilled (its
+        runs of columns made tuples without changing the bucket: a snapshot reads this)."""
+        if self.cols is not None and self.cols[port]:
+            runs = [t for run in self.cols[port] for t in run.to_tuples()]
+            if not self.spilled or not self.spilled[port]:
+                return runs + self.ports[port]
+            chunks = [t for c in self.spilled[port] for t in _needed(store).read(c)]
+            return chunks + runs + self.ports[port]
         if not self.spilled or not self.spilled[port]:
             return self.ports[port]
         store = _needed(store)
@@ -71,6 +119,7 @@ class Bucket:
     def port_sources(self, port: int) -> list[Chunk | list[Tuple]]:
         """Where port ``port``'s tuples are, in id order: its spilled chunks, then its
         in-memory list (not read: see :class:`Released`)."""
+        self.materialize()
         return [*(self.spilled[port] if self.spilled else ()), self.ports[port]]
 
     def port_tentative(self, port: int) -> bool:
@@ -82,6 +131,7 @@ class Bucket:
     def cut(self, port: int, last_kept_id: int, store: SpillStore | None) -> int:
         """Remove port ``port``'s tuples with id > ``last_kept_id`` (an UNDO); return how
         many of them were TENTATIVE (``n_tent`` is updated)."""
+        self.materialize()
         lst = self.ports[port]
         removed = 0
         if lst and lst[-1][1] > last_kept_id:
@@ -123,6 +173,26 @@ def release_order(items: list[Tuple], kind: Kind, first_id: int) -> Iterator[Tup
     items.sort(key=_TIME)
     return map(_new, repeat(Tuple), zip(repeat(kind), count(first_id), map(_TIME, items),
                                         map(_TMAX, items), map(_VALUES, items)))
+
+
+def release_columns(bucket: Bucket, kind: Kind, first_id: int) -> Columns | None:
+    """:func:`release_order` of a :meth:`Bucket.columnar` bucket, as columns: its runs in
+    port order concatenated, stably sorted on time, renumbered from ``first_id``, of kind
+    ``kind``. None when the ports' columns do not agree in type (one input's attribute an
+    int, another's a float): the caller materializes the bucket and releases tuples."""
+    runs = [run for runs in bucket.cols or () for run in runs]
+    try:
+        whole = Columns.concat(runs)
+    except pa.ArrowException:
+        return None
+    batch = whole.batch
+    n = batch.num_rows
+    order = np.argsort(batch.column(2).to_numpy(), kind="stable")
+    batch = batch.take(pa.array(order))
+    arrays = [pa.array(np.full(n, int(kind), dtype=np.int8)),
+              pa.array(np.arange(first_id, first_id + n, dtype=np.int64)),
+              *batch.columns[2:]]
+    return Columns(pa.RecordBatch.from_arrays(arrays, schema=batch.schema))
 
 
 @dataclass(frozen=True)
@@ -192,6 +262,9 @@ class Spiller:
         """Spill the oldest kept in-memory tuples until ``mem`` is below 3/4 of the bound
         (or one ``STEP`` was written)."""
         if self.limit is None:
+            for b in self.order:
+                if b in buckets:
+                    buckets[b].materialize()
             sample = next(t for b in self.order if b in buckets for p in buckets[b].ports
                           for t in p)
             self.limit = max(1, self.limit_bytes // estimate_tuple_bytes(sample))
@@ -208,6 +281,7 @@ class Spiller:
             bk = buckets.get(b)
             if bk is None or b >= below:
                 continue  # dropped or pending again since: recounted then
+            bk.materialize()
             for p, lst in enumerate(bk.ports):
                 if lst:
                     runs.append(lst)

@@ -16,6 +16,15 @@ Determinism (what keeps replicas identical):
   in the same order, whatever the timing of arrivals;
 * every stream leaving the node ends in an SOutput.
 
+Columns (issue 48). A node input's batch may be :class:`~protocol.columns.Columns`: its
+SUnion keeps its STABLE runs as columns and releases such a bucket as one run of columns
+(operators/sunion.py), one item of its output list among the boundary tuples. An operator
+whose wave holds a run of columns runs over it vectorized (the replay's engine,
+operators/vectorized/: Flow.from_items, run_step, and back with Flow.to_items) when the
+wave is STABLE and typed and the operator untainted, and per tuple otherwise, with the
+same output and state either way (``live_runs`` counts both). Outputs become tuples at the
+end of each call unless ``columnar_outputs``.
+
 The network is the runtime's only door into the operators: besides the data path
 (``push``, ``on_timer``) and state (``snapshot``, ``restore``), it offers the edge
 operations a node's reconciliation needs (SUnion modes, truncation after a checkpoint,
@@ -37,13 +46,14 @@ from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from protocol.columns import Columns
 from protocol.tuples import Kind, Schema, Tuple, make_tuple
 from state.checkpoint import restore_checkpoint
 from state.spill import NO_SPILL, Chunk, SpillStats, SpillStore
 
 from .base import Operator, Plain
 from .buckets import Released, Spiller
-from .errors import OperatorError, SpecError
+from .errors import Fallback, OperatorError, SpecError
 from .reconciliation import OutputGuard, Rewindable, Serializer
 from .registry import OPERATORS, create
 from .spec import NetworkSpec
@@ -63,13 +73,24 @@ _KIND = itemgetter(0)
 #: :meth:`QueryNetwork.replay_remote`; :meth:`QueryNetwork.replay` runs it vectorized here).
 ENGINES = ("inproc", "vectorized", "spark")
 _SERIALIZER = "sunion"
+#: The operators whose vectorized implementation runs live waves. The stateful ones (join,
+#: aggregate) carry their state over from the per-tuple operator and back at every run
+#: (operators/vectorized/join.py): worth it over a replay step's many waves, 3x slower
+#: than per tuple over one live wave of a thousand tuples. They run per tuple until they
+#: keep their state as columns (issue 48).
+_LIVE_VECTORIZED = frozenset({"filter", "map", "union", "soutput"})
+#: Below this many rows a wave runs per tuple: a vectorized run's fixed cost (flows
+#: built, an Arrow call per column) was more than the wave's per-tuple work (about even
+#: at 1,000 rows on this 2-core machine, under load: to be measured by dpc bench).
+_LIVE_MIN_ROWS = 1000
 _EXIT = "soutput"
 
 
 @dataclass(slots=True)
 class NetworkOutput:
-    """What one call produced: tuples per output stream, and control signals
-    (UP_FAILURE, REC_REQUEST) as ``(operator name, tuple)`` for the consistency manager."""
+    """What one call produced: tuples per output stream (with runs of columns among them
+    where the network's ``columnar_outputs`` allows), and control signals (UP_FAILURE,
+    REC_REQUEST) as ``(operator name, tuple)`` for the consistency manager."""
 
     outputs: dict[str, list[Tuple]] = field(default_factory=dict)
     signals: list[tuple[str, Tuple]] = field(default_factory=list)
@@ -120,7 +141,9 @@ class QueryNetwork:
                         if isinstance(op, OutputGuard)]
         # Where UNDO_START enters, per SUnion: its first input (a node input stream).
         self._undo_streams = [by_name[op.name].inputs[0] for _, op in self._serializers]
-        self._pending: list[list[tuple[int, Sequence[Tuple]]]] = [[] for _ in self.operators]
+        # Per operator, its input in the current pass: (port, batch); a batch is tuples, a
+        # node input's columns, or tuples with runs of columns among them.
+        self._pending: list[list[tuple[int, Any]]] = [[] for _ in self.operators]
         self._result = NetworkOutput()
         self._now = 0
         self._inputs = [by_name[op.name].inputs for op in self.operators]
@@ -131,6 +154,16 @@ class QueryNetwork:
         #: many were vectorized, how many per tuple (no vectorized implementation, or a
         #: step it could not compute exactly).
         self.replay_runs = {"vectorized": 0, "per_tuple": 0}
+        #: Operator runs over live waves that held runs of columns: vectorized, or per
+        #: tuple (the wave was tentative, mixed-typed, or the operator tainted or has no
+        #: vectorized implementation).
+        self.live_runs = {"vectorized": 0, "per_tuple": 0}
+        #: Whether outputs may hold runs of columns (:class:`NetworkOutput`); False: they
+        #: are made tuples at the end of every call (callers that read tuples).
+        self.columnar_outputs = False
+        #: The smallest wave of columns run vectorized (:data:`_LIVE_MIN_ROWS`).
+        self.live_min_rows = _LIVE_MIN_ROWS
+        self._serializer_at = [isinstance(op, Serializer) for op in self.operators]
 
     # ---------------------------------------------------------------- queries
     def operator(self, name: str) -> Operator:
@@ -145,9 +178,10 @@ class QueryNetwork:
         return min(deadlines) if deadlines else None
 
     # ---------------------------------------------------------------- data path
-    def push(self, stream: str, batch: Sequence[Tuple], now: int = 0,
+    def push(self, stream: str, batch: Sequence[Tuple] | Columns, now: int = 0,
              arrived: int | None = None) -> NetworkOutput:
-        """Feed a batch arriving on node input ``stream``; return what the node emits.
+        """Feed a batch arriving on node input ``stream`` (tuples, or columns: see "Columns"
+        in the module docstring); return what the node emits.
         ``arrived``: when the batch reached the node, if the node held it until ``now``
         (the SUnions time their delay from then: operators/sunion.py)."""
         consumers = self._consumers.get(stream)
@@ -560,9 +594,13 @@ class QueryNetwork:
     def _finish(self) -> NetworkOutput:
         result = self._result
         self._result = NetworkOutput()
+        if not self.columnar_outputs:
+            for name, items in result.outputs.items():
+                if _has_columns(items):
+                    result.outputs[name] = _tuples(items)
         return result
 
-    def _enter(self, consumers: list[tuple[int, int]], batch: Sequence[Tuple]) -> None:
+    def _enter(self, consumers: list[tuple[int, int]], batch: Sequence[Tuple] | Columns) -> None:
         """A batch on a node input stream: queue it for its readers, then run from the
         first of them."""
         first = len(self.operators)
@@ -580,22 +618,58 @@ class QueryNetwork:
                 continue
             pending[idx] = []
             op = ops[idx]
-            out: list[Tuple] = []
-            for port, batch in todo:
-                out.extend(op.process(port, batch, now))
+            out: list[Any] = []
+            if self._serializer_at[idx] or not any(_has_columns(b) for _, b in todo):
+                for port, batch in todo:
+                    out.extend(op.process(port, batch, now))
+            else:
+                out = self._run_columns(idx, op, todo)
             # Routes only; this loop runs the consumers next (a splitting SUnion's _emit
             # runs the downstream passes itself, wave by wave).
             self._emit(idx, out, run_downstream=False)
 
-    def _emit(self, idx: int, out: list[Tuple], run_downstream: bool = True) -> None:
+    def _run_columns(self, idx: int, op: Operator, todo: list[tuple[int, Sequence[Any]]]
+                     ) -> list[Any]:
+        """One operator over a wave that holds runs of columns (a SUnion released a bucket
+        as columns): its vectorized implementation over the wave's flows where it has one
+        and the wave allows it (STABLE, typed, the operator untainted: the replay's engine,
+        operators/vectorized/, held equal to the per-tuple operators by the conformance
+        tests), else per tuple. The output keeps runs of columns where it can."""
+        from .vectorized.engine import Stream, run_step
+        from .vectorized.flow import Flow
+
+        inputs = self._inputs[idx]
+        by_port: list[list[Any]] = [[] for _ in inputs]
+        for port, batch in todo:
+            by_port[port].extend(batch)
+        rows = sum(len(x) for items in by_port for x in items if type(x) is Columns)
+        if op.type_name in _LIVE_VECTORIZED and not op.tainted and rows >= self.live_min_rows:
+            try:
+                streams = [Stream(self.schemas[src], flow=Flow.from_items(self.schemas[src], items))
+                           for src, items in zip(inputs, by_port, strict=True)]
+            except Fallback:
+                pass
+            else:
+                result = run_step(op, streams, self._port_order(idx), self._now)
+                self.live_runs["vectorized" if result.vectorized else "per_tuple"] += 1
+                return result.flow().to_items() if result.vectorized else result.tuples()
+        self.live_runs["per_tuple"] += 1
+        out: list[Tuple] = []
+        for port, batch in todo:
+            out.extend(op.process(port, _tuples(batch), self._now))
+        return out
+
+    def _emit(self, idx: int, out: list[Any], run_downstream: bool = True) -> None:
         """Route an operator's output (and drain its signals)."""
         self._drain_signals(self.operators[idx])
         if not out:
             return
         if self._split[idx]:
             # Cut after each BOUNDARY, found by list.index over the kinds (a C scan: a
-            # release is thousands of tuples and a handful of boundaries).
-            kinds = list(map(_KIND, out))
+            # release is thousands of tuples and a handful of boundaries; a run of
+            # columns is one item, never a boundary).
+            kinds = (list(map(_KIND, out)) if not _has_columns(out)
+                     else [None if type(x) is Columns else x[0] for x in out])
             start = 0
             while True:
                 try:
@@ -613,12 +687,29 @@ class QueryNetwork:
         if run_downstream:
             self._run(idx + 1)
 
-    def _route(self, idx: int, out: list[Tuple]) -> None:
+    def _route(self, idx: int, out: list[Any]) -> None:
         name = self.operators[idx].name
         for c_idx, c_port in self._consumers[name]:
             self._pending[c_idx].append((c_port, out))
         if name in self._output_set:
             self._result.outputs[name].extend(out)
+
+
+def _has_columns(items: Sequence[Any] | Columns) -> bool:
+    return isinstance(items, Columns) or Columns in set(map(type, items))
+
+
+def _tuples(items: Sequence[Any] | Columns) -> list[Tuple]:
+    """A batch whose runs of columns are made tuples, in place."""
+    if isinstance(items, Columns):
+        return items.to_tuples()
+    out: list[Tuple] = []
+    for x in items:
+        if type(x) is Columns:
+            out += x.to_tuples()
+        else:
+            out.append(x)
+    return out
 
 
 def _topological_order(spec: NetworkSpec) -> list[str]:

@@ -87,6 +87,17 @@ tells how far it is. Past the horizon the operator is back to normal in the same
 the replay ran goes out TENTATIVE right after the replayed ones: a new failure that began
 during the reconciliation appears after it).
 
+*Columns* (issue 48). A node input's batch may come as columns (a Batch off the wire,
+protocol/columns.py). Its control rows go through the one dispatch as tuples; a STABLE run
+between them that falls in pending buckets in time order is kept as columns, a run per
+port per bucket (operators/buckets.py), and a bucket holding only such runs is released
+as one :class:`~protocol.columns.Columns` item of the output: the stable sort on time of
+its ports' runs concatenated, renumbered, the same tuples in the same order as the tuple
+release. A run with a tentative tuple, a late or out-of-order run, or one behind a port's
+tuples goes the tuple way, counted in ``columns_fallback``; anything that needs a
+bucket's tuples one by one (an UNDO's cut, a spill, a snapshot, a replay) turns its runs
+into tuples first. The bookkeeping (ids, watermarks, episodes) is the same either way.
+
 This module is over 400 lines because the release loop, the episode bookkeeping and both
 reconciliation paths share one set of invariants that only make sense read together.
 """
@@ -99,10 +110,13 @@ from collections.abc import Sequence
 from operator import itemgetter
 from typing import ClassVar
 
+import numpy as np
+
+from protocol.columns import Columns
 from protocol.tuples import Kind, Schema, Tuple, boundary, make_tuple, tentative_boundary, undo
 
 from .base import NO_TIME, Operator, Plain, tuple_from_plain, tuple_to_plain
-from .buckets import Bucket, Released, Spiller, release_order
+from .buckets import Bucket, Released, Spiller, release_columns, release_order
 from .errors import OperatorError, SpecError
 from .reconciliation import RELEASE_MODES, Serializer
 from .registry import register
@@ -119,6 +133,8 @@ DEFAULT_PROCESS_WAIT = 350_000
 STABLE = Kind.STABLE
 TENTATIVE = Kind.TENTATIVE
 _TIME = itemgetter(2)
+_LAST_DATA_KIND = int(Kind.TENTATIVE)
+_STABLE_CODE = int(Kind.STABLE)
 
 
 @register
@@ -162,6 +178,9 @@ class SUnion(Operator, Serializer):
         self._buckets: dict[int, Bucket] = {}
         self._collect: list[Released] | None = None  # see replay_released
         self._chain = False  # the chain rule in force for the current call (_wait)
+        #: Input tuples that came as columns but went the tuple way (tentative, late, out
+        #: of time order, behind a port's tuples): the columnar path's fallback, counted.
+        self.columns_fallback = 0
 
     def clear(self) -> None:
         n = self._n_ports
@@ -227,7 +246,11 @@ class SUnion(Operator, Serializer):
         return sum(bk.size() for bk in self._buckets.values())
 
     # ------------------------------------------------------------------ public API
-    def process(self, port: int, batch: Sequence[Tuple], now: int = 0) -> list[Tuple]:
+    def process(self, port: int, batch: Sequence[Tuple] | Columns,
+                now: int = 0) -> list[Tuple]:
+        """Feed a batch (tuples, or a node input's columns: see "Columns" in the module
+        docstring); return the output, in which a bucket released from columns is one
+        :class:`~protocol.columns.Columns` item (operators/network.py routes it)."""
         if not 0 <= port < self._n_ports:
             raise OperatorError(f"{self.describe()}: no input port {port}")
         self.now = now
@@ -240,7 +263,10 @@ class SUnion(Operator, Serializer):
         # What expired before this batch arrived goes first, as if on_timer had fired.
         if self._due():
             self._drain(out)
-        self._feed(port, batch, out)
+        if isinstance(batch, Columns):
+            self._feed_columns(port, batch, out)
+        else:
+            self._feed(port, batch, out)
         if self._due():  # only with a zero wait: the batch's own buckets are due at once
             self._drain(out)
         if self.spiller is not None and self.spiller.over():
@@ -307,6 +333,7 @@ class SUnion(Operator, Serializer):
         if self.spiller is not None:
             for bk in self._buckets.values():
                 bk.ports = [bk.port_items(p, self.spiller.store) for p in range(self._n_ports)]
+                bk.cols = None
                 bk.release(self.spiller.store)
             self.spiller.store.close()
         self.spiller = spiller
@@ -415,6 +442,62 @@ class SUnion(Operator, Serializer):
                     i = j
                 return
         self._insert(port, run)
+
+    def _feed_columns(self, port: int, batch: Columns, out: list[Tuple]) -> None:
+        """:meth:`_feed` of columns: the control rows one by one (as tuples), the STABLE
+        runs between them kept as columns where they fall in pending buckets in time
+        order (the common case), everything else as tuples."""
+        kinds = batch.kinds()
+        control = np.flatnonzero(kinds > _LAST_DATA_KIND)
+        start = 0
+        for i in (*control.tolist(), len(batch)):
+            if i > start:
+                run = batch.slice(start, i)
+                if (kinds[start:i] != _STABLE_CODE).any() or self._rebuild is not None:
+                    self.columns_fallback += i - start
+                    self._feed(port, run.to_tuples(), out)
+                else:
+                    self.in_ids[port] = int(run.ids()[-1])
+                    self._stable_columns(port, run)
+            if i < len(batch):
+                self._control(port, batch.slice(i, i + 1).to_tuples()[0], out)
+            start = i + 1
+
+    def _stable_columns(self, port: int, run: Columns) -> None:
+        """:meth:`on_data` of a STABLE run of columns."""
+        if self._tainted:
+            self._set_taint(False, 0)
+        ids = run.ids()
+        last = self._last_in[port]
+        if ids[0] <= last:
+            k = int(np.searchsorted(ids, last, side="right"))
+            if k == len(ids):
+                return
+            run, ids = run.slice(k), ids[k:]
+        self._last_in[port] = int(ids[-1])
+        width = self.width
+        times = run.times()
+        lo = int(times.min()) // width
+        if lo >= self._next:
+            hi = int(times.max()) // width
+            if hi == lo:
+                self._keep_columns(lo, port, run)
+                return
+            if (times[1:] >= times[:-1]).all():
+                cuts = (np.flatnonzero(np.diff(times // width)) + 1).tolist()
+                for a, b in zip([0, *cuts], [*cuts, len(times)], strict=True):
+                    self._keep_columns(int(times[a]) // width, port, run.slice(a, b))
+                return
+        self.columns_fallback += len(run)
+        self._insert(port, run.to_tuples())  # late, or out of time order
+
+    def _keep_columns(self, b: int, port: int, run: Columns) -> None:
+        bk = self._buckets.get(b)
+        if bk is None:
+            bk = self._new_pending(b)
+        if not bk.add_columns(port, run):  # the port's list holds tuples: after them
+            self.columns_fallback += len(run)
+            bk.ports[port] += run.to_tuples()
 
     def _insert(self, port: int, run: Sequence[Tuple]) -> None:
         """Tuple-by-tuple insert (runs across buckets, tentative or late tuples)."""
@@ -662,6 +745,14 @@ class SUnion(Operator, Serializer):
                                           store))
             self._released(b, bk, kind, bk.size(), out)
             return
+        if bk.columnar() and self._collect is None:
+            columns = release_columns(bk, kind, self.last_id + 1)
+            if columns is not None:
+                # One item of the output: the network routes it (operators/network.py).
+                out.append(columns)  # type: ignore[arg-type]
+                self._released(b, bk, kind, len(columns), out)
+                return
+        bk.materialize()
         items: list[Tuple] = []
         if bk.spilled is None:
             for lst in bk.ports:
@@ -742,7 +833,9 @@ class SUnion(Operator, Serializer):
                 continue
             for p in range(self._n_ports):
                 chunks = bk.spilled[p] if bk.spilled else None
-                first = chunks[0].first_id if chunks else bk.ports[p][0][1] if bk.ports[p] else None
+                runs = bk.cols[p] if bk.cols is not None else ()
+                first = (chunks[0].first_id if chunks else int(runs[0].ids()[0]) if runs
+                         else bk.ports[p][0][1] if bk.ports[p] else None)
                 if first is not None and first - 1 < ids[p]:
                     ids[p] = first - 1
         return ids

@@ -132,6 +132,15 @@ class Columns:
         return cls(pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields)))
 
     @classmethod
+    def from_arrays(cls, arrays: Sequence[pa.Array]) -> Columns:
+        """The four key arrays (int8 kinds, int64 ids, times, tmax; no nulls) and typed
+        attribute arrays as columns (not checked: what an operator computed)."""
+        fields = [pa.field(name, typ, nullable=False)
+                  for name, typ in zip(KEY_COLUMNS, _KEY_TYPES, strict=True)]
+        fields += [pa.field(_column_name(c), a.type) for c, a in enumerate(arrays[4:])]
+        return cls(pa.RecordBatch.from_arrays(list(arrays), schema=pa.schema(fields)))
+
+    @classmethod
     def concat(cls, parts: Sequence[Columns]) -> Columns:
         """One batch of ``parts``' rows in order (their columns must agree in type)."""
         if len(parts) == 1:
@@ -209,7 +218,7 @@ def _value_column(values: list[Any], c: int, control: Sequence[int]) -> tuple[pa
     if len(types) == 1 and not nulls and (t := next(iter(types))) in _NUMPY:
         # The common case, through numpy: pa.array of a list of ints was 15 times slower.
         try:
-            array = np.array(values, dtype=_NUMPY[t])
+            array: np.ndarray = np.array(values, dtype=_NUMPY[t])
         except OverflowError:
             pass  # ints beyond int64: orjson text below
         else:
@@ -221,9 +230,9 @@ def _value_column(values: list[Any], c: int, control: Sequence[int]) -> tuple[pa
         raise LocalProtocolError(f"value {c} must be a finite float (the wire carries no NaN "
                                  "or infinity)")
     if len(types) <= 1:
-        t = types.pop() if types else None
+        one = types.pop() if types else None
         try:
-            return (pa.array(values, _EXACT[t]) if t is not None
+            return (pa.array(values, _EXACT[one]) if one is not None
                     else pa.nulls(len(values))), False
         except OverflowError:
             pass  # ints beyond int64: orjson text up to 2**64 - 1, as the wire carried them

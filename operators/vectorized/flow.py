@@ -27,12 +27,15 @@ import numpy as np
 import pyarrow as pa
 
 from operators.errors import Fallback
+from protocol.columns import Columns
 from protocol.tuples import Kind, Schema, Tuple, columns_of
 
 __all__ = ["Flow", "Mark", "transpose", "typed_column"]
 
 _KEYS = ("id", "time", "tmax", "wave")
 _TYPES = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_()}
+_WIRE_TYPES = frozenset({*_TYPES.values(), pa.null()})  # what a run of columns may hold
+_STABLE = int(Kind.STABLE)
 _new = tuple.__new__
 
 
@@ -91,6 +94,67 @@ class Flow:
                            pa.array(tmaxs, pa.int64()), pa.array(waves, pa.int64()), *attrs]
         names = [*_KEYS, *(f"v{i}" for i in range(len(schema)))]
         return cls(tuple(schema), pa.table(cols, names=names), tuple(marks))
+
+    @classmethod
+    def from_items(cls, schema: Schema, items: Sequence[Tuple | Columns]) -> Flow:
+        """The flow of one live wave's batch (operators/network.py): runs of STABLE
+        columns and control tuples in order, each a stable boundary (a mark) or
+        :class:`Fallback`, as is a run that is not STABLE, not of the schema's arity or
+        whose attributes are not typed alike (orjson text, one input's ints and another's
+        floats)."""
+        parts: list[pa.RecordBatch] = []
+        marks: list[Mark] = []
+        rows = 0
+        for item in items:
+            if isinstance(item, Columns):
+                if not len(item):
+                    continue
+                if item.arity != len(schema) or (item.kinds() != _STABLE).any():
+                    raise Fallback("a run of columns that is not STABLE data of the schema")
+                parts.append(item.batch)
+                rows += len(item)
+            elif item[0] is Kind.BOUNDARY and item[1] == 0:
+                marks.append(Mark(0, rows, item))
+            else:
+                raise Fallback(f"a {item[0].name} tuple in the wave")
+        if not parts:
+            return cls.from_rows(schema, [], [], marks)
+        try:
+            table = pa.Table.from_batches(parts).combine_chunks()
+        except pa.ArrowException:
+            raise Fallback("runs of columns typed apart") from None
+        if any(f.metadata for f in table.schema):
+            raise Fallback("an attribute of mixed types (orjson text)")
+        cols = [table.column(1), table.column(2), table.column(3),
+                pa.array(np.zeros(rows, dtype=np.int64)), *table.columns[4:]]
+        names = [*_KEYS, *(f"v{i}" for i in range(len(schema)))]
+        return cls(tuple(schema), pa.table(cols, names=names), tuple(marks))
+
+    def to_items(self) -> list[Tuple | Columns]:
+        """The flow as a live wave's batch: its rows as one run of STABLE columns, cut at
+        the marks, which come as tuples at their places; tuples (:meth:`to_tuples`) when
+        an attribute has a type the wire does not carry."""
+        d = self.data
+        n = d.num_rows
+        if n and any(d.column(4 + i).type not in _WIRE_TYPES for i in range(len(self.schema))):
+            return list(self.to_tuples())
+        whole = None
+        if n:
+            arrays = [pa.array(np.full(n, int(Kind.STABLE), dtype=np.int8)),
+                      *(d.column(k).combine_chunks() for k in _KEYS[:3]),
+                      *(d.column(4 + i).combine_chunks() for i in range(len(self.schema)))]
+            whole = Columns.from_arrays(arrays)
+        out: list[Tuple | Columns] = []
+        k = 0
+        for m in self.marks:
+            at = min(m.at, n)
+            if at > k and whole is not None:
+                out.append(whole.slice(k, at))
+                k = at
+            out.append(m.tuple)
+        if k < n and whole is not None:
+            out.append(whole.slice(k, n) if k else whole)
+        return out
 
     def with_data(self, data: pa.Table, marks: Sequence[Mark] | None = None,
                   schema: Schema | None = None) -> Flow:
