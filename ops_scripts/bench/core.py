@@ -6,7 +6,11 @@ same frames, best of ``--repeat``:
 
 * **bare**: decode every frame and iterate its tuples -- the ceiling for any consumer;
 * **chain**: decode and push through SUnion(3 inputs) -> filter -> windowed aggregate ->
-  SOutput (the issue's reference chain).
+  SOutput (the issue's reference chain), each batch's tuples;
+* **chain in columns**: the same, each batch pushed as the columns it travelled in
+  (issue 48: no tuple built on the way in; the SUnion releases columns, the filter and
+  SOutput run vectorized, the aggregate per tuple for now). Its output must equal the
+  tuple chain's, or the bench fails.
 
 The figure that matters is the ratio chain/bare, measured in the same process on the same
 frames: these machines are shared and noisy, so absolute numbers alone prove nothing.
@@ -98,8 +102,10 @@ def _bare(frames: list[bytes]) -> int:
     return n
 
 
-def chain_loop(frames: list[bytes]) -> int:
-    """Decode ``frames`` and push them through :data:`CHAIN_SPEC`; the tuples fed."""
+def chain_loop(frames: list[bytes], columns: bool = False,
+               outputs: list[Tuple] | None = None) -> int:
+    """Decode ``frames`` and push them through :data:`CHAIN_SPEC` (their tuples, or their
+    columns); the tuples fed. ``outputs`` collects what the chain emitted."""
     decoder = FrameDecoder()
     net = QueryNetwork(CHAIN_SPEC)
     n = 0
@@ -107,8 +113,11 @@ def chain_loop(frames: list[bytes]) -> int:
     for f in frames:
         for msg in decoder.feed(f):
             batch = _batch(msg)
-            n += len(batch.tuples)
-            produced += len(net.push(batch.stream, batch.tuples, 0).outputs["out"])
+            n += len(batch)
+            out = net.push(batch.stream, batch.columns if columns else batch.tuples, 0)
+            produced += len(out.outputs["out"])
+            if outputs is not None:
+                outputs += out.outputs["out"]
     if produced == 0:
         raise BenchFailed("the chain produced no output: the benchmark would be meaningless")
     return n
@@ -137,6 +146,15 @@ def run_core_bench(tuples: int = 600_000, repeat: int = 3, frame: int = 100) -> 
         bare_s, n_bare = _best(_bare, frames, repeat)
         print("  chain (decode + SUnion -> filter -> aggregate -> SOutput) ...", flush=True)
         chain_s, n_chain = _best(chain_loop, frames, repeat)
+        print("  chain in columns ...", flush=True)
+        cols_s, n_cols = _best(lambda fr: chain_loop(fr, columns=True), frames, repeat)
+        per_tuple: list[Tuple] = []
+        in_columns: list[Tuple] = []
+        chain_loop(frames, outputs=per_tuple)
+        chain_loop(frames, columns=True, outputs=in_columns)
+        if per_tuple != in_columns:
+            raise BenchFailed("the chain in columns emitted other tuples than the chain of "
+                              f"tuples ({len(in_columns):,} vs {len(per_tuple):,}): a bug")
     bare_rate = n_bare / bare_s
     chain_rate = n_chain / chain_s
     ratio = chain_rate / bare_rate
@@ -144,7 +162,10 @@ def run_core_bench(tuples: int = 600_000, repeat: int = 3, frame: int = 100) -> 
     print(f"  {'loop':<34}{'tuples':>12}{'seconds':>10}{'tuples/s':>14}")
     print(f"  {'bare: decode + iterate':<34}{n_bare:>12,}{bare_s:>10.3f}{bare_rate:>14,.0f}")
     print(f"  {'chain: decode + 4 operators':<34}{n_chain:>12,}{chain_s:>10.3f}{chain_rate:>14,.0f}")
+    cols_rate = n_cols / cols_s
+    print(f"  {'chain in columns':<34}{n_cols:>12,}{cols_s:>10.3f}{cols_rate:>14,.0f}")
     print()
+    print(f"  columns / tuples = {cols_rate / chain_rate:.2f}   (the same output; issue 48)")
     print(f"  chain / bare = {ratio:.3f}   (aim >= 0.100: {'met' if ratio >= 0.1 else 'NOT met'})")
     print(f"  chain rate   = {chain_rate:,.0f} tuples/s   (aim >= 250,000: "
           f"{'met' if chain_rate >= 250_000 else 'NOT met'})")

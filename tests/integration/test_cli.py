@@ -42,6 +42,10 @@ def test_bench_core_prints_both_rates_and_their_ratio() -> None:
     assert bare and chain, r.stdout
     assert bare.group(1) == chain.group(1)  # same tuples through both loops
     assert re.search(r"chain / bare = \d+\.\d{3}", r.stdout)
+    # The chain fed columns ran the same tuples and emitted the same output (else exit 1).
+    cols = re.search(r"chain in columns\s+([\d,]+)\s+[\d.]+\s+([\d,]+)", r.stdout)
+    assert cols and cols.group(1) == chain.group(1), r.stdout
+    assert re.search(r"columns / tuples = \d+\.\d\d   \(the same output", r.stdout), r.stdout
 
 
 def test_bench_refuses_nonsense_sizes() -> None:
