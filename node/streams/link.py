@@ -54,6 +54,11 @@ Invariants:
   ``on_batch`` must take a batch whole or not at all (it is cancelled only when the link
   is). Only the main session calls it; the corrections reader never does, and a stable
   id is delivered at most once, adoption included.
+* With ``columns`` (a replica's links: issue 48), a batch goes to ``on_batch`` as the
+  :class:`~protocol.columns.Columns` it travelled in, no tuple built, when the link's own
+  bookkeeping needs none: no UNDO in it and the tmax filter not armed (the ids then move
+  to the last STABLE and the last TENTATIVE id, as :func:`~node.streams.resume.advance`
+  moves them); any other batch goes as tuples.
 * Acks are level-1: every ``ack_interval`` the link sends ``Ack(stream, subscriber, s)``
   when ``s`` moved since the last one, ``s`` being the last stable id *processed*.
 * The link never holds two subscriptions at one producer (a publisher keeps one
@@ -92,6 +97,9 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from operator import itemgetter
+from typing import Any
+
+import numpy as np
 
 from node.clock import now_us
 from node.errors import NodeError
@@ -113,6 +121,7 @@ _kind_of = itemgetter(0)
 
 #: How often a run of failed connects to one producer is logged again as a warning (µs).
 _REFUSED_REPEAT = 5_000_000
+_STABLE_CODE, _TENTATIVE_CODE, _UNDO_CODE = int(Kind.STABLE), int(Kind.TENTATIVE), int(Kind.UNDO)
 
 
 async def _first(*events: asyncio.Event) -> None:
@@ -134,8 +143,10 @@ class InputLink:
         stream: str,
         subscriber: str,
         producers: Sequence[Address],
-        on_batch: Callable[[str, Sequence[Tuple]], Awaitable[None]],
+        # (str, Sequence[Tuple]), or (str, Sequence[Tuple] | Columns) with ``columns``.
+        on_batch: Callable[[str, Any], Awaitable[None]],
         *,
+        columns: bool = False,
         ack_interval: float = 0.1,
         retry_interval: float = 0.1,
         choose: Callable[[Address | None], Address | None] | None = None,
@@ -149,6 +160,10 @@ class InputLink:
         self.producers = tuple(producers)
         self._transport = transport
         self._on_batch = on_batch
+        #: Hand ``on_batch`` a batch off the wire as its columns where the link's own
+        #: bookkeeping needs no tuple (no UNDO in it, the tmax filter not armed): a
+        #: replica's SUnion takes them as they are (operators/sunion.py). Else tuples.
+        self.columns = columns
         self._ack_interval = ack_interval
         self._retry_interval = retry_interval
         self._log = log
@@ -605,6 +620,8 @@ class InputLink:
                 msg = await conn.receive()
                 if type(msg) is not Batch or msg.stream != stream:
                     return self._problem(msg)
+                if self.columns and not self.tmax.armed and await self._take_columns(msg):
+                    continue
                 tuples = msg.tuples
                 if not tuples:
                     continue
@@ -621,6 +638,31 @@ class InputLink:
             return logging.ERROR, f"sent bad data: {exc}; closing the connection"
         except OSError as exc:
             return logging.WARNING, f"connection failed: {exc!r}"
+
+    async def _take_columns(self, msg: Batch) -> bool:
+        """Hand ``msg`` on as columns (see ``columns``); False: it holds an UNDO, which
+        the tuple path handles (:func:`~node.streams.resume.advance`)."""
+        cols = msg.columns
+        if not len(cols):
+            return True
+        kinds = cols.kinds()
+        if (kinds == _UNDO_CODE).any():
+            return False
+        self.tmax.observe_highest(int(cols.batch.column(3).to_numpy().max()))
+        await self._on_batch(self.stream, cols)
+        # The ids after it, as advance() finds them (no UNDO: the last of each kind).
+        ids = cols.ids()
+        stable, tentative = np.flatnonzero(kinds == _STABLE_CODE), np.flatnonzero(
+            kinds == _TENTATIVE_CODE)
+        if len(stable):
+            self.last_stable_id = int(ids[stable[-1]])
+        if len(tentative):
+            self.last_tentative_id = int(ids[tentative[-1]])
+            self.reconciled = False  # a new failure upstream: its reconciliation is history
+        if self.live and (self.last_stable_id or self.last_tentative_id):
+            self.live = False
+        self.batches_in += 1
+        return True
 
     def _problem(self, msg: object) -> tuple[int, str]:
         """Why ``msg``, which is not a Batch of our stream, ends the connection."""

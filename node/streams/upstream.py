@@ -493,6 +493,12 @@ class TmaxFilter:
             if self.highest is None or top > self.highest:
                 self.highest = top
 
+    def observe_highest(self, top: int) -> None:
+        """:meth:`observe` of a batch whose highest ``tmax`` is ``top`` (a batch of
+        columns: node/streams/link.py)."""
+        if self.highest is None or top > self.highest:
+            self.highest = top
+
     def accept(self, tuples: Iterable[Tuple]) -> list[Tuple]:
         """The tuples of the batch to keep, in order."""
         out: list[Tuple] = []

@@ -14,8 +14,10 @@ from node.errors import NodeError
 from node.net.transport import Connection
 from node.streams.link import InputLink
 from node.streams.monitor import UpstreamMonitor, UpstreamReplica
+from protocol.columns import Columns
 from protocol.messages import Batch, ConsistencyState, HeartbeatRequest
 from protocol.tuples import Kind, Tuple, boundary, make_tuple, rec_done, undo
+from protocol.undo_rule import apply_undos
 from tests.node.net.test_transport import (
     GUARD,
     LEAK_FREE,
@@ -775,3 +777,31 @@ async def test_a_producer_that_refuses_is_warned_of_once_per_run_of_failures(
             before = link.failures
             await wait_until(lambda: link.failures >= before + 5)
             assert warned() == 2
+
+
+# ---------------------------------------------------------------------------- columns
+async def test_a_link_in_columns_hands_on_columns_and_its_ids_move_as_with_tuples(
+        net: Net) -> None:
+    """``columns=True`` (a replica's links): a batch off the wire goes on as its columns
+    unless it holds an UNDO; the resume ids, reconnects and the stream in force are what
+    the tuple path gives (the tests above)."""
+    prod = await Producer(net, max_batch=7).start()
+    link, sink = make_link(net, [prod.address], columns=True)
+    async with running(link.run()):
+        await prod.publish([S(1), S(2), T(3), T(4)])
+        await wait_until(lambda: link.last_tentative_id == 4)
+        assert link.last_stable_id == 2 and not link.reconciled
+        await prod.publish([undo(2), S(3), S(4), S(5), rec_done(50)])
+        await wait_until(lambda: link.last_stable_id == 5)
+        for conn in list(prod.conns):
+            await conn.close()  # a reconnect resumes by the ids the columns moved
+        await prod.publish([*stable(6, 30), boundary(300)])
+        await wait_until(lambda: link.last_stable_id == 30)
+    got = [t for _, b in sink.batches
+           for t in (b.to_tuples() if isinstance(b, Columns) else b)]
+    assert apply_undos(got) == [*stable(1, 5), rec_done(50), *stable(6, 30), boundary(300)]
+    assert [t.id for t in got if t.kind is Kind.STABLE] == [1, 2, 3, 4, 5, *range(6, 31)]
+    kinds = {type(b) for _, b in sink.batches}
+    assert Columns in kinds and kinds - {Columns}  # the UNDO's batch came as tuples
+    assert link.tmax.highest is not None
+    await prod.stop()
