@@ -53,6 +53,7 @@ KEY_COLUMNS = ("kind", "id", "time", "tmax")
 _KEY_TYPES = (pa.int8(), pa.int64(), pa.int64(), pa.int64())
 _EXACT = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_()}
 _FLOAT64 = pa.float64()
+_BINARY = pa.binary()
 _NUMPY = {int: np.int64, float: np.float64, bool: np.bool_}
 _VALUE_TYPES = frozenset({pa.int64(), pa.float64(), pa.string(), pa.bool_(), pa.null()})
 _JSON_META = {b"dpc": b"json"}
@@ -371,39 +372,59 @@ def _check_schema(schema: pa.Schema) -> None:
 
 
 def _check_batch(batch: pa.RecordBatch) -> None:
+    # Every frame comes through here: few pyarrow calls (about a microsecond each) and
+    # numpy reductions rather than temporary masks; the masks only on the rare paths.
+    columns, fields = batch.columns, batch.schema
     for i, name in enumerate(KEY_COLUMNS):
-        if batch.column(i).null_count:
+        if columns[i].null_count:
             raise RemoteProtocolError(f"columns: column {name!r} has nulls")
     if not batch.num_rows:
         return
-    kinds = batch.column(0).to_numpy()
-    bad = (kinds < 0) | (kinds >= _N_KINDS)
-    if bad.any():
-        row = int(np.flatnonzero(bad)[0])
+    kinds = columns[0].to_numpy()
+    lo, hi = int(kinds.min()), int(kinds.max())
+    if lo < 0 or hi >= _N_KINDS:
+        row = int(np.flatnonzero((kinds < 0) | (kinds >= _N_KINDS))[0])
         raise RemoteProtocolError(f"columns: row {row}: unknown tuple kind {int(kinds[row])}")
-    control = kinds > _LAST_DATA_KIND
-    has_control = bool(control.any())
-    for c in range(4, batch.num_columns):
-        col, field = batch.column(c), batch.schema.field(c)
+    # The control rows (a boundary or two per frame, mostly): their cells must be null,
+    # read bit by bit from each column's validity bitmap.
+    control = np.flatnonzero(kinds > _LAST_DATA_KIND).tolist() if hi > _LAST_DATA_KIND else []
+    for c in range(4, len(columns)):
+        col = columns[c]
+        typ = col.type
         nulls = col.null_count
-        if has_control and nulls != len(col):
-            carried = control if not nulls else control & _valid(col)
-            if carried.any():
-                row = int(np.flatnonzero(carried)[0])
+        if control and nulls != len(col):
+            row = control[0] if not nulls else _first_valid(col, control)
+            if row is not None:
                 raise RemoteProtocolError(f"columns: row {row}: a "
                                           f"{KINDS[int(kinds[row])].name} carries values")
-        if col.type == _FLOAT64:
+        if typ == _FLOAT64:
             values = col.to_numpy(zero_copy_only=False)  # (a null reads as NaN)
-            finite = np.isfinite(values)
             if nulls:
-                finite |= ~_valid(col)
-            if not finite.all():
-                raise RemoteProtocolError(f"columns: column {field.name!r} holds a NaN or an "
+                ok = (np.isfinite(values) | ~_valid(col)).all()
+            else:  # NaN or an infinity makes the sum NaN or infinite: one reduction
+                ok = not len(values) or np.isfinite(values.sum()) or np.isfinite(values).all()
+            if not ok:
+                name = fields.field(c).name
+                raise RemoteProtocolError(f"columns: column {name!r} holds a NaN or an "
                                           "infinity")
-        elif field.metadata:
+        elif typ == _BINARY and fields.field(c).metadata:
+            name = fields.field(c).name
             for row, cell in enumerate(col.to_pylist()):
                 if cell is not None:
-                    _check_cell(cell, field.name, row)
+                    _check_cell(cell, name, row)
+
+
+def _first_valid(col: pa.Array, rows: list[int]) -> int | None:
+    """The first of ``rows`` at which ``col`` holds a value (its validity bit is set)."""
+    bitmap = col.buffers()[0]
+    if bitmap is None:
+        return rows[0] if col.type != pa.null() else None
+    bits, off = memoryview(bitmap), col.offset
+    for row in rows:
+        at = off + row
+        if bits[at >> 3] >> (at & 7) & 1:
+            return row
+    return None
 
 
 def _valid(col: pa.Array) -> np.ndarray:
