@@ -27,8 +27,8 @@ class ConsistencyError(NodeError):
 
 
 class RunLogError(NodeError):
-    """A run-directory log cannot be written or read; the message names the file (and the
-    line, for a corrupt JSONL line)."""
+    """A run-directory log cannot be written or read; the message names the file (and, for
+    a corrupt tuple log, the record and its first row)."""
 
 
 class ActionError(NodeError):

@@ -16,6 +16,7 @@ torture        seeded random schedules on real clusters, every run checked      
 soak           a long run under load and faults: memory and buffer growth per minute  soak.py
 collect        copy an ssh run's files back from its hosts into the run directory     hosts/ssh.py
 check          verify a run's logs against a reference evaluation                     check.py
+log            a client's or replica's tuple log, one tuple per line                  check/logview.py
 reconcile      the same on Spark, for many and large runs: report, differences        reconcile/run.py
 generate-run   a large consistent run directory (no cluster), for benches and tests   reconcile/generate.py
 fuzz           seeded malformed frames against the wire codec (sans-IO)               fuzz.py
@@ -40,6 +41,13 @@ from ops_scripts.cluster.hosts.placement import HostsMode
 from protocol.errors import DPCError
 
 __all__ = ["main"]
+
+
+def _rows(text: str) -> int:
+    """``--tail 20``: a number of rows, >= 0."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a number of rows >= 0, got {text!r}")
+    return int(text)
 
 
 def _widths(text: str) -> tuple[int, ...]:
@@ -175,6 +183,20 @@ def _parser() -> argparse.ArgumentParser:
                         "(dpc launch and dpc run do it at the end)")
     collect.add_argument("run_dir", type=Path, metavar="RUN_DIR")
 
+    log = sub.add_parser("log", help="a client's or a replica's tuple log, one tuple per line "
+                                     "(row, kind, id, time, tmax, values, arrival)")
+    log.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    log.add_argument("name", metavar="NAME", help="a client or a replica of the run")
+    log.add_argument("--stream", default=None,
+                     help="a replica's output stream (default: each of its logs, with a heading)")
+    rows = log.add_mutually_exclusive_group()
+    rows.add_argument("--tail", type=_rows, default=None, metavar="N", help="the last N rows")
+    rows.add_argument("--head", type=_rows, default=None, metavar="N", help="the first N rows")
+    rows.add_argument("--count", action="store_true", help="how many rows (nothing decoded)")
+    log.add_argument("--json", action="store_true",
+                     help="one JSON object per row: log, row, kind, id, time, tmax, values, "
+                          "arrival")
+
     check = sub.add_parser("check", help="verify a run's logs against a reference evaluation")
     check.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     check.add_argument("--config", type=Path, default=None, metavar="CLUSTER.toml",
@@ -300,6 +322,9 @@ def _parser() -> argparse.ArgumentParser:
     thr.add_argument("--partition-by", type=lambda v: tuple(a.strip() for a in v.split(",")),
                      default=None, metavar="ATTR[,ATTR]",
                      help="the partition key (default: the node's partition_by, else key)")
+    thr.add_argument("--no-baseline", dest="baseline", action="store_false",
+                     help="skip the baseline search on the per-tuple data path "
+                          "(data_path = \"tuples\"; issue 48's ratio)")
     ovh = which.add_parser(
         "overhead",
         help="highest rate one replica sustains with fault tolerance as configured vs off",
@@ -496,6 +521,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ops_scripts.cluster.hosts.ssh import run_collect
 
             return run_collect(args.run_dir)
+        if args.command == "log":
+            from ops_scripts.check.logview import run_log
+
+            try:
+                return run_log(args.run_dir, args.name, stream=args.stream, first=args.head,
+                               last=args.tail, count=args.count, as_json=args.json)
+            except BrokenPipeError:  # `dpc log ... | head`: the reader has what it wanted
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                return 0
         if args.command == "check":
             from ops_scripts.check.compose import run_check
 
@@ -553,7 +587,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_throughput_bench(args.config, seconds=args.seconds, start_rate=args.start_rate,
                                         max_rate=args.max_rate, max_steps=args.steps, keys=args.keys,
-                                        partitions=args.partitions, partition_by=args.partition_by)
+                                        partitions=args.partitions, partition_by=args.partition_by,
+                                        baseline=args.baseline)
         if args.command == "bench" and args.which == "overhead":
             from ops_scripts.bench.overhead import run_overhead_bench
 

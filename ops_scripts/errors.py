@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from protocol.errors import DPCError
 
-__all__ = ["BenchFailed", "CheckError", "ClusterError", "FaultError", "FuzzError", "GenerateError", "HistoryError", "HostsError", "IngestError", "InjectError", "ProcessError", "ReferenceJobError", "ScenarioError", "ScheduleError", "SweepError", "Untranslatable"]
+__all__ = ["BenchFailed", "CheckError", "ClusterError", "FaultError", "FuzzError", "GenerateError", "HistoryError", "HostsError", "IngestError", "InjectError", "LogViewError", "ProcessError", "ReferenceJobError", "ScenarioError", "ScheduleError", "SweepError", "Untranslatable"]
 
 
 class BenchFailed(DPCError):
@@ -64,7 +64,12 @@ class ClusterError(DPCError):
 
 class IngestError(DPCError):
     """A run directory or one of its logs cannot be made into tables (the message names
-    the run directory or the file, and the line)."""
+    the run directory or the file, and the record or line)."""
+
+
+class LogViewError(DPCError):
+    """``dpc log`` has no such log to show: no run directory, or no client or replica (or
+    stream) of that name logged there (the message lists the ones that did)."""
 
 
 class ReferenceJobError(DPCError):

@@ -393,10 +393,10 @@ def _check_batch(batch: pa.RecordBatch) -> None:
         typ = col.type
         nulls = col.null_count
         if control and nulls != len(col):
-            row = control[0] if not nulls else _first_valid(col, control)
-            if row is not None:
-                raise RemoteProtocolError(f"columns: row {row}: a "
-                                          f"{KINDS[int(kinds[row])].name} carries values")
+            carrier = control[0] if not nulls else _first_valid(col, control)
+            if carrier is not None:
+                raise RemoteProtocolError(f"columns: row {carrier}: a "
+                                          f"{KINDS[int(kinds[carrier])].name} carries values")
         if typ == _FLOAT64:
             values = col.to_numpy(zero_copy_only=False)  # (a null reads as NaN)
             if nulls:

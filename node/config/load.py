@@ -44,6 +44,8 @@ The format (``examples/README.md`` has the long version)::
                                # while reconciling (fewer when a turn took > interval/5)
     buffer_memory = 256.0      # MiB of input the SUnions keep in memory for a replay; a
                                # long failure's rest goes to disk (<run dir>/replicas/<name>/spill)
+    data_path = "columns"      # "tuples": the per-tuple data path (dpc bench throughput's
+                               # baseline only, until issue 48 ends)
     replay_engine = "auto"     # "inproc" | "vectorized" | "spark" | "auto": vectorized
     vectorized_from = 1000000  # from this many input tuples to replay, Spark from
     spark_from = 30000000      # this many (both optional, default: what dpc bench replay
@@ -350,6 +352,7 @@ def _settings(t: Table, base: NodeSettings) -> NodeSettings:
         fault_tolerance=t.boolean("fault_tolerance", base.fault_tolerance),
         buffer_memory=_buffer_memory(t, base.buffer_memory),
         replay_engine=t.string("replay_engine", base.replay_engine, choices=REPLAY_ENGINES),
+        data_path=t.string("data_path", base.data_path, choices=("columns", "tuples")),
         vectorized_from=(t.integer("vectorized_from", lo=0) if t.has("vectorized_from")
                          else base.vectorized_from),
         spark_from=t.integer("spark_from", lo=0) if t.has("spark_from") else base.spark_from,

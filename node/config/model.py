@@ -102,6 +102,10 @@ class NodeSettings:
     #: vectorized engine once the replay re-releases ``vectorized_from`` input tuples,
     #: Spark from ``spark_from``).
     replay_engine: str = "auto"
+    #: How input reaches the query network (issue 48): "columns", each batch as the Arrow
+    #: columns it travelled in (node/streams/link.py, operators/sunion.py); "tuples", the
+    #: per-tuple path, kept until the issue ends for ``dpc bench throughput``'s baseline.
+    data_path: str = "columns"
     #: Where ``auto`` switches engines; None: the crossovers ``dpc bench replay`` measured
     #: on this machine, else the defaults (node/config/crossovers.py).
     vectorized_from: int | None = None

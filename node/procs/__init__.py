@@ -6,9 +6,10 @@
 * ``client.py``: clients (subscribe like a node, log every tuple with its arrival time);
 * ``control.py``: the aiohttp control plane every replica serves;
 * ``rundir.py``: the run directory and its log formats;
+* ``runlog.py``: the clients' and replicas' tuple logs (Arrow IPC, a record per write);
 * ``entry.py``: the entry point of every process (``dpc node CLUSTER.toml NAME``).
 
-Nothing is re-exported here: each process imports only what its role needs (a replica
-neither pyarrow, which sources' Arrow logs need, nor a client's code), for its start-up
-time is a restarted replica's recovery time (tests/node/procs/test_startup.py).
+Nothing is re-exported here: each process imports only what its role needs (a client
+neither aiohttp nor a replica's code), for its start-up time is a restarted replica's
+recovery time (tests/node/procs/test_startup.py).
 """

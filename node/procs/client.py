@@ -2,8 +2,8 @@
 
 The client subscribes like a node does (node/streams/link.py: last stable and last tentative ids;
 node/streams/monitor.py: heartbeats to the producing node's replicas, switching to the best one) and appends every received tuple, with
-its arrival time in microseconds, to RUN_DIR/clients/<name>.jsonl; at shutdown it also
-writes the same log as Parquet. Once the end-of-stream boundary arrives it marks itself
+its arrival time in microseconds, to RUN_DIR/clients/<name>.arrow (a record per batch
+received: node/procs/runlog.py). Once the end-of-stream boundary arrives it marks itself
 done (RunDir.mark_done), which is how ``dpc launch`` knows the run drained.
 """
 
@@ -17,7 +17,8 @@ from typing import Any
 from node.clock import now_us
 from node.config.model import ClusterConfig
 from node.net.transport import Transport
-from node.procs.rundir import JsonlTupleWriter, RunDir, write_client_parquet
+from node.procs.rundir import RunDir
+from node.procs.runlog import RunLogWriter
 from node.streams.link import InputLink
 from node.streams.monitor import UpstreamMonitor, upstream_links
 from node.streams.mutation import Mutation
@@ -44,7 +45,7 @@ class Client:
             lag=settings.wait, log=log,
         )
         self.run_dir = run_dir
-        self.writer = JsonlTupleWriter(run_dir.client_log(name))
+        self.writer = RunLogWriter(run_dir.client_log(name))
         self.received = 0
         self.tentative = 0
         self.ended = False
@@ -72,8 +73,6 @@ class Client:
                     task.cancel()
         finally:
             self.writer.close()
-            write_client_parquet(self.run_dir.client_log(self.cfg.name),
-                                 self.run_dir.client_parquet(self.cfg.name))
             log.info("client %s stopped after %d tuples", self.cfg.name, self.received)
 
     def status(self) -> dict[str, Any]:

@@ -18,9 +18,9 @@ Layout of ``RUN_DIR``::
     sources/<source>.end.json       the source's end record: it ended its stream, when and why
     sources/<source>.pace.json      an event-time source's clock (node/procs/pacing.py EventClock)
     sources/<source>.trim.json      how far the source's output buffer is trimmed (its restart)
-    clients/<client>.jsonl          every tuple a client received, with its arrival time
-    clients/<client>.parquet        the same, written at the client's shutdown
-    replicas/<replica>/<stream>.jsonl   every tuple a replica emitted on an output stream
+    clients/<client>.arrow          every tuple a client received, with its arrival time
+    replicas/<replica>/<stream>.arrow   every tuple a replica emitted on an output stream, and when;
+    replicas/<replica>/<stream>.incarnation-<k>.arrow   ... by its k-th incarnation (restarted since)
     check.json                      the verdicts of ``dpc check``
 
 Formats and invariants:
@@ -50,26 +50,21 @@ Formats and invariants:
   buffer (a restart then holds a little more), never run ahead of it. A restarted source
   holds for replay only the logged tuples after ``trimmed_up_to``; no file (an older run
   directory, or a kill before the first write): it holds the whole log.
-* ``*.jsonl`` (clients and replicas): one JSON object per tuple, one per line, in the order
-  received (or emitted)::
-
-      {"kind": "STABLE", "id": 7, "time": 1200000, "tmax": 1190000, "values": ["a", 3],
-       "arrival": 1215000}
-
-  ``kind`` is a :class:`protocol.tuples.Kind` name (STABLE, TENTATIVE, UNDO, BOUNDARY,
-  REC_DONE, ...); ``time``, ``tmax`` and ``arrival`` are integer microseconds; ``values`` is
-  the positional attribute list (``[]`` for control tuples). :class:`JsonlTupleWriter` writes
-  and flushes each batch to the OS before :meth:`JsonlTupleWriter.write` returns, so a
-  killed process loses at most the batch being written; that leaves at worst a torn last
-  line, which :func:`read_jsonl_tuples` drops (and which a writer reopening the file cuts
-  off before appending). Any other unreadable line is corruption and raises
-  :class:`RunLogError` naming the file and the line number. Line ``n`` of a file is always
-  element ``n-1`` of what is read back: the checker cites line numbers as evidence.
-* ``clients/<client>.parquet`` (:func:`write_client_parquet`): the JSONL fields as
-  columns, in order: ``kind`` (string, the Kind name), ``id``, ``time``, ``tmax`` (int64),
-  ``values`` (string: the JSON array of the values, since attributes of one tuple may have
-  different types, which an Arrow list column cannot hold; Spark reads it with
-  ``from_json``) and ``arrival`` (int64).
+* ``clients/<client>.arrow``, ``replicas/<replica>/<stream>.arrow`` (and a replica's
+  ``<stream>.incarnation-<k>.arrow``, :meth:`RunDir.replica_output_before`): the tuple logs
+  of ``node/procs/runlog.py``, every tuple in the order received (or emitted), one record
+  per write: an Arrow IPC stream of one batch in the layout of
+  :class:`protocol.columns.Columns` (columns ``kind`` int8, ``id``, ``time``, ``tmax`` int64,
+  then ``v0 ..``; control tuples' cells null), its arrival (or emission) time in integer
+  microseconds as the schema metadata ``dpc.arrival``. pyarrow opens each record
+  (``pa.ipc.open_stream`` at its offset); ``dpc log RUN_DIR NAME`` prints them a tuple per
+  line. :class:`~node.procs.runlog.RunLogWriter` hands each write to the OS before it
+  returns, so a killed process loses at most the write in progress, a torn last record
+  that the readers drop (and that a writer reopening the file cuts off before appending);
+  any other unreadable record raises :class:`RunLogError` naming the file, the record and
+  its first row. Rows are numbered over the whole file from 1: row ``n`` is always element
+  ``n-1`` of what :func:`~node.procs.runlog.read_log` returns, and the checker cites rows
+  as evidence.
 
 Process, source, client, replica and stream names become file names: they must be
 non-empty and contain no path separator and no leading dot (``n1.out`` is fine).
@@ -77,63 +72,41 @@ non-empty and contain no path separator and no leading dot (``n1.out`` is fine).
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import tomllib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from node.errors import RunLogError
-from protocol.tuples import Kind, Tuple, make_tuple
+from protocol.tuples import Tuple
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-# pyarrow (and state.tuplelog, which needs it) is imported by the functions that read or
-# write Arrow and Parquet: every process imports this module, and a replica writes JSONL
-# only (start-up time: tests/node/procs/test_startup.py).
+# pyarrow (and state.tuplelog, which needs it) is imported by the functions that read the
+# sources' logs: this module fixes only where things are, and what every process shares.
+# The clients' and replicas' tuple logs are node/procs/runlog.py's.
 
 __all__ = [
     "END_REASONS",
-    "JsonlTupleWriter",
     "RunDir",
     "SourceTrim",
-    "decode_row",
-    "iter_jsonl_tuples",
     "iter_source_batches",
     "iter_source_log",
-    "read_client_parquet",
-    "read_jsonl_tuples",
     "read_source_end",
     "read_source_log",
     "read_source_trim",
-    "tail_jsonl_tuples",
-    "write_client_parquet",
     "write_source_end",
     "write_source_trim",
 ]
 
 #: The reasons a source ends its stream (``node/procs/pacing.py``'s EndReason values).
 END_REASONS = ("limit", "file", "request")
-
-_KIND_NAMES: tuple[str, ...] = tuple(k.name for k in Kind)
-_KIND_BY_NAME: dict[str, Kind] = {k.name: k for k in Kind}
-_FIELDS = ("kind", "id", "time", "tmax", "values", "arrival")
-_INT_FIELDS = ("id", "time", "tmax", "arrival")
-_PARQUET_COLUMNS = list(_FIELDS)
-
-
-def _parquet_schema() -> pa.Schema:
-    import pyarrow as pa
-
-    return pa.schema([(f, pa.string() if f in ("kind", "values") else pa.int64())
-                      for f in _FIELDS])
 
 
 def _safe_name(what: str, name: str) -> str:
@@ -219,20 +192,19 @@ class RunDir:
         return self.sources / f"{_safe_name('source', source)}.spill"
 
     def client_log(self, client: str) -> Path:
-        return self.clients / f"{_safe_name('client', client)}.jsonl"
-
-    def client_parquet(self, client: str) -> Path:
-        return self.clients / f"{_safe_name('client', client)}.parquet"
+        """Every tuple ``client`` received, with its arrival (node/procs/runlog.py)."""
+        return self.clients / f"{_safe_name('client', client)}.arrow"
 
     def replica_output(self, replica: str, stream: str) -> Path:
+        """Every tuple ``replica`` emitted on ``stream``, with when (node/procs/runlog.py)."""
         return (
-            self.replicas / _safe_name("replica", replica) / f"{_safe_name('stream', stream)}.jsonl"
+            self.replicas / _safe_name("replica", replica) / f"{_safe_name('stream', stream)}.arrow"
         )
 
     def replica_output_before(self, replica: str, stream: str, incarnation: int) -> Path:
         """The output log of an earlier incarnation (``1``: the first) of a replica that was
         restarted with ``--recover``; the current one is :meth:`replica_output`."""
-        return self.replica_output(replica, stream).with_suffix(f".incarnation-{incarnation}.jsonl")
+        return self.replica_output(replica, stream).with_suffix(f".incarnation-{incarnation}.arrow")
 
     def replica_spill(self, replica: str) -> Path:
         """Where the replica's SUnions spill what a replay needs beyond ``buffer_memory``
@@ -350,302 +322,6 @@ class RunDir:
         if not math.isfinite(seconds):
             raise RunLogError(f"skew file {path}: expected seconds, found {text[:40]!r}")
         return seconds
-
-    @staticmethod
-    def count_lines(path: str | os.PathLike[str]) -> int:
-        """Complete lines in ``path`` (0 if it does not exist): tuples in a JSONL log."""
-        n = 0
-        try:
-            with open(path, "rb") as f:
-                while chunk := f.read(1 << 20):
-                    n += chunk.count(b"\n")
-        except FileNotFoundError:
-            return 0
-        return n
-
-
-def _encode(t: Tuple, arrival: int) -> dict[str, Any]:
-    return {
-        "kind": _KIND_NAMES[t[0]],
-        "id": t[1],
-        "time": t[2],
-        "tmax": t[3],
-        "values": t[4],
-        "arrival": arrival,
-    }
-
-
-# Every line starts with this, and inside a JSON string its quotes would be escaped (\"): so
-# in orjson's encoding of a list of lines, ``},{"kind":"`` occurs only between two lines.
-_LINE_JOIN = b'},{"kind":"'
-_LINE_BREAK = b'}\n{"kind":"'
-
-
-def _encode_lines(tuples: Iterable[Tuple], arrival: int) -> bytes:
-    """The JSONL lines of ``tuples`` (each ending in a newline), from one orjson call for
-    the whole batch: a call per line cost more than the line (the replica's output log is
-    on its data path)."""
-    names = _KIND_NAMES
-    rows = [
-        {"kind": names[t[0]], "id": t[1], "time": t[2], "tmax": t[3], "values": t[4],
-         "arrival": arrival}
-        for t in tuples
-    ]
-    if not rows:
-        return b""
-    body = orjson.dumps(rows)
-    return body[1:-1].replace(_LINE_JOIN, _LINE_BREAK) + b"\n"
-
-
-def _cut_torn_tail(path: Path) -> None:
-    """If ``path`` ends in a partial line (its writer was killed mid-write), cut it off."""
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        return
-    if size == 0:
-        return
-    with open(path, "rb") as f:
-        f.seek(size - 1)
-        if f.read(1) == b"\n":
-            return
-        end = size - 1
-        chunk = 65536
-        while end > 0:
-            start = max(0, end - chunk)
-            f.seek(start)
-            k = f.read(end - start).rfind(b"\n")
-            if k >= 0:
-                end = start + k + 1
-                break
-            end = start
-    os.truncate(path, end)
-
-
-class JsonlTupleWriter:
-    """Append tuples to a JSONL log (created with its parent directories if missing).
-
-    Each :meth:`write` encodes the whole batch and hands it to the OS before returning, so a
-    process killed afterwards loses nothing of it. Reopening a file whose last line was torn
-    cuts that line off first, so that a restarted process never leaves a corrupt line in the
-    middle. Not thread-safe; one writer per file.
-    """
-
-    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False) -> None:
-        self.path = Path(path)
-        self._fsync = fsync
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            _cut_torn_tail(self.path)
-            self._file = open(self.path, "ab")  # noqa: SIM115 (closed in close())
-        except OSError as e:
-            raise RunLogError(f"tuple log {self.path}: cannot open for appending: {e}") from None
-        self._closed = False
-
-    def write(self, tuples: Iterable[Tuple], arrival: int) -> None:
-        """Append one line per tuple, all with ``arrival`` (microseconds), and flush."""
-        if self._closed:
-            raise RunLogError(f"tuple log {self.path}: write after close")
-        try:
-            body = _encode_lines(tuples, arrival)
-        except (TypeError, IndexError, orjson.JSONEncodeError):
-            raise self._encode_error(tuples, arrival) from None
-        if not body:
-            return
-        try:
-            self._file.write(body)
-            self.flush()
-        except OSError as e:
-            raise RunLogError(f"tuple log {self.path}: write failed: {e}") from None
-
-    def _encode_error(self, tuples: Iterable[Tuple], arrival: int) -> RunLogError:
-        """Which tuple could not be encoded, found by encoding them one at a time."""
-        for t in tuples:
-            try:
-                orjson.dumps(_encode(t, arrival))
-            except (TypeError, IndexError, orjson.JSONEncodeError) as e:
-                return RunLogError(f"tuple log {self.path}: cannot encode tuple {t!r} as JSON: {e}")
-        return RunLogError(f"tuple log {self.path}: cannot encode a batch as JSON")
-
-    def flush(self) -> None:
-        """Hand buffered bytes to the OS (and fsync if asked). :meth:`write` already does."""
-        if self._closed:
-            return
-        self._file.flush()
-        if self._fsync:
-            os.fsync(self._file.fileno())
-
-    def close(self) -> None:
-        """Flush and close. Idempotent."""
-        if self._closed:
-            return
-        try:
-            self.flush()
-        finally:
-            self._closed = True
-            self._file.close()
-
-    def __enter__(self) -> JsonlTupleWriter:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-
-def decode_row(obj: Any) -> tuple[int, Tuple]:
-    """One parsed line of a JSONL tuple log -> (arrival, tuple); ValueError saying what is
-    wrong (what every reader of these logs accepts: this one function decides)."""
-    if not isinstance(obj, dict):
-        raise ValueError(f"expected a JSON object, found {type(obj).__name__}")
-    missing = [f for f in _FIELDS if f not in obj]
-    if missing:
-        raise ValueError(f"missing field(s) {', '.join(missing)}")
-    kind = _KIND_BY_NAME.get(obj["kind"]) if isinstance(obj["kind"], str) else None
-    if kind is None:
-        raise ValueError(f"'kind' must be one of {', '.join(_KIND_NAMES)}, found {obj['kind']!r}")
-    for f in _INT_FIELDS:
-        v = obj[f]
-        if not isinstance(v, int) or isinstance(v, bool):
-            raise ValueError(f"{f!r} must be an integer, found {v!r}")
-    values = obj["values"]
-    if not isinstance(values, list):
-        raise ValueError(f"'values' must be a list, found {values!r}")
-    return obj["arrival"], make_tuple(kind, obj["id"], obj["time"], obj["tmax"], tuple(values))
-
-
-def read_jsonl_tuples(path: str | os.PathLike[str]) -> list[tuple[int, Tuple]]:
-    """Read a JSONL tuple log: ``[(arrival, tuple), ...]`` in file order.
-
-    A last line without its newline that does not parse (a torn write) is dropped. Any other
-    bad line raises :class:`RunLogError` naming the file and the 1-based line number.
-    """
-    return [row for rows in iter_jsonl_tuples(path) for row in rows]
-
-
-def iter_jsonl_tuples(path: str | os.PathLike[str], batch: int = 65_536
-                      ) -> Iterator[list[tuple[int, Tuple]]]:
-    """:func:`read_jsonl_tuples` ``batch`` rows at a time, streaming from the file: what it
-    holds at once is one batch, not the log (a client's log of a long run is millions of
-    rows)."""
-    p = Path(path)
-    out: list[tuple[int, Tuple]] = []
-    try:
-        f = p.open("rb")
-    except OSError as e:
-        raise RunLogError(f"tuple log {p}: cannot read: {e}") from None
-    with f:
-        for n, line in enumerate(f, start=1):
-            if not line.endswith(b"\n"):
-                # The last line, torn: the writer was killed mid-line; that batch never fully
-                # reached the OS. Unparsable, it is dropped.
-                with contextlib.suppress(orjson.JSONDecodeError, ValueError):
-                    out.append(decode_row(orjson.loads(line)))
-                break
-            try:
-                out.append(decode_row(orjson.loads(line)))
-            except (orjson.JSONDecodeError, ValueError) as e:
-                text = line[:120].decode("utf-8", "replace")
-                raise RunLogError(f"tuple log {p}, line {n}: corrupt line ({e}): {text!r}") from None
-            if len(out) >= batch:
-                yield out
-                out = []
-    if out:
-        yield out
-
-
-def tail_jsonl_tuples(path: str | os.PathLike[str], n: int) -> list[tuple[int, Tuple]]:
-    """The last ``n`` complete rows of a JSONL tuple log (fewer if it has fewer), reading only
-    the file's end: what a live log's reader polls (how fresh is what a client receives).
-    A torn last line is left out; a bad complete line raises :class:`RunLogError`."""
-    p = Path(path)
-    size = 1024
-    while True:
-        try:
-            with p.open("rb") as f:
-                f.seek(0, os.SEEK_END)
-                end = f.tell()
-                f.seek(max(0, end - size))
-                data = f.read()
-        except OSError as e:
-            raise RunLogError(f"tuple log {p}: cannot read: {e}") from None
-        lines = data.split(b"\n")[:-1]  # the last piece is torn or empty
-        whole = len(data) == end  # the window holds the file's start: every line is whole
-        if not whole:
-            lines = lines[1:]  # the first piece may start mid-line
-        if len(lines) >= n or whole:
-            break
-        size *= 4
-    out: list[tuple[int, Tuple]] = []
-    for line in lines[-n:] if n else []:
-        try:
-            out.append(decode_row(orjson.loads(line)))
-        except (orjson.JSONDecodeError, ValueError) as e:
-            raise RunLogError(f"tuple log {p}, near its end: corrupt line ({e}): "
-                              f"{line[:120].decode('utf-8', 'replace')!r}") from None
-    return out
-
-
-def write_client_parquet(
-    jsonl_path: str | os.PathLike[str], parquet_path: str | os.PathLike[str]
-) -> int:
-    """Convert a client's JSONL log to Parquet (columns in the module docstring); returns the
-    number of rows. The file appears atomically (written aside, then renamed)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    target = Path(parquet_path)
-    tmp = target.with_name(target.name + ".tmp")
-    schema = _parquet_schema()
-    written = 0
-    try:
-        # One row group per batch read: a long run's log is never held whole (session 20: a
-        # 10-minute run's client peaked at 823 MiB converting a million rows at once).
-        with pq.ParquetWriter(tmp, schema) as writer:
-            for rows in iter_jsonl_tuples(jsonl_path):
-                columns: dict[str, list[Any]] = {name: [] for name in _PARQUET_COLUMNS}
-                for arrival, t in rows:
-                    columns["kind"].append(t.kind.name)
-                    columns["id"].append(t.id)
-                    columns["time"].append(t.time)
-                    columns["tmax"].append(t.tmax)
-                    columns["values"].append(orjson.dumps(t.values).decode())
-                    columns["arrival"].append(arrival)
-                writer.write_table(pa.Table.from_pydict(columns, schema=schema))
-                written += len(rows)
-        os.replace(tmp, target)
-    except RunLogError:  # a corrupt line of the JSONL log: no half-written file is left
-        tmp.unlink(missing_ok=True)
-        raise
-    except (OSError, pa.ArrowException) as e:
-        tmp.unlink(missing_ok=True)
-        raise RunLogError(f"client parquet {target}: cannot write: {e}") from None
-    return written
-
-
-def read_client_parquet(path: str | os.PathLike[str]) -> list[tuple[int, Tuple]]:
-    """Read :func:`write_client_parquet` output back: ``[(arrival, tuple), ...]``."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.read_table(path)
-    except (OSError, pa.ArrowException) as e:
-        raise RunLogError(f"client parquet {os.fspath(path)}: cannot read: {e}") from None
-    if table.column_names != _PARQUET_COLUMNS:
-        raise RunLogError(
-            f"client parquet {os.fspath(path)}: expected columns {_PARQUET_COLUMNS}, "
-            f"found {table.column_names}"
-        )
-    cols = [table.column(n).to_pylist() for n in _PARQUET_COLUMNS]
-    out: list[tuple[int, Tuple]] = []
-    for row, (kind, ident, time, tmax, values, arrival) in enumerate(zip(*cols, strict=True)):
-        k = _KIND_BY_NAME.get(kind)
-        if k is None:
-            raise RunLogError(f"client parquet {os.fspath(path)}, row {row}: unknown kind {kind!r}")
-        out.append((arrival, make_tuple(k, ident, time, tmax, tuple(orjson.loads(values)))))
-    return out
 
 
 def iter_source_log(run_dir: RunDir | str | os.PathLike[str], source: str) -> Iterator[list[Tuple]]:

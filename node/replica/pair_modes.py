@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from node.clock import now_us
 from node.errors import NodeError
-from node.procs.rundir import JsonlTupleWriter, RunDir
+from node.procs.rundir import RunDir
+from node.procs.runlog import RunLogWriter
 from node.replica.keepalive import KeepAlive
 from node.replica.pair import Action as PairAction
 from node.replica.pair import Pair, Role, TakeOver, heard, holds_state, silent
@@ -71,7 +72,7 @@ class PairModes:
     buffers: dict[str, OutputBuffer]
     publisher: Publisher
     manager: Manager
-    output_logs: dict[str, JsonlTupleWriter]
+    output_logs: dict[str, RunLogWriter]
     incarnation: int
     amnesia: bool
     passive: bool
@@ -155,7 +156,7 @@ class PairModes:
             w.close()
         self.incarnation = archive_output_logs(
             self.run_dir, self.me.name, list(self.node.outputs)) + 1
-        self.output_logs = {s: JsonlTupleWriter(self.run_dir.replica_output(self.me.name, s))
+        self.output_logs = {s: RunLogWriter(self.run_dir.replica_output(self.me.name, s))
                             for s in self.node.outputs}
 
     async def _ship(self) -> None:

@@ -23,7 +23,7 @@ extension the paper names for that case, "a combination of checkpoints and loggi
    release within ``catch_up_slack`` plus a bucket of now), then answers heartbeats again:
    downstream may choose it from then on.
 
-The earlier incarnation's output logs are kept as ``<stream>.incarnation-<k>.jsonl`` and every
+The earlier incarnation's output logs are kept as ``<stream>.incarnation-<k>.arrow`` and every
 recovery is recorded in ``recoveries.jsonl`` beside them, so that ``dpc check`` can judge
 both: the old log as a prefix (it was cut short by the kill), the new one as the
 continuation of the stable stream after the partner's last id.

@@ -5,7 +5,7 @@ Data path, in the order a tuple travels::
     InputLink (one per input stream, node/streams/link.py)
       -> QueryNetwork.push (SUnion -> operators -> SOutput, operators/network.py)
       -> Publisher.publish (output buffer + live subscribers, node/streams/publisher.py)
-      -> this replica's output log (RUN_DIR/replicas/<name>/<stream>.jsonl)
+      -> this replica's output log (RUN_DIR/replicas/<name>/<stream>.arrow, node/procs/runlog.py)
 
 Around it, in one TaskGroup: the data server (which also answers heartbeats and partners'
 permission requests), the control plane, the consistency manager (node/replica/manager.py:
@@ -55,7 +55,8 @@ from node.net.traffic import TRAFFIC
 from node.net.transport import Transport
 from node.procs.control import ControlPlane
 from node.procs.looplag import LoopLag
-from node.procs.rundir import JsonlTupleWriter, RunDir
+from node.procs.rundir import RunDir
+from node.procs.runlog import RunLogWriter
 from node.replica import consistency as cm
 from node.replica.cec import CecKeeper
 from node.replica.flux import FluxMode, flux_duals
@@ -237,6 +238,7 @@ class Replica(PairModes, FluxMode):
             self._set_recovering("waiting for a partner's state")
         self.links = [
             InputLink(transport, stream, name, self._producers(stream), self._on_batch, log=log,
+                      columns=self.node.settings.data_path == "columns",
                       mutation=mutation)
             for stream in self.node.inputs
         ]
@@ -253,7 +255,7 @@ class Replica(PairModes, FluxMode):
         if recover:  # the crashed incarnation's logs stay, beside the new ones
             # This incarnation's number: the logs before it are incarnations 1 .. n-1.
             self.incarnation = archive_output_logs(run_dir, name, list(self.node.outputs)) + 1
-        self.output_logs = {s: JsonlTupleWriter(run_dir.replica_output(name, s)) for s in self.node.outputs}
+        self.output_logs = {s: RunLogWriter(run_dir.replica_output(name, s)) for s in self.node.outputs}
         partners = [Partner(r.name, r.host, r.data_port) for r in self.node.replicas if r.name != name]
         engine = self.me.replay_engine or self.node.settings.replay_engine
         vectorized_from, spark_from = thresholds(

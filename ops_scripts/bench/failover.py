@@ -32,13 +32,13 @@ import time
 import tomllib
 from pathlib import Path
 
-import orjson
 import tomli_w
 
 from node.config.load import load_config
 from node.config.model import ClusterConfig
 from node.faults.ops import Cut, Heal
-from node.procs.rundir import RunDir, tail_jsonl_tuples
+from node.procs.rundir import RunDir
+from node.procs.runlog import LogFollower, tail
 from ops_scripts.cluster.launch import (
     Launched,
     restart_process,
@@ -59,30 +59,22 @@ KINDS = ("kill", "stop", "cut")
 KILL_AIM_MS = 100.0
 SILENT_SLACK_MS = 50.0
 WAIT_S = 30.0  # for a new result, or for the cluster to settle after a trial
-_DATA = {"STABLE", "TENTATIVE"}
 TAIL_ROWS = 256  # of a live output log: its newest data tuple is among them
 
 
 class _ClientLog:
-    """The data tuples a client logged, read incrementally (a torn last line waits)."""
+    """The data tuples a client logged, read incrementally (a record being written waits)."""
 
     def __init__(self, path: Path) -> None:
-        self.path, self.offset, self.last_id = path, 0, 0
+        self.log, self.last_id = LogFollower(path), 0
         self.rows: list[tuple[int, int]] = []  # (id, arrival us) of data tuples, in order
 
     def poll(self) -> None:
-        if not self.path.exists():
-            return
-        with self.path.open("rb") as f:
-            f.seek(self.offset)
-            chunk = f.read()
-        end = chunk.rfind(b"\n") + 1
-        self.offset += end
-        for line in chunk[:end].splitlines():
-            row = orjson.loads(line)
-            if row["kind"] in _DATA:
-                self.rows.append((row["id"], row["arrival"]))
-                self.last_id = max(self.last_id, row["id"])
+        for batch in self.log.poll():
+            for t in batch.tuples():
+                if t.kind in DATA_KINDS:
+                    self.rows.append((t.id, batch.arrival))
+                    self.last_id = max(self.last_id, t.id)
 
     def first_new(self, after_id: int, since_us: int) -> int | None:
         """The arrival of the first data tuple logged with an id above ``after_id``, at or
@@ -92,10 +84,10 @@ class _ClientLog:
 
 
 def _last_data_id(path: Path) -> int:
-    """The highest data id among the last rows of a JSONL tuple log (0: none yet)."""
+    """The highest data id among the last rows of a tuple log (0: none yet)."""
     if not path.exists():
         return 0
-    return max((t.id for _, t in tail_jsonl_tuples(path, TAIL_ROWS) if t.kind in DATA_KINDS),
+    return max((t.id for b in tail(path, TAIL_ROWS) for t in b.tuples() if t.kind in DATA_KINDS),
                default=0)
 
 

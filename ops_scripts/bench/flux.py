@@ -61,7 +61,8 @@ import tomli_w
 
 from node.config.load import load_config
 from node.net.ports import free_port
-from node.procs.rundir import RunDir, read_client_parquet, read_jsonl_tuples
+from node.procs.rundir import RunDir
+from node.procs.runlog import read_log
 from ops_scripts.bench.ha import Claim, write_rows
 from ops_scripts.bench.plotting import read_rows
 from ops_scripts.check.history import read_history
@@ -368,12 +369,9 @@ def _phase_means(rates: Sequence[dict[str, Any]], phase_s: float) -> list[dict[s
 
 
 def client_arrivals(rd: RunDir) -> list[float]:
-    """When each data tuple reached the client (wall s), from its JSONL log, or from the
-    Parquet copy the client leaves when the JSONL is gone."""
-    path = rd.client_log(CLIENT)
-    rows = (read_jsonl_tuples(path) if path.exists()
-            else read_client_parquet(rd.client_parquet(CLIENT)))
-    return [arrival / 1e6 for arrival, t in rows if t.kind in DATA_KINDS]
+    """When each data tuple reached the client (wall s), from its tuple log."""
+    return [arrival / 1e6 for arrival, t in read_log(rd.client_log(CLIENT))
+            if t.kind in DATA_KINDS]
 
 
 def max_gaps(arrivals: Sequence[float], phase_s: float) -> list[dict[str, Any]]:

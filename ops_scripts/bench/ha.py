@@ -66,7 +66,8 @@ import tomli_w
 
 from node.config.load import load_config
 from node.config.model import ClusterConfig
-from node.procs.rundir import RunDir, tail_jsonl_tuples
+from node.procs.rundir import RunDir
+from node.procs.runlog import LogFollower, count_rows, iter_log, tail
 from ops_scripts.cluster.launch import (
     Launched,
     restart_process,
@@ -97,8 +98,8 @@ RATE = 1000.0  # tuples/s per source (the paper's lambda)
 USES_M = ("passive_standby", "upstream_backup")
 KILL_LEAD_S = 0.05  # aggregate: the kill comes this long before a window closes
 WAIT_S = 30.0  # for a pair to settle, a new result, a takeover line
-_DATA = {"STABLE", "TENTATIVE"}
 TAIL_ROWS = 256  # of a live output log: its newest data tuple is among them
+LEAD_ROWS = 512  # a standby's output log is searched from this many rows before a kill
 _STREAM = "n1.out"
 
 
@@ -206,50 +207,36 @@ def write_config(p: Point, rd: RunDir) -> ClusterConfig:
 
 # ---------------------------------------------------------------- reading the run
 class _ClientTail:
-    """The client's data tuples, read incrementally (a torn last line waits for the next
-    poll): the highest tmax so far, and what each poll read."""
+    """The client's data tuples, read incrementally (a record being written waits for the
+    next poll): the highest tmax so far, and what each poll read."""
 
     def __init__(self, path: Path) -> None:
-        self.path, self.offset, self.max_tmax = path, 0, 0
+        self.log, self.max_tmax = LogFollower(path), 0
 
     def poll(self) -> list[tuple[int, int]]:
         """The (tmax, arrival µs) of the data tuples logged since the last poll."""
-        if not self.path.exists():
-            return []
-        with self.path.open("rb") as f:
-            f.seek(self.offset)
-            chunk = f.read()
-        end = chunk.rfind(b"\n") + 1
-        self.offset += end
-        rows = [(r["tmax"], r["arrival"]) for r in map(orjson.loads, chunk[:end].splitlines())
-                if r["kind"] in _DATA]
+        rows = [(t.tmax, b.arrival) for b in self.log.poll() for t in b.tuples()
+                if t.kind in DATA_KINDS]
         self.max_tmax = max([self.max_tmax, *(t for t, _ in rows)])
         return rows
 
 
 def _max_tmax(path: Path) -> int:
-    """The highest data tmax among the last rows of a JSONL tuple log (0: none yet)."""
+    """The highest data tmax among the last rows of a tuple log (0: none yet)."""
     if not path.exists():
         return 0
-    return max((t.tmax for _, t in tail_jsonl_tuples(path, TAIL_ROWS) if t.kind in DATA_KINDS),
-               default=0)
+    return max((t.tmax for b in tail(path, TAIL_ROWS) for t in b.tuples()
+                if t.kind in DATA_KINDS), default=0)
 
 
-def _first_above(path: Path, start: int, threshold: int) -> int | None:
-    """The arrival (µs) of the first data tuple with a tmax above ``threshold`` in a JSONL
-    tuple log from byte ``start`` on (a line cut by ``start`` is skipped); None: none."""
-    try:
-        with path.open("rb") as f:
-            f.seek(start)
-            chunk = f.read()
-    except FileNotFoundError:
+def _first_above(path: Path, after: int, threshold: int) -> int | None:
+    """The arrival (µs) of the first data tuple with a tmax above ``threshold`` in a tuple
+    log after row ``after``; None: none."""
+    if not path.exists():
         return None
-    lines = chunk.splitlines()[1:] if start else chunk.splitlines()
-    for line in lines:
-        if line.endswith(b"}"):
-            r = orjson.loads(line)
-            if r["kind"] in _DATA and r["tmax"] > threshold:
-                return int(r["arrival"])
+    for b in iter_log(path, after=after):
+        if any(t.kind in DATA_KINDS and t.tmax > threshold for t in b.tuples()):
+            return b.arrival
     return None
 
 
@@ -371,7 +358,7 @@ class _PairRun:
         # Where the partner's output log is: its first new result is read from there on (a
         # little before: an active standby may run a few tuples ahead of its primary).
         out_log = self.rd.replica_output(secondary, _STREAM)
-        start = max(0, out_log.stat().st_size - (1 << 16)) if out_log.exists() else 0
+        start = max(0, count_rows(out_log) - LEAD_ROWS)
         at = time.time()
         victim = self._proc(primary)
         victim.proc.send_signal(signal.SIGKILL)

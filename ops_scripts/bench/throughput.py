@@ -207,8 +207,11 @@ def _common(searches: list[tuple[Layout, list[Step]]]) -> None:
 def run_throughput_bench(config_path: Path = Path("examples/basic.toml"), seconds: float = 3.0,
                          start_rate: float = 12_500, max_rate: float = 800_000,
                          max_steps: int = 8, keys: str = "scaled", partitions: int = 1,
-                         partition_by: tuple[str, ...] | None = None) -> int:
-    """Measure and print the figures and their ratios: 0 when the measurement completed,
+                         partition_by: tuple[str, ...] | None = None,
+                         baseline: bool = True) -> int:
+    """Measure and print the figures and their ratios (``baseline``: the same replica on
+    the per-tuple data path too, ``data_path = "tuples"``, in the same run: issue 48's
+    ratio): 0 when the measurement completed,
     1 when a replica failed to start or died, 2 for nonsense arguments or a node that
     cannot run in ``partitions`` partitions on ``partition_by``."""
     if (seconds <= 0 or start_rate <= 0 or max_rate < start_rate or max_steps < 1
@@ -262,11 +265,29 @@ def run_throughput_bench(config_path: Path = Path("examples/basic.toml"), second
             except BenchFailed as e:
                 print(f"dpc bench throughput: FAILED: {e}", file=sys.stderr)
                 return 1
+        tuples_steps: list[Step] = []
+        if baseline:
+            print("  baseline: the same replica on the per-tuple data path "
+                  '(data_path = "tuples") ...', flush=True)
+            _table_head()
+            (Path(tmp) / "tuples").mkdir()
+            run = BenchReplica(config, keys == "scaled", Path(tmp) / "tuples",
+                               settings={"data_path": "tuples"})
+            try:
+                tuples_steps = run_bench(
+                    search_sustained(run, seconds, start_rate, max_rate, max_steps), [run])
+            except BenchFailed as e:
+                print(f"dpc bench throughput: FAILED: {e}", file=sys.stderr)
+                return 1
     b = _best(searches[0][1])
     rate = b.rate  # 0 (latencies nan) when no rate was sustained
     print(f"\n  {'figure':<44}{'tuples/s':>12}{'p50 ms':>9}{'p99 ms':>9}")
     print(f"  {'raw: encode + loopback TCP + decode':<44}{raw:>12,.0f}{'-':>9}{'-':>9}")
     print(f"  {f'replica {rep} sustained (STABLE)':<44}{rate:>12,.0f}{b.p50_ms:>9.1f}{b.p99_ms:>9.1f}")
+    if tuples_steps:
+        bt = _best(tuples_steps)
+        print(f"  {f'replica {rep}, per-tuple path (baseline)':<44}{bt.rate:>12,.0f}"
+              f"{bt.p50_ms:>9.1f}{bt.p99_ms:>9.1f}")
     if split is not None:
         bp = _best(searches[1][1])
         print(f"  {f'{partitions} partitions sustained (all STABLE)':<44}{bp.rate:>12,.0f}"
@@ -292,6 +313,12 @@ def run_throughput_bench(config_path: Path = Path("examples/basic.toml"), second
               f"feeder): on a machine with fewer cores than that the total cannot scale "
               f"linearly" + (" (this one has fewer)" if cores < partitions + 1 else "")
               + ", which is why each partition's CPU per tuple of its share is shown")
+    if tuples_steps:
+        bt = _best(tuples_steps)
+        ratio = f"{rate / bt.rate:.2f}" if bt.rate else "- (the baseline sustained no rate)"
+        print(f"\n  columns / per-tuple path = {ratio}   (issue 48's aim >= 4; the offered "
+              "rates double, so each rate is known within a factor of 2: compare the cpu "
+              "us/t columns)")
     print(f"\n  replica / raw = {rate / raw:.3f}   (aim >= {AIM_RAW:.2f}: "
           f"{'met' if rate >= AIM_RAW * raw else 'NOT met'})")
     print(f"  replica rate  = {rate:,.0f} tuples/s   (aim >= {AIM:,}: {'met' if rate >= AIM else 'NOT met'})")

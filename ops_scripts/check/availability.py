@@ -84,10 +84,10 @@ def apply_undos(stream: Iterable[Tuple]) -> list[Tuple]:
 
 @dataclass(frozen=True, slots=True)
 class NewResult:
-    """A new result at the client: ``line`` of its log (1-based), the tuple's ``kind``
+    """A new result at the client: ``row`` of its log (1-based), the tuple's ``kind``
     name, ``id`` and ``tmax``, its ``arrival`` and ``delay = arrival - tmax`` (µs)."""
 
-    line: int
+    row: int
     kind: str
     id: int
     tmax: int
@@ -101,10 +101,10 @@ def new_results(received: Iterable[Row]) -> list[NewResult]:
     corrections and replays)."""
     out: list[NewResult] = []
     newest: int | None = None
-    for line, (arrival, t) in enumerate(received, start=1):
+    for row, (arrival, t) in enumerate(received, start=1):
         if t.kind in DATA_KINDS and (newest is None or t.tmax > newest):
             newest = t.tmax
-            out.append(NewResult(line, t.kind.name, t.id, t.tmax, arrival, arrival - t.tmax))
+            out.append(NewResult(row, t.kind.name, t.id, t.tmax, arrival, arrival - t.tmax))
     return out
 
 

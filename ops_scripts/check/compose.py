@@ -24,7 +24,7 @@ composes the checkers of ``ops_scripts/check/properties.py``, ``sources.py`` and
 * **eventual-consistency** (per client, properties 2-4): the client's stream with UNDOs
   applied holds no tentative tuple and its stable tuples equal the reference of its stream.
   Applying is checked, never forced: a duplicate or an UNDO that would take back a stable
-  tuple is invalid here too, with the line of the log as evidence. A stream whose path
+  tuple is invalid here too, with the row of the log as evidence. A stream whose path
   promises only gap recovery (``paths.stream_promise``: an amnesia node on it) is judged
   by that promise: the same UNDO and tentative rules, losses and different tuples counted
   (``recovery.classify``), and it must end recovered: its last tuple is the reference's

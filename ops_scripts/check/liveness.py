@@ -364,7 +364,7 @@ def check_client_liveness(subject: str, rows: Sequence[tuple[int, Tuple]],
                           bound: Bound, promise: Promise | None = None) -> Verdict:
     """One client: every reference result of its stream whose input came before the final
     heal (``tmax`` below it) is in force as STABLE among the tuples that arrived by ``start +
-    B`` (``rows``: ``(arrival, tuple)`` in log order; line n is element n-1). Under a gap
+    B`` (``rows``: ``(arrival, tuple)`` in log order; row n is element n-1). Under a gap
     ``promise``, only those it holds in the end, by content (module docstring)."""
     deadline = start + bound.total
     clock = (f"deadline {ending.at(deadline)} after the final heal ({ending.how}); "
@@ -391,14 +391,14 @@ def check_client_liveness(subject: str, rows: Sequence[tuple[int, Tuple]],
         missing = [t for t in wanted if held.get(t.id) != t]
     key = content if gap else _id
     if not missing:
-        lines: dict[Any, int] = {}  # a stable tuple's key -> the line it first arrived on
-        for line, (_, t) in enumerate(rows[:n], start=1):
+        first_at: dict[Any, int] = {}  # a stable tuple's key -> the row it first arrived on
+        for row, (_, t) in enumerate(rows[:n], start=1):
             if t.kind is Kind.STABLE:
-                lines.setdefault(key(t), line)
-        last = max(lines[key(t)] for t in wanted)
+                first_at.setdefault(key(t), row)
+        last = max(first_at[key(t)] for t in wanted)
         return Verdict("liveness", Status.VALID, (
             f"all {len(wanted)} results whose input came before the final heal held as "
-            f"stable, the last from line {last} (arrived {ending.at(rows[last - 1][0])}); "
+            f"stable, the last from row {last} (arrived {ending.at(rows[last - 1][0])}); "
             f"{clock}"), subject)
     first = missing[0]
     what = (f"{len(missing)} of {len(wanted)} results whose input came before the final heal "
@@ -406,11 +406,11 @@ def check_client_liveness(subject: str, rows: Sequence[tuple[int, Tuple]],
     def arrived(t: Tuple) -> bool:  # ``first`` itself, or (gap) its content as stable
         return t.kind is Kind.STABLE and key(t) == key(first) if gap else t == first
 
-    late = next(((line, a) for line, (a, t) in enumerate(rows, start=1) if line > n
+    late = next(((row, a) for row, (a, t) in enumerate(rows, start=1) if row > n
                  and arrived(t)), None)
     if late is not None:
         return Verdict("liveness", Status.INVALID, (
-            f"{what}: it arrived at line {late[0]}, {ending.at(late[1])}, after the {clock}"),
+            f"{what}: it arrived at row {late[0]}, {ending.at(late[1])}, after the {clock}"),
             subject)
     if ending.end < deadline:
         return Verdict("liveness", Status.UNKNOWN, (

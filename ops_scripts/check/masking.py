@@ -352,14 +352,14 @@ def _premise(config: ClusterConfig, client: ClientConfig, bound: MaskBound) -> s
 
 
 def _result(r: NewResult) -> str:
-    return (f"line {r.line}: {r.kind}(id={r.id}, tmax={r.tmax}) arrived at {r.arrival}, "
+    return (f"row {r.row}: {r.kind}(id={r.id}, tmax={r.tmax}) arrived at {r.arrival}, "
             f"delay {_s(r.delay)} s")
 
 
 def check_masking(subject: str, rows: Sequence[Row], windows: Sequence[MaskWindow],
                   bound: MaskBound, note: str = "") -> Verdict:
     """The rule on the judged ``windows`` of one client's log ``rows`` (``(arrival,
-    tuple)`` in log order; line n is element n-1): no TENTATIVE tuple whose tmax lies in a
+    tuple)`` in log order; row n is element n-1): no TENTATIVE tuple whose tmax lies in a
     judged window or up to ``bound.path_delay`` before it, every new result whose tmax lies
     in one within ``bound``. ``note``: what an invalid verdict adds (:func:`_premise`)."""
     judged = [w for w in windows if w.judged and w.end is not None]
@@ -374,13 +374,13 @@ def check_masking(subject: str, rows: Sequence[Row], windows: Sequence[MaskWindo
         return next((w for w in judged
                      if w.end is not None and w.start - lead <= t < w.end), None)
 
-    tentative = [(line, a, t, w) for line, (a, t) in enumerate(rows, start=1)
+    tentative = [(row, a, t, w) for row, (a, t) in enumerate(rows, start=1)
                  if t.kind is Kind.TENTATIVE
                  and (w := within(t.tmax, bound.path_delay)) is not None]
     if tentative:
-        line, a, t, w = tentative[0]
+        row, a, t, w = tentative[0]
         return Verdict(NAME, Status.INVALID, (
-            f"line {line}: {fmt_tuple(t)} arrived at {a}: a tentative result whose input came "
+            f"row {row}: {fmt_tuple(t)} arrived at {a}: a tentative result whose input came "
             f"during fault {w.name()}, a subset failure ({w.why}): the client should have been "
             f"switched to a STABLE replica; {len(tentative)} tentative result(s) in the "
             f"{len(judged)} judged window(s); {b}{note}"), subject)

@@ -2,7 +2,7 @@
 
 Role: Jepsen's checkers (STYLE.md 12). ``ops_scripts/check/compose.py`` reads a run and composes
 these; each function here takes plain data (tuples, delays, digests) and returns a verdict
-``valid``, ``invalid`` or ``unknown`` with evidence that points at the log line, the tuple
+``valid``, ``invalid`` or ``unknown`` with evidence that points at the log row, the tuple
 id or the operator. One property each (DESIGN.md section 6):
 
 1. :func:`check_availability`: new results with a path to the client within k*X;
@@ -15,8 +15,8 @@ id or the operator. One property each (DESIGN.md section 6):
 4. :func:`check_stable_never_undone`: every UNDO takes back tentative tuples only.
 
 Invariants: no I/O, no clock; a checker that raises is turned into ``unknown`` by
-:func:`guarded`, never into ``valid``; line numbers in evidence are 1-based positions in the
-log the checker was given (``node/procs/rundir.py``: line n of a file is element n-1 read back).
+:func:`guarded`, never into ``valid``; row numbers in evidence are 1-based positions in the
+log the checker was given (``node/procs/rundir.py``: row n of a file is element n-1 read back).
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def seconds(us: int | None) -> str:
 
 
 def _result(r: NewResult) -> str:
-    return (f"line {r.line}: {r.kind}(id={r.id}, tmax={r.tmax}) arrived at {r.arrival}, "
+    return (f"row {r.row}: {r.kind}(id={r.id}, tmax={r.tmax}) arrived at {r.arrival}, "
             f"delay {seconds(r.delay)}")
 
 
@@ -141,24 +141,24 @@ def check_no_duplicates(subject: str, received: Sequence[Tuple]) -> Verdict:
     """Property 2, **no-duplicates**: no STABLE tuple reaches the client twice. In the raw
     log (UNDOs not applied) the STABLE tuples' ids strictly increase: an UNDO only ever
     takes back tentative tuples, so a stable id can never legitimately come again, whichever
-    replica the client switched to. Evidence: both lines."""
-    seen: dict[int, int] = {}  # stable id -> its first line
+    replica the client switched to. Evidence: both rows."""
+    seen: dict[int, int] = {}  # stable id -> its first row
     last: tuple[int, Tuple] | None = None
-    for line, t in enumerate(received, start=1):
+    for row, t in enumerate(received, start=1):
         if t.kind is not Kind.STABLE:
             continue
         if last is not None and t.id <= last[1].id:
             if t.id in seen:
                 first = seen[t.id]
-                why = f"repeats the stable tuple of line {first}"
+                why = f"repeats the stable tuple of row {first}"
             else:  # not a repeat of any id, but below one: out of order
                 first = last[0]
-                why = f"has an id not above the stable tuple of line {first}"
+                why = f"has an id not above the stable tuple of row {first}"
             return Verdict("no-duplicates", Status.INVALID, (
-                f"line {line}: {fmt_tuple(t)} {why} ({fmt_tuple(received[first - 1])}); "
+                f"row {row}: {fmt_tuple(t)} {why} ({fmt_tuple(received[first - 1])}); "
                 "stable ids must strictly increase"), subject)
-        seen.setdefault(t.id, line)
-        last = (line, t)
+        seen.setdefault(t.id, row)
+        last = (row, t)
     why = f"{len(seen)} stable tuples, ids strictly increasing: none received twice"
     return Verdict("no-duplicates", Status.VALID, why, subject)
 
@@ -167,28 +167,28 @@ def check_stable_never_undone(subject: str, received: Sequence[Tuple]) -> Verdic
     """Property 4, **stable-never-undone**: every UNDO(u) at the client targets a tentative
     suffix: when it arrives, no STABLE tuple with id > u is in force (UNDOs before it applied
     as the client applies them, from the end while the id exceeds u). Evidence: the UNDO's
-    line and the stable tuple it would take back (the one with the highest id)."""
+    row and the stable tuple it would take back (the one with the highest id)."""
     # The data in force (UNDOs applied by the one rule, protocol.undo_rule; control tuples
     # never change which data an UNDO removes) and, beside each, the highest-id stable tuple
     # at or below it, so that each UNDO is judged in O(1) however long the log.
     kept: list[Tuple] = []
     best: list[tuple[int, Tuple] | None] = []
     undos = 0
-    for line, t in enumerate(received, start=1):
+    for row, t in enumerate(received, start=1):
         if t.kind is Kind.UNDO:
             undos += 1
             top = best[-1] if best else None
             if top is not None and top[1].id > t.id:
                 return Verdict("stable-never-undone", Status.INVALID, (
-                    f"line {line}: UNDO({t.id}) would take back the stable tuple "
-                    f"{fmt_tuple(top[1])} (line {top[0]}); an UNDO takes back tentative tuples "
+                    f"row {row}: UNDO({t.id}) would take back the stable tuple "
+                    f"{fmt_tuple(top[1])} (row {top[0]}); an UNDO takes back tentative tuples "
                     "only"), subject)
             cut = undo_cut(kept, t.id)
             del kept[cut:], best[cut:]
         elif t.kind in (Kind.STABLE, Kind.TENTATIVE):
             b = best[-1] if best else None
             if t.kind is Kind.STABLE and (b is None or t.id >= b[1].id):
-                b = (line, t)
+                b = (row, t)
             kept.append(t)
             best.append(b)
     why = f"{undos} UNDO(s), each taking back tentative tuples only"
@@ -205,40 +205,40 @@ def apply_undos_checked(
     stream: Sequence[Tuple],
 ) -> tuple[list[tuple[int, Tuple]], str | None]:
     """Apply UNDOs as a client does (the one UNDO rule, ``protocol.undo_rule``), checking
-    each step: returns the data tuples in force as ``(line, tuple)`` (line = 1-based
+    each step: returns the data tuples in force as ``(row, tuple)`` (row = 1-based
     position in ``stream``) and the first violation, if any (then the tuples in force are
     those up to it). Violations: a data tuple whose id is not above the id of the tuple in
     force before it (a duplicate, or out of order), and an UNDO(u) while a STABLE tuple with
     id > u is in force (stable tuples are never undone). Control tuples never change which
     data an UNDO removes: only data tuples are kept."""
     kept: list[Tuple] = []
-    lines: list[int] = []  # lines[i]: the line of kept[i]
-    for line, t in enumerate(stream, start=1):
+    rows: list[int] = []  # rows[i]: the row of kept[i]
+    for row, t in enumerate(stream, start=1):
         if t.kind is Kind.UNDO:
             cut = undo_cut(kept, t.id)
             taken = next((i for i in range(cut, len(kept)) if kept[i].kind is Kind.STABLE), None)
             if taken is not None:
-                return list(zip(lines, kept, strict=True)), (
-                    f"line {line}: UNDO({t.id}) takes back the stable tuple "
-                    f"{fmt_tuple(kept[taken])} (line {lines[taken]}); stable tuples are never "
+                return list(zip(rows, kept, strict=True)), (
+                    f"row {row}: UNDO({t.id}) takes back the stable tuple "
+                    f"{fmt_tuple(kept[taken])} (row {rows[taken]}); stable tuples are never "
                     "undone"
                 )
-            del kept[cut:], lines[cut:]
+            del kept[cut:], rows[cut:]
         elif t.kind in (Kind.STABLE, Kind.TENTATIVE):
             if kept and t.id <= kept[-1].id:
-                prev_line, prev = lines[-1], kept[-1]
+                prev_row, prev = rows[-1], kept[-1]
                 what = "a duplicate of" if t.id == prev.id else "out of order after"
-                return list(zip(lines, kept, strict=True)), (
-                    f"line {line}: {fmt_tuple(t)} is {what} the tuple in force {fmt_tuple(prev)} "
-                    f"(line {prev_line}); ids must increase"
+                return list(zip(rows, kept, strict=True)), (
+                    f"row {row}: {fmt_tuple(t)} is {what} the tuple in force {fmt_tuple(prev)} "
+                    f"(row {prev_row}); ids must increase"
                 )
             kept.append(t)
-            lines.append(line)
-    return list(zip(lines, kept, strict=True)), None
+            rows.append(row)
+    return list(zip(rows, kept, strict=True)), None
 
 
 def _difference(who: str, got: list[tuple[int, Tuple]], ref: Sequence[Tuple]) -> str | None:
-    for i, ((line, g), r) in enumerate(zip(got, ref, strict=False)):
+    for i, ((row, g), r) in enumerate(zip(got, ref, strict=False)):
         if g != r:
             hint = ""
             if i + 1 < len(ref) and g == ref[i + 1]:
@@ -247,13 +247,13 @@ def _difference(who: str, got: list[tuple[int, Tuple]], ref: Sequence[Tuple]) ->
                 hint = "; the received tuple is extra (the expected one follows it)"
             return (
                 f"first difference at index {i} of the final stable stream: got {fmt_tuple(g)} "
-                f"(line {line}), expected {fmt_tuple(r)}{hint} ({len(got)} vs {len(ref)} tuples)"
+                f"(row {row}), expected {fmt_tuple(r)}{hint} ({len(got)} vs {len(ref)} tuples)"
             )
     n, m = len(got), len(ref)
     if n < m:
         return f"{who} received {n} of {m} tuples (first missing: {fmt_tuple(ref[n])})"
     if n > m:
-        extra = f"first extra: {fmt_tuple(got[m][1])}, line {got[m][0]}"
+        extra = f"first extra: {fmt_tuple(got[m][1])}, row {got[m][0]}"
         return f"{who} has {n} stable tuples, the reference {m} ({extra})"
     return None
 
@@ -331,9 +331,9 @@ def check_stream(
         return Verdict(name, Status.INVALID, violation, subject)
     tentative = [k for k in kept if k[1].kind is Kind.TENTATIVE]
     if tentative:
-        line, first = tentative[0]
+        row, first = tentative[0]
         why = f"{len(tentative)} tentative tuple(s) still in force after applying UNDOs"
-        why += f" (first: {fmt_tuple(first)}, line {line}): never corrected"
+        why += f" (first: {fmt_tuple(first)}, row {row}): never corrected"
         return Verdict(name, Status.INVALID, why, subject)
     if promise is not None and promise.type is RecoveryType.GAP:
         got = [*before, *(t for _, t in kept)]
@@ -368,19 +368,19 @@ def check_exactly_once(client: ClientConfig, received: Sequence[Tuple],
     """**exactly-once** (Flux, docs/flux.md), for a client whose every upstream node is a
     flux pair: in its raw log, each tuple of the failure-free run arrives exactly once, in
     order, stable when it first arrives: no tentative tuple, no UNDO, no gap, no repeat
-    (sequence numbers and values both the reference's). Evidence: the first line that
+    (sequence numbers and values both the reference's). Evidence: the first row that
     differs, or the first reference tuple missing."""
     subject = client_subject(client)
     if client.stream not in reference:
         raise CheckError(f"no reference for stream {client.stream!r}")
     ref = reference[client.stream]
     k = 0
-    for line, t in enumerate(received, start=1):
+    for row, t in enumerate(received, start=1):
         if t.kind is Kind.BOUNDARY or t.kind is Kind.REC_DONE:
             continue
         if t.kind is not Kind.STABLE:
             return Verdict("exactly-once", Status.INVALID,
-                           f"line {line}: {fmt_tuple(t)}: a flux path delivers stable tuples "
+                           f"row {row}: {fmt_tuple(t)}: a flux path delivers stable tuples "
                            "only", subject)
         want = ref[k] if k < len(ref) else None
         if want is None or (t.id, t.time, t.values) != (want.id, want.time, want.values):
@@ -388,7 +388,7 @@ def check_exactly_once(client: ClientConfig, received: Sequence[Tuple],
                     f"expected {fmt_tuple(want)}" + (" (a repeat)" if t.id < want.id else
                                                      " (a loss)" if t.id > want.id else ""))
             return Verdict("exactly-once", Status.INVALID,
-                           f"line {line}: {fmt_tuple(t)}: {what}", subject)
+                           f"row {row}: {fmt_tuple(t)}: {what}", subject)
         k += 1
     if k < len(ref):
         return Verdict("exactly-once", Status.INVALID,
@@ -471,7 +471,7 @@ def _earlier_problem(earlier: Sequence[Sequence[Tuple]], earlier_after: Sequence
     for k, log in enumerate(earlier, start=1):
         after = earlier_after[k - 1] if k <= len(earlier_after) else 0
         kept, violation = apply_undos_checked([*(t for t in ref if t.id <= after), *log])
-        stable = [(line, t) for line, t in kept if t.kind is Kind.STABLE]
+        stable = [(row, t) for row, t in kept if t.kind is Kind.STABLE]
         if violation is None:
             violation = _difference(f"incarnation {k}", stable, ref[: len(stable)])
         if violation is not None:

@@ -11,8 +11,8 @@ recoveries and state changes (``states.jsonl``).
 Invariants: never raises for a missing or unreadable log or history: it records why in
 ``History.problems`` (the subject it concerns -> the reason), and the verdicts that need it
 become ``unknown``; anything but a reading error (a bug of ours) propagates, and
-``run_check`` makes the whole run ``unknown``; a client's tuples and their arrival times are read together, line by
-line (line n of a log is element n-1 here).
+``run_check`` makes the whole run ``unknown``; a client's tuples and their arrival times are read together, row by
+row (row n of a log is element n-1 here).
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ import pyarrow as pa
 from node.config.model import ClusterConfig, SourceConfig
 from node.errors import RunLogError
 from node.procs.generators import make_generator
-from node.procs.rundir import RunDir, read_client_parquet, read_jsonl_tuples, read_source_log
+from node.procs.rundir import RunDir, read_source_log
+from node.procs.runlog import read_log, read_tuples
 from ops_scripts.check.history import read_history
 from ops_scripts.check.liveness import live_subject
 from ops_scripts.check.properties import client_subject, replica_subject
@@ -48,7 +49,7 @@ class History:
 
     sources: dict[str, list[Tuple]] = field(default_factory=dict)
     clients: dict[str, list[Tuple]] = field(default_factory=dict)
-    #: client -> the arrival time (µs) of each tuple of ``clients[client]``, line by line.
+    #: client -> the arrival time (µs) of each tuple of ``clients[client]``, row by row.
     arrivals: dict[str, list[int]] = field(default_factory=dict)
     replicas: dict[tuple[str, str], list[Tuple]] = field(default_factory=dict)
     #: (replica, stream) -> the output logs of its earlier incarnations, oldest first.
@@ -78,13 +79,8 @@ class History:
 _READ_ERRORS = (DPCError, OSError, ValueError, TypeError, pa.ArrowException)
 
 
-def _jsonl_data(path: Path) -> list[Tuple]:
-    return [t for _, t in read_jsonl_tuples(path)]
-
-
 def load_history(rd: RunDir, config: ClusterConfig) -> History:
-    """Read every log the config implies; record what is missing or unreadable. A client
-    whose JSONL log is gone but whose Parquet copy exists is read from the Parquet."""
+    """Read every log the config implies; record what is missing or unreadable."""
     h = History()
 
     def read(subject: str, path: Path, reader: Callable[..., Any], *args: Any) -> Any:
@@ -102,10 +98,8 @@ def load_history(rd: RunDir, config: ClusterConfig) -> History:
             h.sources[s] = got
         _read_source_end(h, rd, config.sources[s])
     for c in config.clients.values():
-        path, reader = rd.client_log(c.name), read_jsonl_tuples
-        if not path.exists() and rd.client_parquet(c.name).exists():
-            path, reader = rd.client_parquet(c.name), read_client_parquet
-        if (rows := read(client_subject(c), path, reader, path)) is not None:
+        path = rd.client_log(c.name)
+        if (rows := read(client_subject(c), path, read_log, path)) is not None:
             h.clients[c.name] = [t for _, t in rows]
             h.arrivals[c.name] = [arrival for arrival, _ in rows]
     for node in config.nodes.values():
@@ -113,7 +107,7 @@ def load_history(rd: RunDir, config: ClusterConfig) -> History:
             for stream in node.outputs:
                 path = rd.replica_output(r.name, stream)
                 subject = replica_subject(r.name, stream)
-                if (got := read(subject, path, _jsonl_data, path)) is not None:
+                if (got := read(subject, path, read_tuples, path)) is not None:
                     h.replicas[(r.name, stream)] = got
                 _read_recoveries(h, rd, r.name, stream, subject)
             _read_states(h, rd, r.name)
@@ -182,7 +176,7 @@ def _read_recoveries(h: History, rd: RunDir, replica: str, stream: str, subject:
     logs, k = [], 1
     while (p := rd.replica_output_before(replica, stream, k)).exists():
         try:
-            logs.append(_jsonl_data(p))
+            logs.append(read_tuples(p))
         except _READ_ERRORS as e:
             h.problems[subject] = f"unreadable log {p}: {e}"
             return

@@ -24,7 +24,7 @@ What a source promises (``node/procs/source.py``; contract points 1-3 of issue 1
   ``Source.end_stream()``, or SIGTERM before its end). No record: the source never ended
   its stream, which is fine (it never published END_OF_STREAM): what is there is judged.
 
-A violation is invalid with the line of the log (line n is element n-1 of the log as read)
+A violation is invalid with the row of the log (row n is element n-1 of the log as read)
 or the record's field; anything else is valid, saying what was checked.
 
 Invariants: pure (no I/O, no clock): the record and the file's row count are read by
@@ -55,39 +55,39 @@ def source_subject(name: str) -> str:
 
 
 def _log_violation(log: Sequence[Tuple]) -> str | None:
-    """The first line of the log that breaks the gapless, non-decreasing sequence."""
+    """The first row of the log that breaks the gapless, non-decreasing sequence."""
     prev: Tuple | None = None
-    for line, t in enumerate(log, start=1):
+    for row, t in enumerate(log, start=1):
         if t.kind is not Kind.STABLE:
-            return f"line {line}: {fmt_tuple(t)}: a source logs STABLE data tuples only"
+            return f"row {row}: {fmt_tuple(t)}: a source logs STABLE data tuples only"
         expected = 1 if prev is None else prev.id + 1
         if t.id != expected:
             if prev is not None and t.id == prev.id:
-                what = f"repeats id {t.id} of line {line - 1}"
+                what = f"repeats id {t.id} of row {row - 1}"
             elif t.id > expected:
                 gap = f"{expected}" if t.id == expected + 1 else f"{expected}..{t.id - 1}"
                 what = f"after id {expected - 1}: id(s) {gap} missing (a gap)"
             else:
                 what = f"out of order after id {expected - 1}"
-            return f"line {line}: {fmt_tuple(t)} {what}; ids must run 1, 2, ... without a gap"
+            return f"row {row}: {fmt_tuple(t)} {what}; ids must run 1, 2, ... without a gap"
         if prev is not None and t.time < prev.time:
-            return (f"line {line}: {fmt_tuple(t)}: its time is below that of line {line - 1} "
+            return (f"row {row}: {fmt_tuple(t)}: its time is below that of row {row - 1} "
                     f"({prev.time}); tuple times never decrease")
         prev = t
     return None
 
 
 def _pace_violation(src: SourceConfig, log: Sequence[Tuple]) -> str | None:
-    """The first line of a wall-clock source's log closer than ``1 / rate`` to the one
+    """The first row of a wall-clock source's log closer than ``1 / rate`` to the one
     before it (module docstring); None for an event-time source (its data sets its pace)."""
     if src.time_column is not None or src.rate <= 0:
         return None
     gap = max(0, math.floor(US / src.rate) - 1)
-    for line in range(2, len(log) + 1):
-        t, prev = log[line - 1], log[line - 2]
+    for row in range(2, len(log) + 1):
+        t, prev = log[row - 1], log[row - 2]
         if t.time - prev.time < gap:
-            return (f"line {line}: {fmt_tuple(t)}: {t.time - prev.time} µs after line "
-                    f"{line - 1}, less than 1/rate = {US / src.rate:g} µs: tuples squeezed "
+            return (f"row {row}: {fmt_tuple(t)}: {t.time - prev.time} µs after row "
+                    f"{row - 1}, less than 1/rate = {US / src.rate:g} µs: tuples squeezed "
                     f"together (a stall's backlog stamped with one instant?)")
     return None
 

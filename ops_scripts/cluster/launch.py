@@ -39,6 +39,7 @@ from typing import Protocol, TextIO
 
 from node.config.model import ClusterConfig
 from node.procs.rundir import RunDir
+from node.procs.runlog import LogFollower
 from ops_scripts.cluster.hosts.placement import HostsMode, read_placement
 from ops_scripts.cluster.hosts.ssh import HostWatch, SshProcess, start_node
 from ops_scripts.cluster.spawn import spawn_node
@@ -103,7 +104,7 @@ def _start(config_path: Path, name: str, kind: str, rd: RunDir, *, recover: bool
 
 class RunWatch(Protocol):
     """What the launcher's waits read of a run: the processes' markers (node/procs/rundir.py)
-    and the clients' logs."""
+    and how many rows the clients' logs hold (node/procs/runlog.py)."""
 
     def is_ready(self, process: str) -> bool: ...
 
@@ -111,7 +112,7 @@ class RunWatch(Protocol):
 
     def clear_ready(self, process: str) -> None: ...
 
-    def client_lines(self, client: str) -> int: ...
+    def client_rows(self, client: str) -> int: ...
 
 
 class _LocalWatch:
@@ -129,8 +130,19 @@ class _LocalWatch:
     def clear_ready(self, process: str) -> None:
         self.rd.clear_ready(process)
 
-    def client_lines(self, client: str) -> int:
-        return self.rd.count_lines(self.rd.client_log(client))
+    def client_rows(self, client: str) -> int:
+        """Rows in the client's log so far, read incrementally: each question scans the
+        records written since the last one (a long run's progress lines stay cheap)."""
+        path = self.rd.client_log(client)
+        follower = _FOLLOWERS.get(path)
+        if follower is None or (path.exists() and path.stat().st_size < follower.offset):
+            # First asked, or the path holds another log now (a new run at the same path).
+            follower = _FOLLOWERS[path] = LogFollower(path)
+        return follower.skip()
+
+
+#: Each client log's follower, kept across watches: progress() makes a watch per line.
+_FOLLOWERS: dict[Path, LogFollower] = {}
 
 
 def watch(rd: RunDir) -> RunWatch:
@@ -254,7 +266,7 @@ def progress(config: ClusterConfig, rd: RunDir, elapsed: float, out: TextIO = sy
                          f"tentative={sum(c['tentative_out'].values()):<6} "
                          f"undo={sum(c['undo_out'].values())} reconciled={c['reconciliations']}")
     w = watch(rd)
-    received = {c: w.client_lines(c) for c in config.clients}
+    received = {c: w.client_rows(c) for c in config.clients}
     clients = " ".join(f"{c}={n}" for c, n in received.items())
     print(f"  t={elapsed:5.1f}s  {'  '.join(parts)}  | clients: {clients}", file=out, flush=True)
 

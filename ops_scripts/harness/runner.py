@@ -156,7 +156,7 @@ def start_recorded(config: ClusterConfig, rd: RunDir, history: HistoryWriter,
     history.record("start", config=str(rd.config), **start)
     start_cluster(config, rd, out, procs)
     w = watch(rd)  # the run directory, or the clients' hosts (--hosts ssh)
-    got = wait_until(lambda: all(w.client_lines(c) for c in config.clients),
+    got = wait_until(lambda: all(w.client_rows(c) for c in config.clients),
                      FIRST_RESULTS_TIMEOUT)
     history.record("ready")
     return got

@@ -68,6 +68,7 @@ from node.net.memory import MemoryTransport
 from node.procs.client import Client
 from node.procs.entry import mutation_from_env
 from node.procs.rundir import RunDir
+from node.procs.runlog import iter_log
 from node.procs.source import Source
 from node.replica.runtime import Replica
 from node.streams.mutation import Mutation
@@ -86,6 +87,7 @@ from ops_scripts.harness.schedule import (
     random_faults,
 )
 from ops_scripts.harness.timeline import BLOCKED_LIMIT, Timeline, blocked, recovers_alone
+from protocol.tuples import Kind
 
 __all__ = ["SIM_KINDS", "SimOptions", "SimResult", "simulate_many", "simulate_one",
            "simulation_schedule"]
@@ -483,11 +485,10 @@ def _coverage(config: ClusterConfig, rd: RunDir, faults: Sequence[Fault],
     for c in config.clients:
         if not rd.client_log(c).exists():  # the simulated cluster crashed before it wrote
             continue
-        for line in rd.client_log(c).read_text().splitlines():
-            if '"TENTATIVE"' in line:
-                cov["tentative"] += 1
-            elif '"UNDO"' in line:
-                cov["undo"] += 1
+        for batch in iter_log(rd.client_log(c)):
+            kinds = batch.columns.kinds()
+            cov["tentative"] += int((kinds == Kind.TENTATIVE).sum())
+            cov["undo"] += int((kinds == Kind.UNDO).sum())
     return dict(cov)
 
 

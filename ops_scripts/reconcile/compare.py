@@ -34,7 +34,7 @@ every tuple in force, and two id-sorted streams without a repeated id are equal 
 when the join on id finds no missing, extra or differing tuple. So a subject is invalid
 here exactly when the checker says invalid. Its evidence names the differences in the
 checker's order (per incarnation: violations, tentative tuples, then the comparison),
-the first few with id, line and values.
+the first few with id, row and values.
 
 Scale: the differences are computed in one Spark action that writes them as Parquet
 (:func:`write_differences`: the final streams, which every kind of difference derives
@@ -62,7 +62,8 @@ from pyspark.sql import functions as F
 
 from node.config.load import load_config
 from node.config.model import ClusterConfig
-from node.procs.rundir import RunDir, read_jsonl_tuples
+from node.procs.rundir import RunDir
+from node.procs.runlog import iter_log
 from operators.taxonomy import RecoveryType, replicas_share_state
 from ops_scripts.check.paths import stream_promise
 from ops_scripts.check.properties import client_subject, replica_subject
@@ -78,7 +79,7 @@ __all__ = ["DIFFERENCE_COLUMNS", "EVIDENCE", "Head", "compare", "differences", "
            "write_differences"]
 
 #: The columns of the differences: ``incarnation`` tells a replica's logs apart (0 for a
-#: client; a replica's k, as in the ``logs`` table), ``line`` is the line of that log.
+#: client; a replica's k, as in the ``logs`` table), ``line`` is the row of that log.
 DIFFERENCE_COLUMNS = ("run", "subject", "what", "id", "line", "expected", "got", "incarnation")
 #: How many differences a verdict's evidence names.
 EVIDENCE = 3
@@ -147,7 +148,7 @@ def _emitted(path: Path) -> bool:
         return False
     if path.stat().st_size > 1_000_000:
         return True
-    return any(t.kind in DATA_KINDS for _, t in read_jsonl_tuples(path))
+    return any(t.kind in DATA_KINDS for batch in iter_log(path) for t in batch.tuples())
 
 
 def _diff(what: Column | str, line: Column | None, expected: Column | None,
@@ -275,7 +276,7 @@ def _evidence_rows(diffs: DataFrame, limit: int) -> list[Any]:
 
 
 def _describe(r: Any, current: Mapping[tuple[str, str], int]) -> str:
-    where = f"line {r['line']}: " if r["line"] is not None else ""
+    where = f"row {r['line']}: " if r["line"] is not None else ""
     if r["incarnation"] and r["incarnation"] != current.get((r["run"], r["subject"])):
         where = f"incarnation {r['incarnation']} (before a crash), {where}"
     what = f"{where}{r['what']} id={r['id']}"

@@ -4,7 +4,7 @@ Role: the input of ``dpc bench reconcile`` (``ops_scripts/bench/reconcile.py``) 
 tests that need a run far larger than a real ``dpc run`` or ``dpc simulate`` makes in
 their time. :func:`generate_run` writes a run directory (layout: ``node/procs/rundir.py``)
 that ``dpc check`` and ``dpc reconcile`` both call valid, of about ``tuples`` *logged
-tuples*: the rows of every source log plus every line of every client and replica JSONL
+tuples*: the rows of every source log plus every row of every client and replica tuple
 log (data and control tuples alike: what ``dpc reconcile`` ingests as its ``sources`` and
 ``logs`` tables).
 
@@ -26,7 +26,7 @@ are ever in memory: SUnion's replay buckets are truncated after every second.
 Each output stream is written to every replica of its node and to every client reading
 it, as what they emitted / received, with arrival times: a tuple leaves at ``max(previous
 arrival, tmax + bucket + 5 ms)`` (a boundary: its time for tmax), and reaches a client
-1 ms later. ``failures`` episodes are spread over the run: a source feeding the client's
+1 ms later; the tuples leaving at one instant are one write (``node/procs/runlog.py``). ``failures`` episodes are spread over the run: a source feeding the client's
 node is cut off from that node's replicas (a ``partition`` of shape ``source`` in the
 history, its heal, the replicas' UP_FAILURE / STABILIZATION / STABLE states) for
 ``alpha*X + 2 s``. On every stream of a node downstream of the cut source, the results
@@ -51,7 +51,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import orjson
 
@@ -60,6 +60,7 @@ from node.config.model import ClusterConfig, NodeConfig, SourceConfig
 from node.procs.generators import arrow_types, make_generator
 from node.procs.pacing import RatePace, next_multiple
 from node.procs.rundir import RunDir, write_source_end
+from node.procs.runlog import RunLogWriter
 from operators.network import QueryNetwork
 from ops_scripts.check.availability import bound_for
 from ops_scripts.check.liveness import node_bounds
@@ -67,6 +68,7 @@ from ops_scripts.check.reference import END_OF_STREAM, failure_free
 from ops_scripts.errors import GenerateError
 from ops_scripts.harness.history import fault_effects
 from ops_scripts.harness.schedule import Fault
+from protocol.columns import Columns
 from protocol.tuples import Kind, Tuple, boundary, make_tuple, rec_done, undo
 from state.tuplelog import TupleLogWriter
 
@@ -93,20 +95,20 @@ TENTATIVE_SHARE = 0.7
 
 @dataclass
 class Generated:
-    """What :func:`generate_run` wrote: ``logged`` = ``source_rows`` + ``log_lines``."""
+    """What :func:`generate_run` wrote: ``logged`` = ``source_rows`` + ``log_rows``."""
 
     run_dir: Path
     seconds: float  # tuple-time seconds the sources ran
     source_rows: int
-    log_lines: int  # client and replica JSONL lines
-    tentative: int  # tentative lines, over every log
+    log_rows: int  # client and replica log rows
+    tentative: int  # tentative rows, over every log
     failures: int
     wall_seconds: float
     per_log: dict[str, int] = field(default_factory=dict)  # relative path -> rows
 
     @property
     def logged(self) -> int:
-        return self.source_rows + self.log_lines
+        return self.source_rows + self.log_rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,18 +334,18 @@ class _Timing:
 
 
 # ---------------------------------------------------------------- writing
-_KIND_NAMES = tuple(k.name for k in Kind)
-
-
-def _lines(rows: list[tuple[int, Tuple]], offset: int) -> bytes:
-    """JSONL lines of ``(arrival, tuple)`` rows (``node/procs/rundir.py``), arrival + offset."""
-    dumps, names, nl = orjson.dumps, _KIND_NAMES, orjson.OPT_APPEND_NEWLINE
-    return b"".join(dumps({"kind": names[t[0]], "id": t[1], "time": t[2], "tmax": t[3],
-                           "values": t[4], "arrival": a + offset}, option=nl) for a, t in rows)
+def _writes(rows: list[tuple[int, Tuple]]) -> Iterator[tuple[int, list[Tuple]]]:
+    """``(arrival, tuples)`` of each run of consecutive rows that arrive together: one
+    write each, as a process logs what it receives (or emits) at one instant."""
+    start = 0
+    for k in range(1, len(rows) + 1):
+        if k == len(rows) or rows[k][0] != rows[start][0]:
+            yield rows[start][0], [t for _, t in rows[start:k]]
+            start = k
 
 
 class _Logs:
-    """The open JSONL logs of one output stream: its node's replicas', its clients'."""
+    """The open tuple logs of one output stream: its node's replicas', its clients'."""
 
     def __init__(self, rd: RunDir, config: ClusterConfig, stream: str) -> None:
         node = config.producer_of(stream)
@@ -352,11 +354,9 @@ class _Logs:
         self.replicas = [rd.replica_output(r.name, stream) for r in node.replicas]
         self.clients = [rd.client_log(c.name) for c in config.clients.values()
                         if c.stream == stream]
-        for p in self.replicas:
-            p.parent.mkdir(parents=True, exist_ok=True)
-        self._files: list[tuple[Path, BinaryIO, int]] = [
-            *((p, open(p, "xb"), 0) for p in self.replicas),  # noqa: SIM115 (closed in close())
-            *((p, open(p, "xb"), HOP) for p in self.clients),  # noqa: SIM115
+        self._files: list[tuple[Path, RunLogWriter, int]] = [
+            *((p, RunLogWriter(p), 0) for p in self.replicas),
+            *((p, RunLogWriter(p), HOP) for p in self.clients),
         ]
         self.rows = {p: 0 for p, _, _ in self._files}
         self.first_client_arrival: int | None = None
@@ -364,18 +364,18 @@ class _Logs:
     def write(self, rows: list[tuple[int, Tuple]]) -> None:
         if not rows:
             return
-        encoded: dict[int, bytes] = {}
-        for path, f, offset in self._files:
-            if offset not in encoded:
-                encoded[offset] = _lines(rows, offset)
-            f.write(encoded[offset])
+        for arrival, tuples in _writes(rows):
+            columns = Columns.from_tuples(tuples)  # once for every log of the stream
+            for _, w, offset in self._files:
+                w.write(columns, arrival + offset)
+        for path, _, _ in self._files:
             self.rows[path] += len(rows)
         if self.clients and self.first_client_arrival is None:
             self.first_client_arrival = rows[0][0] + HOP
 
     def close(self) -> None:
-        for _, f, _ in self._files:
-            f.close()
+        for _, w, _ in self._files:
+            w.close()
 
 
 def _history(rd: RunDir, config: ClusterConfig, failures: list[_Failure],
@@ -482,8 +482,8 @@ def generate_run(config: ClusterConfig | str | Path, out_dir: str | Path, tuples
             for s, out in outputs.items():
                 logs[s].write(timings[s].feed(out))
             if k % max(1, seconds // 10) == 0 and k < seconds:
-                lines = sum(n for lg in logs.values() for n in lg.rows.values())
-                say(f"generate: {k:,}/{seconds:,} s, {source_rows + lines:,} rows, "
+                rows = sum(n for lg in logs.values() for n in lg.rows.values())
+                say(f"generate: {k:,}/{seconds:,} s, {source_rows + rows:,} rows, "
                     f"{time.perf_counter() - began:,.1f} s")
         for s, timing in timings.items():
             logs[s].write(timing.finish())
@@ -507,9 +507,9 @@ def generate_run(config: ClusterConfig | str | Path, out_dir: str | Path, tuples
     per_log.update({f"sources/{s}.arrow": n for s, n in produced.items()})
     done = Generated(
         run_dir=rd.path, seconds=float(seconds), source_rows=source_rows,
-        log_lines=sum(n for lg in logs.values() for n in lg.rows.values()),
+        log_rows=sum(n for lg in logs.values() for n in lg.rows.values()),
         tentative=sum(t.tentative * len(logs[s].rows) for s, t in timings.items()),
         failures=len(planned), wall_seconds=time.perf_counter() - began, per_log=per_log)
     say(f"generate: {done.logged:,} logged tuples ({done.source_rows:,} source rows, "
-        f"{done.log_lines:,} client and replica lines) in {done.wall_seconds:,.1f} s")
+        f"{done.log_rows:,} client and replica rows) in {done.wall_seconds:,.1f} s")
     return done

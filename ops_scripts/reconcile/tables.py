@@ -7,25 +7,25 @@ open a run directory's logs themselves.
 
 Theory of operation: the logs read are exactly those ``dpc check`` reads
 (``ops_scripts/check/recorded.py`` ``load_history``): every incarnation of each source's
-Arrow log, each client's JSONL log (its Parquet copy when the JSONL is gone), each
-replica's output log per output stream and, for a replica that recovered (it has a
-``recoveries.jsonl``), the logs of its earlier incarnations. Each log is streamed: Arrow
-batch by batch, JSONL line by line, Parquet batch by batch, into rows buffered up to
-:data:`ROWS_PER_GROUP` and written as one row group of that log's own Parquet file. So
+Arrow log, each client's tuple log, each replica's output log per output stream and, for a
+replica that recovered (it has a ``recoveries.jsonl``), the logs of its earlier
+incarnations (the tuple logs: ``node/procs/runlog.py``). Each log is streamed, batch by
+batch (a tuple log record by record), into rows buffered up to :data:`ROWS_PER_GROUP` and
+written as one row group of that log's own Parquet file. So
 memory holds one row group, never a log (per process: runs that hold enough to be worth it
 are read by a pool of processes, one run each at a time, each writing its own files).
 
 Invariants:
 
-* A row's ``line`` is the one the existing readers give: element ``line - 1`` of
-  ``read_jsonl_tuples`` / ``read_client_parquet`` for a client or replica log, of
-  ``read_source_log`` (every incarnation, in order) for a source, the file's line for the
+* A row's ``line`` is its position as the existing readers give it: the log's row,
+  element ``line - 1`` of ``runlog.read_log`` for a client or replica log, of
+  ``read_source_log`` (every incarnation, in order) for a source; the file's line for the
   history (``read_history`` skips blank lines; their numbers stay unused).
 * ``values`` is ``orjson.dumps(list(values))`` of the tuple's values as the readers decode
   them, Arrow-typed or JSON alike: one tuple, one text, in every table.
 * A log ``dpc check`` would report unreadable (corrupt, not a log, missing) raises
-  :class:`IngestError` naming the file (and the line or batch); ``dpc check``'s tolerance
-  is kept: a torn last JSONL line is dropped, a truncated last Arrow batch is dropped.
+  :class:`IngestError` naming the file (and the record and rows, or the batch); ``dpc
+  check``'s tolerance is kept: a torn last record, a truncated last Arrow batch, is dropped.
 * The tables appear whole or not at all: they are written aside and then replace what a
   previous ingest left.
 """
@@ -48,8 +48,9 @@ import pyarrow.parquet as pq
 
 from node.config.load import load_config
 from node.config.model import ClusterConfig
-from node.errors import ConfigError
-from node.procs.rundir import RunDir, decode_row
+from node.errors import ConfigError, RunLogError
+from node.procs.rundir import RunDir
+from node.procs.runlog import iter_log
 from ops_scripts.check.history import iter_history
 from ops_scripts.check.recorded import not_gathered
 from ops_scripts.errors import HistoryError, IngestError
@@ -223,11 +224,7 @@ def _ingest_run(sink: _Sink, label: str, rd: RunDir, config: ClusterConfig) -> i
         sink.write("sources", ((label, s, *row) for row in _source_rows(rd, s)))
     n_logs = 0
     for c in config.clients.values():
-        path = rd.client_log(c.name)
-        if not path.exists() and rd.client_parquet(c.name).exists():
-            rows = _client_parquet_rows(rd.client_parquet(c.name))
-        else:
-            rows = _jsonl_rows(path)
+        rows = _log_rows(rd.client_log(c.name))
         sink.write("logs", ((label, c.name, "client", c.stream, 0, None, *r) for r in rows))
         n_logs += 1
     for node in config.nodes.values():
@@ -235,7 +232,7 @@ def _ingest_run(sink: _Sink, label: str, rd: RunDir, config: ClusterConfig) -> i
             for stream in node.outputs:
                 for k, after, path in replica_logs(rd, r.name, stream):
                     sink.write("logs", ((label, r.name, "replica", stream, k, after, *row)
-                                        for row in _jsonl_rows(path)))
+                                        for row in _log_rows(path)))
                     n_logs += 1
     if rd.history.exists():
         sink.write("history", ((label, *row) for row in _history_rows(rd.history)))
@@ -293,51 +290,18 @@ def _source_rows(rd: RunDir, source: str) -> Iterator[tuple[Any, ...]]:
             raise IngestError(f"unreadable log {path} (batch {n + 1}): {e}") from None
 
 
-def _jsonl_rows(path: Path) -> Iterator[tuple[Any, ...]]:
-    """``(line, arrival, kind, id, time, tmax, values)`` of a JSONL tuple log, line by line,
-    as ``read_jsonl_tuples`` reads it: a last line without its newline is kept if it parses
-    (else dropped: a torn write); any other bad line raises naming file and line."""
+def _log_rows(path: Path) -> Iterator[tuple[Any, ...]]:
+    """``(line, arrival, kind, id, time, tmax, values)`` of a client's or replica's tuple
+    log, record by record, as ``runlog.read_log`` reads it (``line``: the row): a torn last
+    record dropped, anything else unreadable raised naming the file and the record."""
     try:
-        f = open(path, "rb")  # noqa: SIM115 (closed below; a generator must not leak it)
-    except OSError as e:
-        raise IngestError(f"missing or unreadable log {path}: {e}") from None
-    with f:
-        for n, raw in enumerate(f, start=1):
-            whole = raw.endswith(b"\n")
-            try:
-                arrival, t = decode_row(orjson.loads(raw[:-1] if whole else raw))
-            except (orjson.JSONDecodeError, ValueError) as e:
-                if not whole:
-                    return  # torn by a kill mid-write: that batch never fully reached the OS
-                text = raw[:120].decode("utf-8", "replace")
-                raise IngestError(f"tuple log {path}, line {n}: corrupt line ({e}): "
-                                  f"{text!r}") from None
-            yield (n, arrival, t[0].name, t[1], t[2], t[3], _values_text(t[4]))
-
-
-_CLIENT_COLUMNS = ["kind", "id", "time", "tmax", "values", "arrival"]
-
-
-def _client_parquet_rows(path: Path) -> Iterator[tuple[Any, ...]]:
-    """The rows of a client's Parquet copy (``write_client_parquet``), batch by batch, as
-    ``read_client_parquet`` reads them (values re-encoded: one tuple, one text)."""
-    try:
-        with pq.ParquetFile(path) as f:
-            if f.schema_arrow.names != _CLIENT_COLUMNS:
-                raise IngestError(f"client parquet {path}: expected columns {_CLIENT_COLUMNS}, "
-                                  f"found {f.schema_arrow.names}")
-            n = 0
-            for batch in f.iter_batches(batch_size=ROWS_PER_GROUP, columns=_CLIENT_COLUMNS):
-                for kind, ident, time, tmax, values, arrival in zip(
-                        *(c.to_pylist() for c in batch.columns), strict=True):
-                    n += 1
-                    if kind not in Kind.__members__:
-                        raise IngestError(f"client parquet {path}, row {n - 1}: "
-                                          f"unknown kind {kind!r}")
-                    yield (n, arrival, kind, ident, time, tmax,
-                           _values_text(orjson.loads(values)))
-    except (OSError, ValueError, TypeError, pa.ArrowException) as e:
-        raise IngestError(f"unreadable client parquet {path}: {e}") from None
+        for batch in iter_log(path):
+            arrival, row = batch.arrival, batch.row
+            for t in batch.tuples():
+                yield (row, arrival, t[0].name, t[1], t[2], t[3], _values_text(t[4]))
+                row += 1
+    except RunLogError as e:
+        raise IngestError(f"missing or unreadable log: {e}") from None
 
 
 def _history_rows(path: Path) -> Iterator[tuple[Any, ...]]:

@@ -42,10 +42,11 @@ from typing import Any
 
 from node.config.load import load_config
 from node.config.model import ClusterConfig
-from node.procs.rundir import RunDir, read_client_parquet, read_jsonl_tuples
+from node.procs.rundir import RunDir
+from node.procs.runlog import read_log
 from ops_scripts.check.availability import bound_for, new_results
 from ops_scripts.check.history import read_history
-from protocol.tuples import Kind, Tuple
+from protocol.tuples import Kind
 
 __all__ = ["MEASURES", "measure_run"]
 
@@ -90,18 +91,12 @@ def _schedule_start(events: Sequence[Mapping[str, Any]]) -> int:
     return next((int(e["t"]) for e in events if e["event"] == "ready"), 0)
 
 
-def _rows(rd: RunDir, client: str) -> list[tuple[int, Tuple]]:
-    if rd.client_log(client).exists():
-        return read_jsonl_tuples(rd.client_log(client))
-    return read_client_parquet(rd.client_parquet(client))
-
-
 def _client_figures(config: ClusterConfig, rd: RunDir, t0: int) -> dict[str, Any]:
     delays: list[int] = []
     tentative = undo = received = stable = 0
     first = last = None
     for c in config.clients:
-        rows = _rows(rd, c)
+        rows = read_log(rd.client_log(c))
         delays += [r.delay for r in new_results(rows) if r.arrival >= t0]
         for arrival, t in rows:
             if arrival < t0:

@@ -31,6 +31,7 @@ from node.errors import PeerAuthenticationError
 from node.net.auth import authenticated
 from node.net.tcp import TcpTransport
 from node.procs.rundir import RunDir
+from node.procs.runlog import count_rows
 from ops_scripts.cluster.status import fetch_status
 from ops_scripts.harness.runner import RunOutcome, play_scenario
 from ops_scripts.harness.scenario import load_scenario
@@ -326,7 +327,7 @@ def test_a_connection_that_never_speaks_is_dropped(run: Attacked) -> None:
 def test_a_thousand_connections_at_once_do_not_stop_the_replica(run: Attacked) -> None:
     run.alive()
     mark = run.mark("n1a")
-    before = run.rd.count_lines(run.rd.client_log("c1"))
+    before = count_rows(run.rd.client_log("c1"))
     socks = []
     try:
         for _ in range(1000):
@@ -335,7 +336,7 @@ def test_a_thousand_connections_at_once_do_not_stop_the_replica(run: Attacked) -
             s.connect_ex(run.address("n1a"))
             socks.append(s)
         # While they are open, the client keeps receiving and n1a keeps answering.
-        wait_for(lambda: run.rd.count_lines(run.rd.client_log("c1")) > before + 100, WAIT,
+        wait_for(lambda: count_rows(run.rd.client_log("c1")) > before + 100, WAIT,
                  "c1 to keep receiving during the flood")
         assert fetch_status(run.config, "n1a", timeout=10) is not None
     finally:

@@ -23,6 +23,7 @@ import pytest
 from node.config.load import load_config
 from node.config.model import ClusterConfig
 from node.procs.rundir import RunDir
+from node.procs.runlog import count_rows
 from ops_scripts.cluster.launch import Launched, start_cluster, stop_cluster
 from ops_scripts.cluster.status import fetch_status
 from tests.integration.test_cluster import dpc, small, wait_for
@@ -112,7 +113,7 @@ def test_the_replica_a_client_switched_away_from_keeps_a_bounded_buffer(run: Any
 
     def one_reader() -> bool:
         seen[0] = r.readers()
-        return len(seen[0]) == 1 and r.rd.count_lines(r.rd.client_log("c1")) > 500
+        return len(seen[0]) == 1 and count_rows(r.rd.client_log("c1")) > 500
 
     wait_for(one_reader, 60, "c1 to read from one replica")
     (old,) = seen[0]

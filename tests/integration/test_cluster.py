@@ -28,11 +28,13 @@ from node.config.load import load_config
 from node.config.model import ClusterConfig
 from node.net.ports import free_port
 from node.procs.rundir import RunDir
+from node.procs.runlog import count_rows, read_tuples
 from ops_scripts.cluster.launch import Launched, restart_process, start_cluster, stop_cluster
 from ops_scripts.cluster.processes import alive, runs_node
 from ops_scripts.errors import ProcessError
 from protocol.codec import VERSION, encode
 from protocol.messages import Subscribe
+from protocol.tuples import Kind
 from tests.paths import ROOT
 
 EXAMPLES = ROOT / "examples"
@@ -109,10 +111,9 @@ def test_example_runs_and_passes_check(example: str, tmp_path: Path) -> None:
     config = load_config(run_dir / "config.toml")
     for node in config.nodes.values():
         for stream in node.outputs:
-            logs = [(run_dir / "replicas" / r.name / f"{stream}.jsonl").read_text() for r in node.replicas]
-            rows = [[json.loads(line) for line in text.splitlines()] for text in logs]
-            stripped = [[json.dumps({k: v for k, v in row.items() if k != "arrival"})
-                         for row in replica if row["kind"] != "BOUNDARY"] for replica in rows]
+            logs = [read_tuples(run_dir / "replicas" / r.name / f"{stream}.arrow")
+                    for r in node.replicas]
+            stripped = [[t for t in log if t.kind is not Kind.BOUNDARY] for log in logs]
             assert stripped[0] and all(s == stripped[0] for s in stripped), f"replicas of {node.name} differ"
 
 
@@ -314,7 +315,7 @@ def test_ctrl_c_stops_launch_and_every_process_cleanly(tmp_path: Path) -> None:
     rd = RunDir(run_dir)
     try:
         wait_for(lambda: run_dir.exists() and rd.is_ready("c1"), timeout=60, what="the cluster to start")
-        wait_for(lambda: rd.count_lines(rd.client_log("c1")) > 100, what="the client to receive data")
+        wait_for(lambda: count_rows(rd.client_log("c1")) > 100, what="the client to receive data")
         proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
         out, _ = proc.communicate(timeout=120)
     finally:

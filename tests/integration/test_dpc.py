@@ -32,7 +32,8 @@ from node.faults.ops import Cut, Heal
 from node.net.auth import authenticated
 from node.net.ports import free_port
 from node.net.tcp import TcpTransport
-from node.procs.rundir import RunDir, read_jsonl_tuples, tail_jsonl_tuples
+from node.procs.rundir import RunDir
+from node.procs.runlog import read_log, tail
 from ops_scripts.check.availability import assess
 from ops_scripts.check.compose import run_check
 from ops_scripts.cluster.launch import Launched, restart_process, start_cluster, stop_cluster
@@ -140,7 +141,7 @@ class Cluster:
     def availability(self, client: str = "c1", since_us: int = 0) -> Any:
         """The client's availability over the tuples produced from ``since_us`` on (the
         first rows of a run include the start-up, which is not what a test measures)."""
-        rows = [(a, t) for a, t in read_jsonl_tuples(self.rd.client_log(client))
+        rows = [(a, t) for a, t in read_log(self.rd.client_log(client))
                 if t.kind not in (Kind.STABLE, Kind.TENTATIVE) or t.tmax >= since_us]
         return assess(self.config, client, rows)
 
@@ -164,14 +165,14 @@ def now_us() -> int:
 
 
 def client_live(c: Cluster, client: str = "c1", rows: int = 100, hops: int = 1) -> bool:
-    """The client receives results as they are made: its last ``rows`` log lines hold
-    some data tuples (boundaries are lines too), each arrived less than X/2 after its input
+    """The client receives results as they are made: its last ``rows`` log rows hold
+    some data tuples (boundaries are rows too), each arrived less than X/2 after its input
     per 2 ``hops`` (nodes on its path; steady state: a bucket or two at each). Until then
     it is still catching up with what the sources produced while the cluster started
     (seconds of it on a loaded machine): a failure begun earlier measures that catch-up,
     not DPC. (The chain of four's results arrive 0.3-0.9 s after their input on a loaded
     machine: held to X/2, its test waited 33 s for a lucky 5 s.)"""
-    got = [(a, t) for a, t in tail_jsonl_tuples(c.rd.client_log(client), rows)
+    got = [(a, t) for b in tail(c.rd.client_log(client), rows) for a, t in b.rows()
            if t.kind in (Kind.STABLE, Kind.TENTATIVE)]
     within = X * 1e6 / 2 * max(1, hops / 2)
     return len(got) >= 10 and all(a - t.tmax < within for a, t in got)
@@ -288,11 +289,11 @@ def test_a_stopped_replica_is_detected_by_heartbeats_and_masked(cluster: Any,
     stopped = now_us()
     victim.proc.send_signal(signal.SIGSTOP)  # silent: its connections stay open
     try:
-        wait_for(lambda: any(t.tmax > stopped for _, t in read_jsonl_tuples(c.rd.client_log("c1"))
+        wait_for(lambda: any(t.tmax > stopped for _, t in read_log(c.rd.client_log("c1"))
                              if t.kind is Kind.STABLE), what="stable data from n1b")
     finally:
         victim.proc.send_signal(signal.SIGCONT)
-    rows = read_jsonl_tuples(c.rd.client_log("c1"))
+    rows = read_log(c.rd.client_log("c1"))
     switch_ms = (min(a for a, t in rows if t.kind is Kind.STABLE and t.tmax > stopped) - stopped) / 1e3
     print(f"\nreplica n1a stopped (SIGSTOP): stable data from n1b {switch_ms:.0f} ms later")
     assert not [t for _, t in rows if t.kind in (Kind.TENTATIVE, Kind.UNDO)]
@@ -389,7 +390,7 @@ def test_a_failure_that_starts_during_stabilization(cluster: Any, tmp_path: Path
     c.check()  # eventual consistency; no stable tuple undone or duplicated
     assert_converged(hashes)
     # At the replica: after its UNDO, REC_DONE comes before the new failure's first tentative.
-    kinds = [t.kind for _, t in read_jsonl_tuples(c.rd.replica_output(reconciling, "n1.out"))]
+    kinds = [t.kind for _, t in read_log(c.rd.replica_output(reconciling, "n1.out"))]
     after = kinds[kinds.index(Kind.UNDO):]
     assert Kind.TENTATIVE in after, "the new failure appears after the reconciliation"
     assert after.index(Kind.REC_DONE) < after.index(Kind.TENTATIVE)
@@ -444,7 +445,7 @@ def test_a_killed_replica_restarts_recovers_and_rejoins(cluster: Any, tmp_path: 
     # n1a serves again: kill n1b, and the client goes on with stable data from n1a.
     killed = now_us()
     c.kill("n1b")
-    wait_for(lambda: any(t.tmax > killed for _, t in read_jsonl_tuples(c.rd.client_log("c1"))
+    wait_for(lambda: any(t.tmax > killed for _, t in read_log(c.rd.client_log("c1"))
                          if t.kind is Kind.STABLE), 30, "stable data from the recovered n1a")
     c.restart("n1b")  # and back, so that both replicas can be compared at the end
     wait_for(lambda: c.status("n1b")["recovery"]["recovering"] is None, 60, "n1b to rejoin")

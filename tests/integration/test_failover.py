@@ -13,12 +13,12 @@ import signal
 import time
 from pathlib import Path
 
-import orjson
-
 from node.config.load import load_config
 from node.procs.rundir import RunDir
+from node.procs.runlog import count_rows, read_log
 from ops_scripts.check.compose import run_check
 from ops_scripts.cluster.launch import start_cluster, stop_cluster
+from protocol.tuples import Kind
 from tests.integration.test_cluster import small, wait_for
 
 
@@ -33,20 +33,20 @@ def test_killing_the_replica_a_client_reads_from_is_masked(tmp_path: Path) -> No
     shutil.copyfile(cfg, rd.path / "config.toml")
     procs = start_cluster(config, rd)
     try:
-        wait_for(lambda: rd.count_lines(rd.client_log("c1")) > 500, what="the client to receive data")
+        wait_for(lambda: count_rows(rd.client_log("c1")) > 500, what="the client to receive data")
         victim = next(p for p in procs if p.name == "n1a")  # the client's first choice
         killed_at = time.time_ns() // 1000
         victim.proc.send_signal(signal.SIGKILL)
         victim.proc.wait()
         procs.remove(victim)
-        n = rd.count_lines(rd.client_log("c1"))
-        wait_for(lambda: rd.count_lines(rd.client_log("c1")) > n + 500, what="the client to keep receiving")
+        n = count_rows(rd.client_log("c1"))
+        wait_for(lambda: count_rows(rd.client_log("c1")) > n + 500, what="the client to keep receiving")
         assert stop_cluster(procs, rd, drain=True)
     finally:
         stop_cluster(procs, rd, drain=False)
-    rows = [orjson.loads(line) for line in rd.client_log("c1").read_text().splitlines()]
-    assert not [r for r in rows if r["kind"] in ("TENTATIVE", "UNDO")]  # stable data only
-    switch_ms = (min(r["arrival"] for r in rows if r["arrival"] > killed_at) - killed_at) / 1000
+    rows = read_log(rd.client_log("c1"))
+    assert not [t for _, t in rows if t.kind in (Kind.TENTATIVE, Kind.UNDO)]  # stable data only
+    switch_ms = (min(a for a, _ in rows if a > killed_at) - killed_at) / 1000
     print(f"\nreplica n1a killed: the client's next tuple arrived {switch_ms:.1f} ms later (n1b)")
     run_check(rd.path)
     verdicts = json.loads((rd.path / "check.json").read_text())["verdicts"]

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from node.procs.rundir import RunDir
+from node.procs.runlog import count_rows
 from tests.integration.test_cluster import small
 
 DPC = [sys.executable, "-m", "ops_scripts.cli"]
@@ -39,7 +40,7 @@ def test_a_run_of_processes_started_by_hand_is_checked(tmp_path: Path) -> None:
                 procs[name] = subprocess.Popen([*DPC, "node", str(cfg), name, "--run-dir",
                                                 str(rd.path)], stderr=subprocess.DEVNULL)
             _wait(lambda group=group: all(rd.is_ready(n) for n in group), 60, f"{group} ready")
-        _wait(lambda: rd.count_lines(rd.client_log("c1")) > 500, 60, "results at c1")
+        _wait(lambda: count_rows(rd.client_log("c1")) > 500, 60, "results at c1")
         for s in ("s1", "s2", "s3"):
             procs[s].send_signal(signal.SIGUSR1)  # end your stream
         _wait(lambda: rd.is_done("c1"), 60, "c1 to see the end of its stream")

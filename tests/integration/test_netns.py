@@ -33,7 +33,8 @@ import pytest
 import tomli_w
 
 from node.config.load import load_config
-from node.procs.rundir import RunDir, read_jsonl_tuples
+from node.procs.rundir import RunDir
+from node.procs.runlog import read_log
 from ops_scripts.check.history import read_history
 from ops_scripts.cluster.hosts import netns
 from ops_scripts.cluster.hosts.placement import HostsMode, processes_of, read_placement, run_tag
@@ -125,7 +126,7 @@ def test_kernel_cuts_masked_and_corrected_and_recovery_across_hosts(tmp_path: Pa
     partitions = [e for e in events if e["event"] == "fault" and e["fault"]["fault"] == "partition"]
     assert [e["net"] for e in partitions] == ["kernel", "kernel"]
     # The kernel's silence reached the replicas: tentative results at the client, undone.
-    received = [t for _, t in read_jsonl_tuples(rd.client_log("c1"))]
+    received = [t for _, t in read_log(rd.client_log("c1"))]
     assert any(t.kind is Kind.TENTATIVE for t in received)
     assert any(t.kind is Kind.UNDO for t in received)
     # n1b rebuilt from n1a, whose control plane is on n1a's host, not n1b's.

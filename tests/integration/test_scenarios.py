@@ -29,7 +29,8 @@ import pytest
 from node.clock import now_us
 from node.config.load import load_config
 from node.config.model import ClusterConfig
-from node.procs.rundir import RunDir, read_jsonl_tuples
+from node.procs.rundir import RunDir
+from node.procs.runlog import count_rows, read_log
 from node.replica.runtime import MUTATION_DUPLICATES
 from ops_scripts.check.history import read_history
 from ops_scripts.cli import main as dpc
@@ -148,11 +149,11 @@ def test_example_scenario_runs_valid_and_exercises_dpc(path: Path, tmp_path: Pat
     assert "state" in kinds  # the replicas' state changes were merged in
     alpha_x = min(n.settings.wait for n in config.nodes.values()) / 1e6
     if longest_starvation(scenario, scenario.config()) > alpha_x + 0.3:
-        tentative = [t for _, t in read_jsonl_tuples(rd.client_log("c1"))
+        tentative = [t for _, t in read_log(rd.client_log("c1"))
                      if t.kind is Kind.TENTATIVE]
         assert tentative, "a failure longer than alpha*X left no tentative tuple at the client"
     if path.stem in MASKED:  # a STABLE partner all along: the client saw no tentative result
-        assert not [t for _, t in read_jsonl_tuples(rd.client_log("c1"))
+        assert not [t for _, t in read_log(rd.client_log("c1"))
                     if t.kind is Kind.TENTATIVE]
     # dpc run RUN_DIR/scenario.toml would replay the same schedule
     assert load_scenario(rd.path / "scenario.toml").faults == scenario.faults
@@ -241,10 +242,10 @@ def test_inject_kill_restart_partition_heal(running: Any, capsys: pytest.Capture
     assert dpc(["inject", run, "restart", "n1a"]) == 2
     assert "is running" in capsys.readouterr().err
     wait_for(lambda: state(config, "n1a") == "STABLE", 60, "n1a to recover and rejoin")
-    n = rd.count_lines(rd.client_log("c1"))
+    n = count_rows(rd.client_log("c1"))
     assert dpc(["inject", run, "partition", "--shape", "source", "s3"]) == 0
     wait_for(lambda: any(t.kind is Kind.TENTATIVE for _, t in
-                         read_jsonl_tuples(rd.client_log("c1"))[n:]), 30,
+                         read_log(rd.client_log("c1"))[n:]), 30,
              "tentative results at the client (s3 cut from both replicas)")
     assert dpc(["inject", run, "heal", "s3"]) == 0
     wait_for(lambda: state(config, "n1a") == state(config, "n1b") == "STABLE", 60,

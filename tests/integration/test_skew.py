@@ -21,7 +21,8 @@ import pytest
 
 from node.clock import now_us
 from node.config.model import ClusterConfig
-from node.procs.rundir import RunDir, read_jsonl_tuples, read_source_log
+from node.procs.rundir import RunDir, read_source_log
+from node.procs.runlog import read_log
 from ops_scripts.check.history import read_history
 from ops_scripts.cli import main as dpc
 from ops_scripts.cluster.launch import Launched
@@ -51,7 +52,7 @@ def test_the_skewed_source_scenario_does_what_the_docs_say(tmp_path: Path) -> No
     s3, s2 = rd.process_log("s3").read_text(), rd.process_log("s2").read_text()
     assert s3.index("s3: clock skew now +2.000 s") < s3.index("s3: clock skew now +0.000 s")
     assert s2.index("s2: clock skew now -2.000 s") < s2.index("s2: clock skew now +0.000 s")
-    rows = read_jsonl_tuples(rd.client_log("c1"))
+    rows = read_log(rd.client_log("c1"))
 
     def during(i: int) -> list[tuple[int, Any]]:
         return [(a, t) for a, t in rows if fault[i]["t"] <= a < heal[i]]

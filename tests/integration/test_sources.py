@@ -30,11 +30,11 @@ from node.net.ports import free_port
 from node.net.tcp import TcpTransport
 from node.procs.rundir import (
     RunDir,
-    read_jsonl_tuples,
     read_source_end,
     read_source_log,
     read_source_trim,
 )
+from node.procs.runlog import read_log
 from ops_scripts.check.compose import run_check
 from ops_scripts.cluster.launch import Launched, stop_cluster
 from ops_scripts.cluster.status import fetch_status
@@ -258,7 +258,7 @@ def test_the_weather_outage_scenario_is_valid_and_its_days_are_the_data(tmp_path
                             tmp_path / "run", out)
     assert outcome.code == 0 and not outcome.problems, out.getvalue()
     rd = RunDir(tmp_path / "run")
-    received = [t for _, t in read_jsonl_tuples(rd.client_log("c1"))]
+    received = [t for _, t in read_log(rd.client_log("c1"))]
     assert any(t.kind is Kind.TENTATIVE for t in received)  # the outage showed
     final = [t for t in apply_undos(received) if t.kind is Kind.STABLE]
     config = load_config(rd.config)

@@ -34,6 +34,7 @@ import pytest
 import tomli_w
 
 from node.procs.rundir import RunDir
+from node.procs.runlog import count_rows
 from ops_scripts.check.history import read_history
 from ops_scripts.cluster.hosts import netns
 from ops_scripts.cluster.hosts.placement import (
@@ -203,7 +204,7 @@ def test_launch_over_ssh_runs_each_process_on_its_host_and_gathers_a_valid_run(
         assert (rd.logs / f"{name}.log").read_bytes() == \
             (rd.path / "hosts" / address / "logs" / f"{name}.log").read_bytes()
     assert set(json.loads((rd.path / GATHERED_FILE).read_text())["hosts"]) == set(hosts.addresses)
-    assert rd.count_lines(rd.client_log("c1")) > 0
+    assert count_rows(rd.client_log("c1")) > 0
     events = [e["event"] for e in read_history(rd.history)]  # (merged with the states)
     assert events[0] == "start" and "ready" in events and "end" in events
 

@@ -32,7 +32,8 @@ a missing gather cannot go unnoticed: ``RUN_DIR`` holds a host's logs only once
   ``poll``/``wait`` the SSH client's exit (the remote exit status; 255 when ssh failed or
   the process died of a signal), ``send_signal`` ``ssh DEST kill -s SIG PID``.
 * **Waits** (:class:`HostWatch`): the launcher's waits (ready, done, a client's first
-  results) ask the process's host, one ``test -e`` or ``wc -l`` per question.
+  results) ask the process's host, one ``test -e`` or ``dpc log HD CLIENT --count`` (the
+  rows of its Arrow log) per question.
 * **Connections**: each node process has an SSH connection of its own (a lost connection
   costs one process, not a host, and sshd's ``MaxSessions`` never limits a host's
   processes); the short commands (signals, waits, the gather) share one master connection
@@ -439,9 +440,13 @@ class HostWatch:
             raise ProcessError(f"{process}: cannot clear its ready marker on host {host.name}: "
                                f"{_message(done.stderr)}")
 
-    def client_lines(self, client: str) -> int:
-        host, path = self._path(client, "clients", f"{client}.jsonl")
-        done = self._ask(client, host, f"cat {path} 2>/dev/null | wc -l")
+    def client_rows(self, client: str) -> int:
+        host = _host_of(self.placement, client)
+        count = [sys.executable, "-m", "ops_scripts.cli", "log",
+                 str(host_dir(self.rd.path, host)), client, "--count"]
+        # No log yet (or an unreadable one) exits non-zero: no rows yet.
+        done = self._ask(client, host, f"cd {shlex.quote(str(PROJECT))} && "
+                                       f"exec {shlex.join(count)} 2>/dev/null")
         if done is None or done.returncode != 0:
             return 0
         text = done.stdout.decode(errors="replace").strip()

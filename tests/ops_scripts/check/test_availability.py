@@ -13,7 +13,7 @@ import pytest
 
 from node.config.load import load_config
 from node.config.model import ClusterConfig
-from node.procs.rundir import JsonlTupleWriter, read_jsonl_tuples
+from node.procs.runlog import RunLogWriter, count_rows, read_log
 from ops_scripts.check.availability import (
     ClientAvailability,
     apply_undos,
@@ -190,13 +190,13 @@ def test_check_reports_availability_without_changing_the_verdict(tmp_path: Path)
     (entry,) = report["availability"]
     assert entry["client"] == "c1" and entry["stream"] == "n1.out"
     assert entry["bound_us"] == 3 * SECOND and entry["n_undo"] == 1 and not entry["exceeded"]
-    assert entry["received"] == len(rd.client_log("c1").read_text().splitlines())
+    assert entry["received"] == count_rows(rd.client_log("c1"))
     assert "availability: c1 received" in text and "bound k*X = 3.00 s: kept)" in text
 
     # The same tuples, each arriving 5 s after its tmax: Delay_new exceeds 3 s, still a PASS.
-    rows = read_jsonl_tuples(rd.client_log("c1"))
+    rows = read_log(rd.client_log("c1"))
     rd.client_log("c1").unlink()
-    with JsonlTupleWriter(rd.client_log("c1")) as w:
+    with RunLogWriter(rd.client_log("c1")) as w:
         for _, t in rows:
             w.write([t], t.tmax + 5 * SECOND)
     code, text, report = run(rd)
@@ -209,10 +209,10 @@ def test_with_a_history_the_raw_delay_new_pronounces_no_verdict(tmp_path: Path) 
     excused. The raw Delay_new (every new result) is 5 s; only the judged line speaks of
     the bound (``make demo`` once printed "EXCEEDED" for its start-up in a run that passed)."""
     rd, _, _ = write_run(tmp_path)
-    rows = read_jsonl_tuples(rd.client_log("c1"))
+    rows = read_log(rd.client_log("c1"))
     rd.client_log("c1").unlink()
     late = 10
-    with JsonlTupleWriter(rd.client_log("c1")) as w:
+    with RunLogWriter(rd.client_log("c1")) as w:
         for k, (_, t) in enumerate(rows):
             w.write([t], t.tmax + (5 * SECOND if k < late else 1000))
     ready = max(t.tmax for _, t in rows[:late]) + 5 * SECOND + 1
@@ -350,7 +350,7 @@ def test_judge_delays_excuses_within_the_bound_of_an_outage_and_describes_the_re
     report = judge_delays("c1", "n1.out", rows, bound, None)  # no history: measured
     assert not report.judged and report.checked == 10 and report.excused == 0
     assert report.late == 2 and report.first_late is not None and report.first_late.id == 5
-    assert report.worst is not None and report.worst.id == 9 and report.worst.line == 9
+    assert report.worst is not None and report.worst.id == 9 and report.worst.row == 9
     assert (report.p50_us, report.p90_us, report.max_us) == (20 * MS, 4 * SECOND, 5 * SECOND)
     # An outage [1.5 s, 1.6 s): tmax within [0.5 s, 2.6 s] excused: ids 5 to 10.
     d = judge_delays("c1", "n1.out", rows, bound, [(1500 * MS, 1600 * MS)])

@@ -72,7 +72,7 @@ def late(world: World, by: int = 4 * SECOND) -> tuple[History, NewResult]:
     arrivals = arrivals_for(client)
     results = new_results(list(zip(arrivals, client, strict=True)))
     r = results[len(results) // 2]
-    arrivals[r.line - 1] = r.tmax + by
+    arrivals[r.row - 1] = r.tmax + by
     return logs(world, client, arrivals), dataclasses.replace(r, arrival=r.tmax + by, delay=by)
 
 
@@ -110,9 +110,9 @@ def test_a_late_new_result_is_caught_with_its_line_id_and_delay(world: World) ->
     h, r = late(world)
     v = keyed(check_run(config, clean_events(world), h)[0])[AV, C1]
     assert v.status is Status.INVALID, v.evidence
-    assert (f"line {r.line}: {r.kind}(id={r.id}, tmax={r.tmax}) arrived at {r.arrival}, delay "
+    assert (f"row {r.row}: {r.kind}(id={r.id}, tmax={r.tmax}) arrived at {r.arrival}, delay "
             "4.000 s > bound k*X = 3.000 s while the client had a path; 1 of ") in v.evidence
-    assert f"max 4.000 s; worst line {r.line}:" in v.evidence
+    assert f"max 4.000 s; worst row {r.row}:" in v.evidence
     _, figures = check_run(config, clean_events(world), h)
     assert figures.worst_delay_us == 4 * SECOND and figures.bound_us == 3 * SECOND
     # At exactly the bound: kept.
@@ -157,14 +157,14 @@ def test_duplicate_and_undone_stable_tuples_and_missing_and_extra_with_a_history
     i = stable_lines(base)[5]
     dup = [*base[: i + 1], base[i], *base[i + 1 :]]
     by = keyed(check_run(config, events, logs(world, dup))[0])
-    assert by[ND, C1].status is Status.INVALID and f"line {i + 2}:" in by[ND, C1].evidence
-    assert f"repeats the stable tuple of line {i + 1}" in by[ND, C1].evidence
+    assert by[ND, C1].status is Status.INVALID and f"row {i + 2}:" in by[ND, C1].evidence
+    assert f"repeats the stable tuple of row {i + 1}" in by[ND, C1].evidence
     assert by[SU, C1].status is Status.VALID and by[EC, C1].status is Status.INVALID
     undone = [*base[: i + 1], undo(base[i - 2].id), *base[i - 1 :]]
     by = keyed(check_run(config, events, logs(world, undone))[0])
     assert by[SU, C1].status is Status.INVALID
-    assert f"line {i + 2}: UNDO({base[i - 2].id}) would take back the stable tuple " \
-           f"STABLE({desc(base[i])}) (line {i + 1})" in by[SU, C1].evidence
+    assert f"row {i + 2}: UNDO({base[i - 2].id}) would take back the stable tuple " \
+           f"STABLE({desc(base[i])}) (row {i + 1})" in by[SU, C1].evidence
     missing = [t for k, t in enumerate(base) if k != stable_lines(base)[7]]
     by = keyed(check_run(config, events, logs(world, missing))[0])
     assert by[EC, C1].status is Status.INVALID and "missing" in by[EC, C1].evidence
@@ -173,7 +173,7 @@ def test_duplicate_and_undone_stable_tuples_and_missing_and_extra_with_a_history
     extra = [*base[:-1], extra_tuple, base[-1]]
     by = keyed(check_run(config, events, logs(world, extra))[0])
     assert by[EC, C1].status is Status.INVALID
-    assert f"first extra: STABLE({desc(extra_tuple)}), line {len(extra) - 1}" in by[EC, C1].evidence
+    assert f"first extra: STABLE({desc(extra_tuple)}), row {len(extra) - 1}" in by[EC, C1].evidence
 
 
 def test_replica_divergence_in_outputs_and_in_digests(world: World) -> None:
@@ -188,7 +188,7 @@ def test_replica_divergence_in_outputs_and_in_digests(world: World) -> None:
     by = keyed(check_run(config, events, h)[0])
     stream = by[RC, "replica n1b (n1.out)"]
     assert stream.status is Status.INVALID and "index 3" in stream.evidence
-    assert f"got STABLE({desc(bad[3])}) (line 4)" in stream.evidence
+    assert f"got STABLE({desc(bad[3])}) (row 4)" in stream.evidence
     state_v = by[RC, N1]
     assert state_v.status is Status.INVALID
     assert ("replicas n1a and n1b differ at operator 'agg': n1a '2e', n1b 'ee' "

@@ -62,7 +62,7 @@ def test_duplicate_stable_tuple_is_caught(world: World) -> None:
     assert v.status is Status.INVALID
     assert (
         "duplicate" in v.evidence
-        and f"line {i + 2}" in v.evidence
+        and f"row {i + 2}" in v.evidence
         and desc(history[i]) in v.evidence
     )
 
@@ -93,7 +93,7 @@ def test_changed_value_is_caught(world: World) -> None:
     history[i] = original._replace(values=(*original.values[:-1], original.values[-1] + 1))
     v = client_verdict(world, history)
     assert v.status is Status.INVALID
-    assert f"got STABLE({desc(history[i])}) (line {i + 1})" in v.evidence
+    assert f"got STABLE({desc(history[i])}) (row {i + 1})" in v.evidence
     assert f"expected STABLE({desc(original)})" in v.evidence
 
 
@@ -107,7 +107,7 @@ def test_undone_stable_tuple_is_flagged_not_applied(world: World) -> None:
     assert apply_undos(history) == ref
     v = client_verdict(world, history)
     assert v.status is Status.INVALID
-    assert f"line {at + 2}: UNDO({history[at - 2].id}) takes back the stable tuple" in v.evidence
+    assert f"row {at + 2}: UNDO({history[at - 2].id}) takes back the stable tuple" in v.evidence
     assert desc(history[at - 1]) in v.evidence
 
 
@@ -122,15 +122,15 @@ def test_no_duplicates_points_at_both_lines(world: World) -> None:
     history.insert(i + 3, history[i])  # the stable tuple of line i+1 again, at line i+4
     v = check_no_duplicates(C1, history)
     assert v.status is Status.INVALID and v.name == ND and v.subject == C1
-    assert f"line {i + 4}: STABLE({desc(history[i])}) repeats the stable tuple of line {i + 1}" \
+    assert f"row {i + 4}: STABLE({desc(history[i])}) repeats the stable tuple of row {i + 1}" \
         in v.evidence
     assert client_verdict(world, history).status is Status.INVALID  # and eventual consistency
     swapped = corrected(ref)
     swapped[i], swapped[i + 1] = swapped[i + 1], swapped[i]
     v = check_no_duplicates(C1, swapped)
     assert v.status is Status.INVALID
-    assert f"line {i + 2}: STABLE({desc(swapped[i + 1])}) has an id not above the stable tuple " \
-        f"of line {i + 1} (STABLE({desc(swapped[i])}))" in v.evidence
+    assert f"row {i + 2}: STABLE({desc(swapped[i + 1])}) has an id not above the stable tuple " \
+        f"of row {i + 1} (STABLE({desc(swapped[i])}))" in v.evidence
 
 
 def test_stable_never_undone_points_at_the_undo_and_the_stable_tuple(world: World) -> None:
@@ -142,19 +142,19 @@ def test_stable_never_undone_points_at_the_undo_and_the_stable_tuple(world: Worl
     history[at + 1 : at + 1] = [undo(history[at - 2].id), history[at - 1], history[at]]
     v = check_stable_never_undone(C1, history)
     assert v.status is Status.INVALID and v.name == SU
-    assert (f"line {at + 2}: UNDO({history[at - 2].id}) would take back the stable tuple "
-            f"STABLE({desc(history[at])}) (line {at + 1})") in v.evidence
+    assert (f"row {at + 2}: UNDO({history[at - 2].id}) would take back the stable tuple "
+            f"STABLE({desc(history[at])}) (row {at + 1})") in v.evidence
     # The re-sent tuples are duplicates too: property 2 has its own evidence.
     v = check_no_duplicates(C1, history)
-    assert v.status is Status.INVALID and f"line {at + 3}:" in v.evidence
-    assert f"repeats the stable tuple of line {at}" in v.evidence
+    assert v.status is Status.INVALID and f"row {at + 3}:" in v.evidence
+    assert f"repeats the stable tuple of row {at}" in v.evidence
     # An UNDO that reaches below a tentative suffix into the stable prefix, before any
     # stable tuple is re-sent: still caught (the stable tuple in force is named).
     k = len(ref) // 2
     cut = [*ref[:k], ref[k]._replace(kind=Kind.TENTATIVE), undo(ref[k - 3].id)]
     v = check_stable_never_undone(C1, cut)
-    assert v.status is Status.INVALID and f"line {k + 2}: UNDO({ref[k - 3].id})" in v.evidence
-    assert f"STABLE({desc(ref[k - 1])}) (line {k})" in v.evidence
+    assert v.status is Status.INVALID and f"row {k + 2}: UNDO({ref[k - 3].id})" in v.evidence
+    assert f"STABLE({desc(ref[k - 1])}) (row {k})" in v.evidence
 
 
 def test_uncorrected_tentative_tuples_are_caught(world: World) -> None:
@@ -163,7 +163,7 @@ def test_uncorrected_tentative_tuples_are_caught(world: World) -> None:
     history = [*ref[:k], ref[k]._replace(kind=Kind.TENTATIVE)]
     v = client_verdict(world, history)
     assert v.status is Status.INVALID and "1 tentative tuple(s) still in force" in v.evidence
-    assert f"line {k + 1}" in v.evidence
+    assert f"row {k + 1}" in v.evidence
 
 
 def test_replica_divergence_is_caught(world: World) -> None:
@@ -211,11 +211,11 @@ def test_missing_logs_are_unknown(world: World) -> None:
         sources=sources,
         clients={"c1": ref},
         replicas={("n1a", "n1.out"): ref},
-        problems={"replica n1b (n1.out)": "missing log replicas/n1b/n1.out.jsonl"},
+        problems={"replica n1b (n1.out)": "missing log replicas/n1b/n1.out.arrow"},
     )
     verdicts = keyed(check_run(config, None, h)[0])
     assert verdicts[RC, "replica n1b (n1.out)"].status is Status.UNKNOWN
-    assert "missing log replicas/n1b/n1.out.jsonl" in verdicts[RC, "replica n1b (n1.out)"].evidence
+    assert "missing log replicas/n1b/n1.out.arrow" in verdicts[RC, "replica n1b (n1.out)"].evidence
     no_source = History(
         sources={"s2": sources["s2"]},
         clients={"c1": ref},

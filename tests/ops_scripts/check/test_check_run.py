@@ -1,7 +1,6 @@
 """``run_check`` on a run directory (config loaded from examples/basic.toml): a correct run
-passes, a corrupted, missing or unreadable log fails, the Parquet copy stands in for a lost
-JSONL log, an unusable directory is refused; with a history it judges availability and
-writes the figures into check.json."""
+passes, a corrupted, missing or unreadable log fails, an unusable directory is refused; with
+a history it judges availability and writes the figures into check.json."""
 
 from __future__ import annotations
 
@@ -10,7 +9,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from node.procs.rundir import JsonlTupleWriter, RunDir
+from node.procs.rundir import RunDir
+from node.procs.runlog import RunLogWriter, read_log
 from ops_scripts.check import FIGURE_KEYS, run_check
 from ops_scripts.check.availability import new_results
 from protocol.tuples import Kind, Tuple
@@ -36,6 +36,7 @@ from tests.ops_scripts.check.world import (
     state,
     write_run,
 )
+from tests.runlogs import garble_record, write_rows
 
 
 def test_run_check_passes_a_correct_run(tmp_path: Path) -> None:
@@ -56,9 +57,9 @@ def test_run_check_passes_a_correct_run(tmp_path: Path) -> None:
 
 def test_run_check_fails_a_corrupted_client_log(tmp_path: Path) -> None:
     rd, _, ref = write_run(tmp_path)
-    lines = rd.client_log("c1").read_bytes().split(b"\n")
-    del lines[3]  # a stable tuple lost
-    rd.client_log("c1").write_bytes(b"\n".join(lines))
+    rows = read_log(rd.client_log("c1"))
+    del rows[3]  # a stable tuple lost
+    write_rows(rd.client_log("c1"), rows)
     code, text, report = run(rd)
     assert code == 1 and "invalid" in text and "FAIL" in text
     assert report["summary"]["invalid"] == 1
@@ -68,30 +69,21 @@ def test_run_check_fails_a_corrupted_client_log(tmp_path: Path) -> None:
 def test_run_check_missing_or_corrupt_log_is_unknown_and_fails(tmp_path: Path) -> None:
     rd, _, _ = write_run(tmp_path)
     rd.replica_output("n1b", "n1.out").unlink()
-    lines = rd.client_log("c1").read_bytes().split(b"\n")
-    lines[4] = b"garbage"
-    rd.client_log("c1").write_bytes(b"\n".join(lines))
+    rows = read_log(rd.client_log("c1"))
+    write_client(rd, [t for _, t in rows], [a for a, _ in rows])  # a record per row
+    garble_record(rd.client_log("c1"), 5)
     code, _, report = run(rd)
     assert code == 1
     verdicts = {(v["property"], v["subject"]): v for v in report["verdicts"]}
     assert verdicts[RC, "replica n1b (n1.out)"]["status"] == "unknown"
-    assert "n1b/n1.out.jsonl" in verdicts[RC, "replica n1b (n1.out)"]["evidence"]
+    assert "n1b/n1.out.arrow" in verdicts[RC, "replica n1b (n1.out)"]["evidence"]
     for name in (ND, SU, EC):
         assert verdicts[name, C1]["status"] == "unknown"
-        assert "line 5" in verdicts[name, C1]["evidence"]
+        assert "c1.arrow, record 5 (from row 5)" in verdicts[name, C1]["evidence"]
     rd.source_log("s2").unlink()
     code, _, report = run(rd)
     # was 3: three client verdicts; then 6: the source's own verdict
     assert code == 1 and report["summary"]["unknown"] == 6
-
-
-def test_run_check_reads_the_parquet_copy_when_the_jsonl_is_gone(tmp_path: Path) -> None:
-    from node.procs.rundir import write_client_parquet
-
-    rd, _, _ = write_run(tmp_path)
-    write_client_parquet(rd.client_log("c1"), rd.client_parquet("c1"))
-    rd.client_log("c1").unlink()
-    assert run(rd)[0] == 0
 
 
 def test_run_check_unusable_run_dir(tmp_path: Path) -> None:
@@ -108,7 +100,7 @@ def test_run_check_unusable_run_dir(tmp_path: Path) -> None:
 
 def write_client(rd: RunDir, history: Sequence[Tuple], arrivals: Sequence[int]) -> None:
     rd.client_log("c1").unlink(missing_ok=True)
-    with JsonlTupleWriter(rd.client_log("c1")) as w:
+    with RunLogWriter(rd.client_log("c1")) as w:
         for t, arrival in zip(history, arrivals, strict=True):
             w.write([t], arrival)
 
@@ -150,14 +142,14 @@ def test_run_check_with_a_history_judges_availability_and_writes_figures(tmp_pat
 
     results = new_results(list(zip(arrivals, client, strict=True)))
     r = results[len(results) // 2]
-    arrivals[r.line - 1] = r.tmax + 5 * SECOND
+    arrivals[r.row - 1] = r.tmax + 5 * SECOND
     write_client(rd, client, arrivals)
     code, text, report = run(rd)
     assert code == 1 and "dpc check: 13 valid, 1 invalid, 0 unknown -> FAIL" in text
     (v,) = [v for v in report["verdicts"] if v["status"] == "invalid"]
     assert v["property"] == AV and v["subject"] == C1
     assert v["evidence"].startswith(
-        f"line {r.line}: {r.kind}(id={r.id}, tmax={r.tmax}) arrived at {r.tmax + 5 * SECOND}, "
+        f"row {r.row}: {r.kind}(id={r.id}, tmax={r.tmax}) arrived at {r.tmax + 5 * SECOND}, "
         "delay 5.000 s > bound k*X = 3.000 s")
     assert report["figures"]["worst_delay_us"] == 5 * SECOND
 

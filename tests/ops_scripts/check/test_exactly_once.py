@@ -29,7 +29,7 @@ def test_a_clean_log_is_exactly_once_and_each_violation_is_named(world: World) -
         v = check_exactly_once(c1, log, refs)
         assert v.status is Status.INVALID and why in v.evidence, (why, v.evidence)
     v = check_exactly_once(c1, [*ref[:2], undo(ref[1].id), *ref[2:]], refs)
-    assert v.status is Status.INVALID and "line 3" in v.evidence
+    assert v.status is Status.INVALID and "row 3" in v.evidence
 
 
 def test_only_clients_of_an_all_flux_path_are_judged(world: World) -> None:

@@ -100,7 +100,7 @@ def test_replicas_back_to_stable_and_a_client_holding_every_result_are_valid(
         f"STABLE since -3.750 s; deadline +7.600 s after the final heal (heal_all); {FORMULA}")
     client = by[LV, C1].evidence
     assert client.startswith("all 32 results whose input came before the final heal held as "
-                             "stable, the last from line ")
+                             "stable, the last from row ")
     assert "B = 10.600 s = n1 7.600 + k*X 3.000" in client
 
 
@@ -145,7 +145,7 @@ def test_a_client_whose_results_come_late_or_never_is_invalid(world: World) -> N
     assert v.evidence.startswith(
         "1 of 32 results whose input came before the final heal not held as stable by the "
         f"deadline; first STABLE(id={ref[-1].id}, ")
-    assert f"it arrived at line {line}, +12.000 s, after the deadline +10.600 s" in v.evidence
+    assert f"it arrived at row {line}, +12.000 s, after the deadline +10.600 s" in v.evidence
     never = [t for t in client if t != ref[-1]]
     v = judge(world, history(end=25 * SECOND), never, arrivals_for(never))[LV, C1]
     assert v.status is Status.INVALID and "never received as stable" in v.evidence

@@ -93,7 +93,7 @@ def test_a_masked_source_cut_from_one_replica_is_valid() -> None:
     assert v.evidence.startswith(
         "1 subset failure(s) judged (#0 (partition source s2 from n1a (blackhole) for 1 s): "
         "kept every input: n1b of n1): no tentative result in them, 20 new result(s) in "
-        "them within B, worst line ")
+        "them within B, worst row ")
     assert v.evidence.endswith(FORMULA)
 
 
@@ -116,7 +116,7 @@ def test_a_tentative_result_in_a_masked_window_is_invalid() -> None:
     v = judge(history(*subset()), rows)
     assert v.status is Status.INVALID
     assert v.evidence.startswith(
-        f"line 21: TENTATIVE(id=10000, time={2 * SECOND}, tmax={2 * SECOND}, values=['k', "
+        f"row 21: TENTATIVE(id=10000, time={2 * SECOND}, tmax={2 * SECOND}, values=['k', "
         "10000, 1]) arrived at 2050000: a tentative result whose input came during fault #0 "
         "(partition source s2 from n1a (blackhole) for 1 s), a subset failure (kept every "
         "input: n1b of n1): the client should have been switched to a STABLE replica; 1 "
@@ -141,7 +141,7 @@ def test_a_new_result_later_than_the_bound_is_invalid() -> None:
     v = judge(history(*subset()), rows)
     assert v.status is Status.INVALID
     assert v.evidence.startswith(
-        "line 15: STABLE(id=15, tmax=1500000) arrived at 2450000, delay 0.950 s > B in fault "
+        "row 15: STABLE(id=15, tmax=1500000) arrived at 2450000, delay 0.950 s > B in fault "
         "#0 (partition source s2 from n1a (blackhole) for 1 s), a subset failure (kept every "
         "input: n1b of n1); 1 of 20 new results in the 1 judged window(s) late; ")
     # The same stall outside any judged window is availability's business, not this one's.

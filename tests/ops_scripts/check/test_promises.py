@@ -291,7 +291,7 @@ def test_check_run_judges_an_amnesia_takeover_by_its_promise(world: World) -> No
     assert by[RC, N1].evidence.startswith("not compared: ha amnesia's secondary does not hold")
     # The 5 lost never come; the 27 others are matched by content, whatever their ids.
     assert by[LV, C1].evidence.startswith(f"all {len(ref) - 5} results whose input came ")
-    assert (f"held as stable, the last from line {len(client)} (arrived -0.949 s); gap "
+    assert (f"held as stable, the last from row {len(client)} (arrived -0.949 s); gap "
             f"recovery, as amnesia at node n1 promises: 5 of the {len(ref)} results whose input "
             "came before the final heal never held") in by[LV, C1].evidence
     # The same logs under dpc: the stream, the digests and liveness are all wrong there.
@@ -315,7 +315,7 @@ def test_gap_liveness_still_waits_for_what_the_client_holds(world: World) -> Non
     ))[LV, C1]
     assert v.status is Status.INVALID, v.evidence
     assert f"first STABLE({desc(ref[-1])})" in v.evidence
-    assert f"it arrived at line {len(client)}, +33.000 s" in v.evidence
+    assert f"it arrived at row {len(client)}, +33.000 s" in v.evidence
 
 
 # ------------------------------------------------- a pair's secondary that never served

@@ -7,10 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
-from node.procs.rundir import RunDir, write_client_parquet
+from node.procs.runlog import ARRIVAL_KEY
 from ops_scripts.check import compose, recorded
 from ops_scripts.check.recorded import History, load_events, load_history
 
@@ -19,32 +18,23 @@ from .world import C1, EC, ND, RC, SU, run, write_run
 N1B = "replica n1b (n1.out)"
 
 
-def _client_parquet(tmp_path: Path, values: str) -> Path:
-    """The run's client log as Parquet only, every ``values`` cell replaced."""
+def test_an_arrow_stream_that_is_no_tuple_log_is_an_unreadable_log(tmp_path: Path) -> None:
+    """A record whose framing reads (an Arrow stream, its arrival stamped) but whose batch
+    is not the layout of protocol/columns.py: refused by the decoder, never half-read."""
     rd, _, _ = write_run(tmp_path)
-    write_client_parquet(rd.client_log("c1"), rd.client_parquet("c1"))
-    rd.client_log("c1").unlink()
-    table = pq.read_table(rd.client_parquet("c1"))
-    i = table.column_names.index("values")
-    table = table.set_column(i, "values", pa.array([values] * table.num_rows, pa.string()))
-    pq.write_table(table, rd.client_parquet("c1"))
-    return rd.path
-
-
-@pytest.mark.parametrize(
-    ("values", "error"),
-    [("not json", "invalid literal"), ("5", "not iterable")],  # ValueError, TypeError
-)
-def test_parquet_garbage_past_the_readers_checks_is_an_unreadable_log(
-    tmp_path: Path, values: str, error: str
-) -> None:
-    code, _, report = run(RunDir(_client_parquet(tmp_path, values)))
+    sink = pa.BufferOutputStream()
+    schema = pa.schema([("x", pa.int64())], metadata={ARRIVAL_KEY: b"1"})
+    with pa.ipc.new_stream(sink, schema) as w:
+        w.write_batch(pa.record_batch([pa.array([1, 2])], schema=schema))
+    rd.client_log("c1").write_bytes(sink.getvalue().to_pybytes())
+    code, _, report = run(rd)
     verdicts = {(v["property"], v["subject"]): v for v in report["verdicts"]}
     assert code == 1
     for name in (ND, SU, EC):
         assert verdicts[name, C1]["status"] == "unknown"
         assert "unreadable log" in verdicts[name, C1]["evidence"]
-        assert error in verdicts[name, C1]["evidence"]
+        assert "c1.arrow, record 1 (from row 1" in verdicts[name, C1]["evidence"]
+        assert "expected the columns kind, id, time, tmax first" in verdicts[name, C1]["evidence"]
 
 
 def test_every_unreadable_log_is_a_problem_never_an_exception(tmp_path: Path) -> None:
@@ -56,7 +46,7 @@ def test_every_unreadable_log_is_a_problem_never_an_exception(tmp_path: Path) ->
     h = load_history(rd, config)
     assert set(h.problems) == {"source s1", C1, N1B}
     assert all("unreadable" in why for why in h.problems.values())
-    assert "tuple log" in h.problems["source s1"] and "line 1" in h.problems[C1]
+    assert "tuple log" in h.problems["source s1"] and "record 1 (from row 1)" in h.problems[C1]
 
 
 @pytest.mark.parametrize("content", [b"not json\n", b'{"t": 1, "event": "\xff"}\n'])
@@ -78,7 +68,7 @@ def test_a_crash_of_ours_while_reading_makes_the_run_unknown(
     def bug(*_: object) -> None:
         raise ZeroDivisionError("kaput")  # not a reading error: must not pass as one
 
-    monkeypatch.setattr(recorded, "read_jsonl_tuples", bug)
+    monkeypatch.setattr(recorded, "read_log", bug)
     code, text, report = run(rd)
     assert code == 1 and "FAIL" in text
     (v,) = report["verdicts"]

@@ -44,22 +44,22 @@ def test_a_whole_log_is_valid_with_or_without_an_end_record() -> None:
 
 
 @pytest.mark.parametrize(("change", "expected"), [
-    (lambda ts: [*ts[:4], *ts[5:]], "line 5: STABLE(id=6, time=6000, tmax=6000, values=[0, 6]) "
+    (lambda ts: [*ts[:4], *ts[5:]], "row 5: STABLE(id=6, time=6000, tmax=6000, values=[0, 6]) "
                                     "after id 4: id(s) 5 missing (a gap)"),
-    (lambda ts: [*ts[:4], *ts[7:]], "line 5: STABLE(id=8, time=8000, tmax=8000, values=[2, 8]) "
+    (lambda ts: [*ts[:4], *ts[7:]], "row 5: STABLE(id=8, time=8000, tmax=8000, values=[2, 8]) "
                                     "after id 4: id(s) 5..7 missing (a gap)"),
-    (lambda ts: [*ts[:5], ts[4], *ts[5:]], "line 6: STABLE(id=5, time=5000, tmax=5000, "
-                                           "values=[2, 5]) repeats id 5 of line 5"),
+    (lambda ts: [*ts[:5], ts[4], *ts[5:]], "row 6: STABLE(id=5, time=5000, tmax=5000, "
+                                           "values=[2, 5]) repeats id 5 of row 5"),
     (lambda ts: [*ts[:5], ts[5]._replace(id=5, values=(9, 9)), *ts[6:]],
-     "line 6: STABLE(id=5, time=6000, tmax=6000, values=[9, 9]) repeats id 5 of line 5"),
-    (lambda ts: ts[1:], "line 1: STABLE(id=2, time=2000, tmax=2000, values=[2, 2]) after id 0: "
+     "row 6: STABLE(id=5, time=6000, tmax=6000, values=[9, 9]) repeats id 5 of row 5"),
+    (lambda ts: ts[1:], "row 1: STABLE(id=2, time=2000, tmax=2000, values=[2, 2]) after id 0: "
                         "id(s) 1 missing (a gap)"),
-    (lambda ts: [*ts[:3], ts[4], ts[3], *ts[5:]], "line 4: STABLE(id=5"),
+    (lambda ts: [*ts[:3], ts[4], ts[3], *ts[5:]], "row 4: STABLE(id=5"),
     (lambda ts: [*ts[:6], ts[6]._replace(time=10), *ts[7:]],
-     "line 7: STABLE(id=7, time=10, tmax=7000, values=[1, 7]): its time is below that of line 6 "
+     "row 7: STABLE(id=7, time=10, tmax=7000, values=[1, 7]): its time is below that of row 6 "
      "(6000); tuple times never decrease"),
     (lambda ts: [*ts[:2], ts[2]._replace(kind=Kind.TENTATIVE), *ts[3:]],
-     "line 3: TENTATIVE(id=3, time=3000, tmax=3000, values=[0, 3]): a source logs STABLE data "
+     "row 3: TENTATIVE(id=3, time=3000, tmax=3000, values=[0, 3]): a source logs STABLE data "
      "tuples only"),
 ])
 def test_a_broken_log_is_invalid_with_the_line_and_id(change: Any, expected: str) -> None:
@@ -73,8 +73,8 @@ def test_a_wall_clock_source_whose_tuples_are_squeezed_together_is_invalid() -> 
     squeezed = [*log(5), *(t._replace(time=6_000, tmax=6_000) for t in log()[5:])]
     v = check_source_log(SRC, squeezed, None)
     assert v.status == "invalid"
-    assert v.evidence.startswith("source log: line 7: STABLE(id=7, time=6000, tmax=6000, "
-                                 "values=[1, 7]): 0 µs after line 6, less than 1/rate = 1000 µs")
+    assert v.evidence.startswith("source log: row 7: STABLE(id=7, time=6000, tmax=6000, "
+                                 "values=[1, 7]): 0 µs after row 6, less than 1/rate = 1000 µs")
     assert check_source_log(dataclasses.replace(SRC, rate=500.0), log(), None).status == "invalid"
     event_time = dataclasses.replace(SRC, time_column="t", speedup=1.0)  # its data's own pace
     assert check_source_log(event_time, squeezed, None).status == "valid"

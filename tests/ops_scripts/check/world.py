@@ -22,7 +22,8 @@ from node.config.model import (
     ReplicaConfig,
     SourceConfig,
 )
-from node.procs.rundir import JsonlTupleWriter, RunDir
+from node.procs.rundir import RunDir
+from node.procs.runlog import RunLogWriter
 from operators.spec import NetworkSpec
 from ops_scripts.check import Verdict, reference_outputs, run_check
 from ops_scripts.harness.history import fault_effects
@@ -228,10 +229,17 @@ def write_run(tmp_path: Path) -> tuple[RunDir, ClusterConfig, list[Tuple]]:
         (rd.replica_output("n1a", stream), corrected(ref)),
         (rd.replica_output("n1b", stream), [*ref, boundary(2**62)]),
     ]:
-        with JsonlTupleWriter(path) as jw:
-            for i in range(0, len(history), 7):
-                jw.write(history[i : i + 7], i)
+        write_log(path, history)
     return rd, config, ref
+
+
+def write_log(path: Path, history: Sequence[Tuple], every: int = 7) -> None:
+    """``history`` as a tuple log, a record of ``every`` tuples at a time (arrival: the
+    index of its first)."""
+    with RunLogWriter(path) as w:
+        for i in range(0, len(history), every):
+            w.write(history[i : i + every], i)
+
 
 
 def run(rd: RunDir) -> tuple[int, str, dict[str, Any]]:

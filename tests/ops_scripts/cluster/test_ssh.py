@@ -24,6 +24,7 @@ import tomli_w
 
 from node.net.ports import free_port
 from node.procs.rundir import RunDir
+from node.procs.runlog import RunLogWriter
 from ops_scripts.check.compose import run_check
 from ops_scripts.cluster.hosts.placement import Host, HostsMode, Placement
 from ops_scripts.cluster.hosts.ssh import (
@@ -41,6 +42,7 @@ from ops_scripts.cluster.hosts.ssh import (
 )
 from ops_scripts.errors import HostsError, IngestError
 from ops_scripts.reconcile.tables import run_labels
+from protocol.tuples import boundary
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
@@ -161,7 +163,7 @@ def test_a_node_started_over_ssh_is_waited_for_and_stopped_on_its_host(
     placement = _placement({"s1": "127.0.0.1", "c1": "127.0.0.1"})
     config = _source_config(tmp_path)
     watch = HostWatch(rd, placement, client)
-    assert not watch.is_ready("s1") and watch.client_lines("c1") == 0
+    assert not watch.is_ready("s1") and watch.client_rows("c1") == 0
     p = start_node(rd, placement, config, "s1", client=client)
     try:
         assert p.remote and p.poll() is None
@@ -174,9 +176,9 @@ def test_a_node_started_over_ssh_is_waited_for_and_stopped_on_its_host(
             assert time.monotonic() - t0 < 30, "s1 never became ready"
             time.sleep(0.05)
         assert not rd.is_ready("s1") and (hd / "status" / "s1.ready").exists()
-        (hd / "clients").mkdir(exist_ok=True)
-        (hd / "clients" / "c1.jsonl").write_text("{}\n{}\n")
-        assert watch.client_lines("c1") == 2
+        with RunLogWriter(hd / "clients" / "c1.arrow") as w:  # (asked by dpc log --count)
+            w.write([boundary(1), boundary(2)], 1)
+        assert watch.client_rows("c1") == 2
     finally:
         p.send_signal(signal.SIGTERM)
     assert p.wait(30) == 0, (rd.logs / "s1.out").read_text()  # a clean stop, on its host
@@ -203,8 +205,8 @@ def two_hosts(tmp_path: Path) -> tuple[RunDir, Placement]:
     placement.write(rd.path)
     _host_tree(rd, "A", {"logs/s1.log": "s1 log\n", "sources/s1.arrow": "ARROW",
                          "status/s1.ready": "", ".config.12.tmp": "stray"}, config)
-    _host_tree(rd, "B", {"logs/n1a.log": "n1a log\n", "replicas/n1a/n1.out.jsonl": "{}\n",
-                         "clients/c1.jsonl": "{}\n{}\n", "status/c1.done": ""}, config)
+    _host_tree(rd, "B", {"logs/n1a.log": "n1a log\n", "replicas/n1a/n1.out.arrow": "ARROW",
+                         "clients/c1.arrow": "ARROW", "status/c1.done": ""}, config)
     (rd.logs / "s1.out").write_text("dpc ssh: pid 9 on A\n")  # the launcher's own
     return rd, placement
 
@@ -224,8 +226,8 @@ def test_collect_merges_each_hosts_files_into_the_run_directory(
     assert (rd.logs / "s1.log").read_text() == "s1 log\n"
     assert (rd.sources / "s1.arrow").read_text() == "ARROW"
     assert rd.is_ready("s1") and rd.is_done("c1")
-    assert rd.count_lines(rd.client_log("c1")) == 2
-    assert (rd.replicas / "n1a" / "n1.out.jsonl").exists()
+    assert rd.client_log("c1").read_text() == "ARROW"
+    assert (rd.replicas / "n1a" / "n1.out.arrow").exists()
     assert (rd.logs / "s1.out").read_text() == "dpc ssh: pid 9 on A\n"  # kept
     assert not (rd.path / ".config.12.tmp").exists()  # not the run's
     gathered = json.loads((rd.path / GATHERED_FILE).read_text())["hosts"]

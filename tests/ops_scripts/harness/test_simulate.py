@@ -23,7 +23,8 @@ import orjson
 import pytest
 
 from node.config.load import load_config
-from node.procs.rundir import RunDir, read_jsonl_tuples
+from node.procs.rundir import RunDir
+from node.procs.runlog import read_log, read_tuples
 from node.replica.runtime import MUTATION_DUPLICATES
 from node.streams.mutation import Mutation
 from ops_scripts.cli import main
@@ -37,7 +38,7 @@ from ops_scripts.harness.simulate import (
     simulate_many,
     simulate_one,
 )
-from protocol.tuples import DATA_KINDS
+from protocol.tuples import DATA_KINDS, Kind
 from tests.paths import EXAMPLES
 
 #: Seeds run by the suite: a guard that keeps make test under 15 minutes on 2 cores (the
@@ -58,8 +59,8 @@ def test_a_seed_replays_exactly(config, tmp_path: Path) -> None:  # type: ignore
     assert a.ok, a.failures
     assert a.digest == b.digest
     assert [f.describe() for f in a.faults] == [f.describe() for f in b.faults]
-    assert (tmp_path / "a" / "clients" / "c1.jsonl").read_bytes() == \
-        (tmp_path / "b" / "clients" / "c1.jsonl").read_bytes()
+    assert (tmp_path / "a" / "clients" / "c1.arrow").read_bytes() == \
+        (tmp_path / "b" / "clients" / "c1.arrow").read_bytes()
     c = simulate_one(config, 8, tmp_path / "c")
     assert c.digest != a.digest  # another seed, another run
 
@@ -156,7 +157,7 @@ def test_an_amnesia_takeover_loses_what_the_primary_held_and_the_checker_counts_
     lost = int(client["evidence"].split("promises: ")[1].split(" lost")[0])
     assert lost > 0, client["evidence"]
     # n1b took over: its output ids start in the clock's range (node/replica/runtime.py).
-    rows = read_jsonl_tuples(RunDir(tmp_path / "run").replica_output("n1b", "n1.out"))
+    rows = read_log(RunDir(tmp_path / "run").replica_output("n1b", "n1.out"))
     ids = [t.id for _, t in rows if t.kind in DATA_KINDS]
     assert ids and min(ids) > 2**40, ids[:3]
 
@@ -423,9 +424,8 @@ def test_seed_922_a_client_leaves_a_stuck_up_failure_replica_for_one_that_progre
     whose frontier is ahead by more than alpha*X: tentative results arrive before the heal."""
     r = simulate_one(config, 922, tmp_path)  # examples/sim.toml
     assert r.ok, r.failures
-    kinds = [orjson.loads(line)["kind"]
-             for line in (tmp_path / "clients" / "c1.jsonl").read_bytes().splitlines()]
-    assert "TENTATIVE" in kinds  # served by n2a during the partition, not only after it
+    kinds = [t.kind for t in read_tuples(tmp_path / "clients" / "c1.arrow")]
+    assert Kind.TENTATIVE in kinds  # served by n2a during the partition, not only after it
 
 
 def test_seed_27968_a_replica_that_reconciled_late_does_not_hide_a_failure_under_way(
@@ -453,9 +453,8 @@ def test_seed_27968_a_replica_that_reconciled_late_does_not_hide_a_failure_under
     r = simulate_one(config, 27968, tmp_path, faults=faults)
     assert r.ok, r.failures
     assert r.figures["worst_delay_us"] < 1_500_000  # 2.635 s before; bound 2 s
-    kinds = [orjson.loads(line)["kind"]
-             for line in (tmp_path / "clients" / "c1.jsonl").read_bytes().splitlines()]
-    assert "TENTATIVE" in kinds  # the window came tentative before s1 healed
+    kinds = [t.kind for t in read_tuples(tmp_path / "clients" / "c1.arrow")]
+    assert Kind.TENTATIVE in kinds  # the window came tentative before s1 healed
 
 
 def test_bad_options_and_a_missing_cluster_are_clear_errors(

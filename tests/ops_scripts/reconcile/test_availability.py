@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from node.config.load import load_config
-from node.procs.rundir import RunDir, read_jsonl_tuples
+from node.procs.rundir import RunDir
+from node.procs.runlog import read_log, read_tuples
 from ops_scripts.check import availability as checker
 from ops_scripts.check.history import read_history
 from ops_scripts.check.paths import fault_spans
@@ -84,7 +85,7 @@ def expected(label: str, run_dir: Path) -> list[Availability]:
         began = f.span.start
         until = min((g.span.start for g in spans if g.span.start > began), default=None)
         for client in sorted(load_config(rd.config).clients):
-            rows = list(enumerate(read_jsonl_tuples(rd.client_log(client)), start=1))
+            rows = list(enumerate(read_log(rd.client_log(client)), start=1))
             ft = first(rows, Kind.TENTATIVE, began, None, until)
             reach = None if ft else until  # a failure with a tentative: its correction anywhere
             undo = first(rows, Kind.UNDO, began, ft[0] if ft else None, reach)
@@ -95,7 +96,7 @@ def expected(label: str, run_dir: Path) -> list[Availability]:
                                              until is None or arrival < until)}
             n_tent = sum(1 for line, (_, t) in rows if t.kind is Kind.TENTATIVE and line in span)
             delays = sorted(r.delay for r in checker.new_results(r for _, r in rows)
-                            if r.line in span)
+                            if r.row in span)
             ms = [None if m is None else (m[1] - began) / 1000 for m in (ft, undo, rec)]
             out.append(Availability(
                 run=label, client=client, failure=f.describe, began_us=began,
@@ -114,8 +115,8 @@ def test_new_results_equal_the_checkers_row_for_row(spark: SparkSession, runs: R
     for label, d in sorted(runs.dirs.items()):
         rd = RunDir(d)
         for client in sorted(load_config(rd.config).clients):
-            want += [(label, client, r.line, r.kind, r.id, r.tmax, r.arrival, r.delay)
-                     for r in checker.new_results(read_jsonl_tuples(rd.client_log(client)))]
+            want += [(label, client, r.row, r.kind, r.id, r.tmax, r.arrival, r.delay)
+                     for r in checker.new_results(read_log(rd.client_log(client)))]
     assert [tuple(r) for r in got] == want
     assert len(want) > 100
 
@@ -142,8 +143,8 @@ def test_seed_1_kill_of_s1_in_detail(found: list[Availability], runs: Runs) -> N
     assert kill.rec_done_ms is not None
     assert 0 < kill.first_tentative_ms < kill.undo_ms <= kill.rec_done_ms
     assert kill.undo_ms >= (kill.healed_us - kill.began_us) / 1000
-    text = (runs.dirs["s1"] / "clients" / "c1.jsonl").read_text()
-    assert kill.n_tentative == text.count('"TENTATIVE"')
+    kinds = [t.kind for t in read_tuples(runs.dirs["s1"] / "clients" / "c1.arrow")]
+    assert kill.n_tentative == kinds.count(Kind.TENTATIVE)
     assert kill.delays_ms is not None
     p50, p99, top = kill.delays_ms
     assert 0 < p50 <= p99 <= top

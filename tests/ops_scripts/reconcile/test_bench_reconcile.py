@@ -9,10 +9,13 @@ from typing import Any
 
 import pytest
 
+from node.procs.runlog import read_log
 from ops_scripts.bench import reconcile as bench
 from ops_scripts.bench.reconcile import parse_sizes, run_reconcile_bench
 from ops_scripts.cli import main
 from ops_scripts.reconcile.generate import generate_run
+from protocol.tuples import Kind
+from tests.runlogs import write_rows
 
 
 def test_tiny_sizes_print_the_table_and_both_verdicts(spark: Any, tmp_path: Path,
@@ -37,10 +40,10 @@ def test_a_run_that_is_not_valid_fails_the_bench(spark: Any, tmp_path: Path,
     """A generator that loses a client tuple (a real broken run, judged for real)."""
     def lossy(*args: Any, **kwargs: Any) -> Any:
         done = generate_run(*args, **kwargs)
-        log = done.run_dir / "clients" / "c1.jsonl"
-        rows = log.read_bytes().splitlines(keepends=True)
-        i = next(k for k, r in enumerate(rows) if b'"STABLE"' in r)
-        log.write_bytes(b"".join(rows[:i] + rows[i + 1:]))
+        log = done.run_dir / "clients" / "c1.arrow"
+        rows = read_log(log)
+        i = next(k for k, (_, t) in enumerate(rows) if t.kind is Kind.STABLE)
+        write_rows(log, rows[:i] + rows[i + 1:])
         return done
 
     monkeypatch.setattr(bench, "generate_run", lossy)

@@ -4,7 +4,7 @@ Simulated runs (kills with recoveries, partitions, restarts of sources) and muta
 (of one run's client log, and of a recovered replica's earlier incarnation) are ingested
 together and compared in one go, against a reference made by the in-process checker (``reference_outputs`` over each run's source
 tuples, as ``compose._reference`` gets them). Each mutation must come out as exactly the
-tuples it touched (id, what, line), and dpc check must call the mutated run invalid too.
+tuples it touched (id, what, row), and dpc check must call the mutated run invalid too.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import orjson
 import pytest
 
 from node.config.load import load_config
-from node.procs.rundir import RunDir, read_jsonl_tuples
+from node.procs.rundir import RunDir
+from node.procs.runlog import read_log, read_tuples
 from ops_scripts.check.compose import run_check
 from ops_scripts.check.properties import apply_undos_checked
 from ops_scripts.check.recorded import load_history
@@ -29,7 +30,8 @@ from ops_scripts.harness.simulate import DEFAULT_CLUSTER, simulate_one
 from ops_scripts.reconcile.compare import DIFFERENCE_COLUMNS, compare
 from ops_scripts.reconcile.model import Verdict
 from ops_scripts.reconcile.tables import ingest
-from protocol.tuples import Kind
+from protocol.tuples import Kind, Tuple, make_tuple
+from tests.runlogs import write_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -43,31 +45,30 @@ MUTATED_FROM = 1  # its client log has an UNDO, its tentative tuples and the cor
 JUDGED = ("eventual-consistency", "replica-convergence")
 
 
-def _lines(path: Path) -> list[bytes]:
-    return path.read_bytes().splitlines(keepends=True)
+Rows = list[tuple[int, Tuple]]
 
 
 def _stable_in_force(path: Path) -> list[int]:
-    """Indexes (0-based lines) of the client's STABLE tuples in force at the end, after
+    """Indexes (0-based rows) of the client's STABLE tuples in force at the end, after
     its last UNDO (so that no correction is involved)."""
-    rows = [t for _, t in read_jsonl_tuples(path)]
+    rows = read_tuples(path)
     last_undo = max(i for i, t in enumerate(rows) if t.kind is Kind.UNDO)
     return [i for i, t in enumerate(rows) if i > last_undo + 30 and t.kind is Kind.STABLE]
 
 
-def _mutate(src: Path, dst: Path, change: Callable[[list[bytes]], list[bytes]],
-            log: str = "clients/c1.jsonl") -> None:
+def _mutate(src: Path, dst: Path, change: Callable[[Rows], Rows],
+            log: str = "clients/c1.arrow") -> None:
     shutil.copytree(src, dst)
-    (dst / log).write_bytes(b"".join(change(_lines(dst / log))))
-    RunDir(dst).client_parquet("c1").unlink()  # the JSONL is read; keep no stale copy
+    write_rows(dst / log, change(read_log(dst / log)))
 
 
-def _alter(j: int) -> Callable[[list[bytes]], list[bytes]]:
-    """Line j (0-based) with one count off by one."""
-    def change(ls: list[bytes]) -> list[bytes]:
-        obj = json.loads(ls[j])
-        obj["values"][-2] += 1
-        return [*ls[:j], json.dumps(obj).encode() + b"\n", *ls[j + 1:]]
+def _alter(j: int) -> Callable[[Rows], Rows]:
+    """Row j (0-based) with one count off by one."""
+    def change(rs: Rows) -> Rows:
+        a, t = rs[j]
+        values = list(t.values)
+        values[-2] += 1
+        return [*rs[:j], (a, make_tuple(t.kind, t.id, t.time, t.tmax, tuple(values))), *rs[j + 1:]]
     return change
 
 
@@ -89,7 +90,7 @@ class Judged:
             simulate_one(config, seed, runs / f"seed{seed}")
         src = runs / f"seed{MUTATED_FROM}"
         log = RunDir(src).client_log("c1")
-        rows = [t for _, t in read_jsonl_tuples(log)]
+        rows = read_tuples(log)
         stable = _stable_in_force(log)
         undo = next(i for i, t in enumerate(rows) if t.kind is Kind.UNDO)
         self.expect: dict[str, set[tuple[str, int, int | None]]] = {}
@@ -117,8 +118,8 @@ class Judged:
         self.expect["duplicate"] = {("duplicate", rows[k].id, k + 2)}
 
         # A replica's earlier incarnation (before its crash) with a stable tuple altered.
-        earlier = "replicas/n1b/n1.out.incarnation-1.jsonl"
-        got = [t for _, t in read_jsonl_tuples(runs / "seed4" / earlier)]
+        earlier = "replicas/n1b/n1.out.incarnation-1.arrow"
+        got = read_tuples(runs / "seed4" / earlier)
         m = max(i for i, t in enumerate(got) if t.kind is Kind.STABLE)
         _mutate(runs / "seed4", runs / "replica-earlier", _alter(m), earlier)
         self.expect["replica-earlier"] = {("differs", got[m].id, m + 1)}

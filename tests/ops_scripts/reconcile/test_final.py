@@ -81,7 +81,7 @@ _KIND_OF = {"takes back the stable": "undone-stable", "is a duplicate of": "dupl
 
 
 def _checker_problem(violation: str) -> tuple[int, str]:
-    m = re.match(r"line (\d+): ", violation)
+    m = re.match(r"row (\d+): ", violation)
     assert m is not None, violation
     what = next(k for phrase, k in _KIND_OF.items() if phrase in violation)
     return int(m.group(1)), what
@@ -162,7 +162,7 @@ def test_one_slip_is_one_problem_not_a_cascade(spark: SparkSession) -> None:
     assert sorted(r["line"] for r in rows if r["process"] == "a" and r["in_force"]) == [
         1, 2, 3, 4, 5, 6]
     _, violation = apply_undos_checked(dropped)
-    assert violation is not None and violation.startswith("line 4: ")
+    assert violation is not None and violation.startswith("row 4: ")
 
 
 def test_a_recovered_log_is_judged_after_the_restored_prefix(spark: SparkSession) -> None:

@@ -9,17 +9,18 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 
 from node.config.load import load_config
-from node.procs.rundir import RunDir, read_jsonl_tuples, read_source_log
+from node.procs.rundir import RunDir, read_source_log
+from node.procs.runlog import count_rows, read_log, read_tuples
 from ops_scripts.check.compose import run_check
 from ops_scripts.check.reference import reference_outputs
 from ops_scripts.errors import GenerateError
 from ops_scripts.reconcile.generate import DEFAULT_CONFIG, generate_run
 from ops_scripts.reconcile.run import run_reconcile
 from protocol.tuples import Kind
+from tests.runlogs import write_rows
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +40,7 @@ def test_a_generated_run_is_valid_for_dpc_check_with_its_failure(run: Path) -> N
     code, text = _check(run)
     assert code == 0, text
     assert "0 invalid, 0 unknown -> PASS" in text
-    client = [t for _, t in read_jsonl_tuples(RunDir(run).client_log("c1"))]
+    client = read_tuples(RunDir(run).client_log("c1"))
     kinds = [t.kind for t in client]
     assert kinds.count(Kind.UNDO) == 1 and kinds.count(Kind.REC_DONE) == 1
     assert kinds.count(Kind.TENTATIVE) > 100  # the failure shows, and was corrected
@@ -57,12 +58,12 @@ def test_a_generated_run_is_valid_for_dpc_reconcile(spark: Any, run: Path,
 def test_one_client_tuple_deleted_is_invalid_for_both(spark: Any, run: Path,
                                                       tmp_path: Path) -> None:
     broken = shutil.copytree(run, tmp_path / "broken")
-    log = broken / "clients" / "c1.jsonl"
-    rows = log.read_bytes().splitlines(keepends=True)
-    victim = len(rows) // 2 + next(i for i, r in enumerate(rows[len(rows) // 2:])
-                                   if orjson.loads(r)["kind"] == "STABLE")
-    gone = orjson.loads(rows.pop(victim))["id"]
-    log.write_bytes(b"".join(rows))
+    log = broken / "clients" / "c1.arrow"
+    rows = read_log(log)
+    victim = len(rows) // 2 + next(i for i, (_, t) in enumerate(rows[len(rows) // 2:])
+                                   if t.kind is Kind.STABLE)
+    gone = rows.pop(victim)[1].id
+    write_rows(log, rows)
     code, text = _check(broken)
     assert code == 1 and "eventual-consistency  client c1 (n1.out)    invalid" in text, text
     assert f"id={gone}" in text
@@ -85,7 +86,7 @@ def test_streamed_outputs_equal_the_reference_run(tmp_path: Path) -> None:
         for node in config.nodes.values():
             for r in node.replicas:
                 for stream in node.outputs:
-                    got = [t for _, t in read_jsonl_tuples(rd.replica_output(r.name, stream))
+                    got = [t for t in read_tuples(rd.replica_output(r.name, stream))
                            if t.kind is Kind.STABLE]
                     assert got == ref[stream] and got, (path.name, r.name, stream)
 
@@ -93,11 +94,9 @@ def test_streamed_outputs_equal_the_reference_run(tmp_path: Path) -> None:
 def test_it_counts_what_it_wrote_near_the_size_asked(tmp_path: Path) -> None:
     done = generate_run(DEFAULT_CONFIG, tmp_path / "run", 30_000, seed=1, progress=None)
     rd = RunDir(done.run_dir)
-    lines = sum(RunDir.count_lines(p) for p in (*rd.replicas.rglob("*.jsonl"),
-                                                 *rd.clients.glob("*.jsonl"))
-                if p.name != "states.jsonl")
+    rows = sum(count_rows(p) for p in (*rd.replicas.rglob("*.arrow"), *rd.clients.glob("*.arrow")))
     sources = sum(len(read_source_log(rd, s)) for s in ("s1", "s2", "s3"))
-    assert (done.source_rows, done.log_lines) == (sources, lines)
+    assert (done.source_rows, done.log_rows) == (sources, rows)
     assert done.logged == sum(done.per_log.values())
     assert 0.8 * 30_000 <= done.logged <= 1.2 * 30_000, done.logged
     assert done.tentative == 0 and done.failures == 0

@@ -8,13 +8,15 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 
 from node.config.load import load_config
+from node.procs.runlog import read_log
 from ops_scripts.cli import main
 from ops_scripts.harness.simulate import DEFAULT_CLUSTER, simulate_one
 from ops_scripts.reconcile.run import config_settings, default_out, parse_conf, run_reconcile
+from protocol.tuples import Kind
+from tests.runlogs import write_rows
 
 
 @pytest.fixture(scope="module")
@@ -46,12 +48,11 @@ def test_valid_runs_pass_with_a_report(spark: Any, runs: list[Path], tmp_path: P
 def test_a_client_missing_one_stable_tuple_fails_naming_it(spark: Any, runs: list[Path],
                                                            tmp_path: Path) -> None:
     run = shutil.copytree(runs[0], tmp_path / "broken")
-    log = run / "clients" / "c1.jsonl"
-    rows = log.read_bytes().splitlines(keepends=True)
-    victim = next(i for i, r in enumerate(rows) if orjson.loads(r)["kind"] == "STABLE")
-    gone = orjson.loads(rows.pop(victim))["id"]
-    log.write_bytes(b"".join(rows))
-    (run / "clients" / "c1.parquet").unlink(missing_ok=True)
+    log = run / "clients" / "c1.arrow"
+    rows = read_log(log)
+    victim = next(i for i, (_, t) in enumerate(rows) if t.kind is Kind.STABLE)
+    gone = rows.pop(victim)[1].id
+    write_rows(log, rows)
     out = io.StringIO()
     assert run_reconcile([run], out=tmp_path / "rec", stdout=out, stderr=io.StringIO()) == 1
     line = out.getvalue().splitlines()[0]

@@ -1,5 +1,5 @@
-"""``ops_scripts/reconcile/tables.py``: the tables hold, row for row and line for line, what
-the existing readers (the ones ``dpc check`` uses) read from the same run directories."""
+"""``ops_scripts/reconcile/tables.py``: the tables hold, row for row, what the existing
+readers (the ones ``dpc check`` uses) read from the same run directories."""
 
 from __future__ import annotations
 
@@ -18,12 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from node.config.load import load_config
-from node.procs.rundir import (
-    JsonlTupleWriter,
-    RunDir,
-    read_jsonl_tuples,
-    read_source_log,
-)
+from node.procs.rundir import RunDir, read_source_log
+from node.procs.runlog import RunLogWriter, read_log, scan
 from ops_scripts.check.history import read_history
 from ops_scripts.check.recorded import load_history
 from ops_scripts.harness.simulate import DEFAULT_CLUSTER, simulate_one
@@ -32,7 +28,7 @@ from ops_scripts.reconcile.tables import (
     ROWS_PER_GROUP,
     IngestError,
     Tables,
-    _jsonl_rows,
+    _log_rows,
     _source_rows,
     ingest,
     run_files,
@@ -40,6 +36,7 @@ from ops_scripts.reconcile.tables import (
 )
 from protocol.tuples import Kind, make_tuple
 from state.tuplelog import TupleLogWriter, iter_tuple_log
+from tests.runlogs import garble_record
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -91,8 +88,8 @@ def copy_run(runs: dict[str, Path], tmp_path: Path, seed: int = 2) -> Path:
 
 def test_the_seeds_have_what_the_tests_need(runs: dict[str, Path]) -> None:
     """The seeds were picked for their restarts; a change of the simulation may lose them."""
-    assert list(runs["seed4"].glob("replicas/*/*.incarnation-1.jsonl"))
-    assert list(runs["seed5"].glob("replicas/*/*.incarnation-1.jsonl"))
+    assert list(runs["seed4"].glob("replicas/*/*.incarnation-1.arrow"))
+    assert list(runs["seed5"].glob("replicas/*/*.incarnation-1.arrow"))
     assert (runs["seed5"] / "sources" / "s1.1.arrow").exists()
 
 
@@ -146,7 +143,7 @@ def test_logs_equal_what_dpc_check_reads(runs: dict[str, Path], tables: Tables) 
             mine = [r for r in got if r["process"] == c.name]
             assert table_rows(mine) == tuple_rows(h.clients[c.name])
             assert [r["arrival"] for r in sorted(mine, key=lambda r: r["line"])] == \
-                [a for a, _ in read_jsonl_tuples(rd.client_log(c.name))] == h.arrivals[c.name]
+                [a for a, _ in read_log(rd.client_log(c.name))] == h.arrivals[c.name]
             assert {r["after"] for r in mine} == {None}
         for (replica, stream), current in h.replicas.items():
             earlier = h.earlier.get((replica, stream), [])
@@ -233,34 +230,34 @@ def test_a_bad_log_in_a_pool_is_the_same_error_and_leaves_nothing(runs: dict[str
                                                                   tmp_path: Path) -> None:
     run = copy_run(runs, tmp_path)
     log = RunDir(run).client_log("c1")
-    log.write_bytes(log.read_bytes().replace(b"\n", b"\nnot json\n", 1))
-    with pytest.raises(IngestError, match=rf"{log}, line 2: corrupt line"):
+    garble_record(log, 2)
+    with pytest.raises(IngestError, match=rf"{log}, record 2 \(from row \d+\): not an Arrow"):
         ingest([runs["seed2"], run], tmp_path / "out", jobs=2)
     assert not (tmp_path / "out" / "tables").exists()
     assert not (tmp_path / "out" / "tables.partial").exists()
 
 
-def test_torn_last_line_is_dropped(runs: dict[str, Path], tmp_path: Path) -> None:
+def test_torn_last_record_is_dropped(runs: dict[str, Path], tmp_path: Path) -> None:
     run = copy_run(runs, tmp_path)
     log = RunDir(run).client_log("c1")
-    before = read_jsonl_tuples(log)
-    with open(log, "ab") as f:
-        f.write(b'{"kind":"STABLE","id":99999,"time":1,"tm')
-    assert read_jsonl_tuples(log) == before
+    before = read_log(log)
+    first = next(scan(log))
+    with open(log, "ab") as f:  # a writer killed halfway through a record
+        f.write(log.read_bytes()[first.offset : (first.offset + first.end) // 2])
+    assert read_log(log) == before
     t = ingest([run], tmp_path / "out")
     got = rows(t, "logs", process="c1")
     assert table_rows(got) == tuple_rows([tu for _, tu in before])
 
 
-def test_corrupt_middle_line_names_file_and_line(runs: dict[str, Path], tmp_path: Path) -> None:
+def test_corrupt_middle_record_names_file_and_rows(runs: dict[str, Path],
+                                                   tmp_path: Path) -> None:
     run = copy_run(runs, tmp_path)
     out = tmp_path / "out"
     ingest([run], out)
     log = RunDir(run).replica_output("n1b", "n1.out")
-    lines = log.read_bytes().split(b"\n")
-    lines[2] = b'{"kind":"STABLE","id":'
-    log.write_bytes(b"\n".join(lines))
-    with pytest.raises(IngestError, match=rf"{log}, line 3: corrupt line"):
+    garble_record(log, 3)
+    with pytest.raises(IngestError, match=rf"{log}, record 3 \(from row \d+\): not an Arrow"):
         ingest([run], out)
     # The previous tables are left as they were, and nothing half-written.
     assert pq.read_table(out / "tables" / "runs").num_rows == 1
@@ -285,22 +282,9 @@ def test_bad_run_directories(runs: dict[str, Path], tmp_path: Path) -> None:
         ingest([tmp_path / "empty"], tmp_path / "out")
     run = copy_run(runs, tmp_path)
     RunDir(run).client_log("c1").unlink()
-    RunDir(run).client_parquet("c1").unlink()
-    with pytest.raises(IngestError, match=r"c1\.jsonl"):
+    with pytest.raises(IngestError, match=r"c1\.arrow: cannot read"):
         ingest([run], tmp_path / "out")
     assert not (tmp_path / "out" / "tables").exists()
-
-
-def test_client_parquet_stands_in_for_a_missing_jsonl(runs: dict[str, Path],
-                                                      tmp_path: Path) -> None:
-    run = copy_run(runs, tmp_path)
-    log = RunDir(run).client_log("c1")
-    before = read_jsonl_tuples(log)
-    log.unlink()
-    got = rows(ingest([run], tmp_path / "out"), "logs", process="c1")
-    assert table_rows(got) == tuple_rows([t for _, t in before])
-    assert sorted((r["line"], r["arrival"]) for r in got) == \
-        [(n, a) for n, (a, _) in enumerate(before, start=1)]
 
 
 def test_labels(tmp_path: Path) -> None:
@@ -325,7 +309,7 @@ def test_a_long_log_is_written_in_row_groups(runs: dict[str, Path], tmp_path: Pa
     log = RunDir(run).client_log("c1")
     log.unlink()
     n = 200_000
-    with JsonlTupleWriter(log) as w:
+    with RunLogWriter(log) as w:
         for start in range(0, n, 10_000):
             w.write([make_tuple(Kind.STABLE, i, i, i, (i % 7, i * 0.5, "k", True))
                      for i in range(start + 1, start + 10_001)], arrival=start)
@@ -341,16 +325,18 @@ def test_a_long_log_is_written_in_row_groups(runs: dict[str, Path], tmp_path: Pa
 def test_memory_does_not_grow_with_the_log(runs: dict[str, Path], tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """What ingest allocates at its peak (Python objects: the rows it holds) hardly moves
-    for a log 50,000 lines longer: it holds a row group of 1,000 rows, never the log (which
-    would be over 10 MB of row tuples here)."""
+    for a log 50,000 rows longer: it holds a row group of 1,000 rows and one record (a
+    write's, here 500 rows), never the log (which would be over 10 MB of row tuples here)."""
     monkeypatch.setattr(tables_module, "ROWS_PER_GROUP", 1000)
     peaks = []
     for n in (100, 10_000, 60_000):  # the first: a warm-up (lazy imports, caches)
         run = copy_run(runs, tmp_path / str(n))
         log = RunDir(run).client_log("c1")
         log.unlink()
-        with JsonlTupleWriter(log) as w:
-            w.write([make_tuple(Kind.STABLE, i, i, i, (i, "x" * 40)) for i in range(n)], 0)
+        with RunLogWriter(log) as w:
+            for start in range(0, n, 500):
+                w.write([make_tuple(Kind.STABLE, i, i, i, (i, "x" * 40))
+                         for i in range(start, min(n, start + 500))], start)
         tracemalloc.start()
         try:
             ingest([run], tmp_path / f"out{n}")
@@ -361,15 +347,16 @@ def test_memory_does_not_grow_with_the_log(runs: dict[str, Path], tmp_path: Path
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.lists(st.floats(), min_size=1, max_size=20))
-def test_arrow_float_and_its_json_round_trip_give_one_text(xs: list[float]) -> None:
+@given(st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=1, max_size=20))
+def test_a_source_log_and_a_tuple_log_give_a_float_one_text(xs: list[float]) -> None:
+    """(Finite floats: a tuple log, as the wire, carries no NaN or infinity.)"""
     tuples = [make_tuple(Kind.STABLE, i, i, i, (x,)) for i, x in enumerate(xs, start=1)]
     with tempfile.TemporaryDirectory() as d:
         rd = RunDir(d).ensure()
         with TupleLogWriter(rd.source_log("s"), ["x"], types=[pa.float64()]) as w:
             w.append(tuples)
-        with JsonlTupleWriter(Path(d) / "x.jsonl") as j:
+        with RunLogWriter(Path(d) / "x.arrow") as j:
             j.write(tuples, arrival=0)
         arrow = [row[-1] for row in _source_rows(rd, "s")]
-        text = [row[-1] for row in _jsonl_rows(Path(d) / "x.jsonl")]
+        text = [row[-1] for row in _log_rows(Path(d) / "x.arrow")]
     assert arrow == text == [values_text(t.values) for t in tuples]
