@@ -285,14 +285,14 @@ def test_sigterm_loses_nothing_already_written(tmp_path: Path) -> None:
     """A process killed by SIGTERM right after write() returned keeps every batch."""
     path = tmp_path / "c1.arrow"
     code = textwrap.dedent(f"""
-        import sys, time
+        import signal
         from node.procs.runlog import RunLogWriter
         from protocol.tuples import Kind, make_tuple
         w = RunLogWriter({str(path)!r})
         for b in range(20):
             w.write([make_tuple(Kind.STABLE, 10 * b + i, b, b, (i,)) for i in range(10)], b)
         print("written", flush=True)
-        time.sleep(60)
+        signal.pause()  # until the test's SIGTERM
     """)
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE)
     try:
